@@ -1,0 +1,429 @@
+//! Shape, stride and dtype rules of every op: what a node's layout must be given
+//! its operands. The builder uses them to infer layouts and the verifier to
+//! re-check a parsed graph; both report the reason this module returns.
+//!
+//! Invariants of a derived result:
+//! - non-view ops produce contiguous tensors (ggml allocates them packed);
+//! - view ops and write-into ops (`cpy`, `set_rows`) produce a [`ViewOf`] naming
+//!   the root of their source and the byte offset into it, and stay in bounds
+//!   of the root's span.
+
+use crate::dtype::DType;
+use crate::layout::{Layout, fmt_ne};
+use crate::op::{GluKind, Op};
+use crate::tensor::{Tensor, TensorId, ViewOf};
+
+/// An operand as the rules see it: its id (needed to name a view's root) and tensor.
+pub type Operand<'a> = (TensorId, &'a Tensor);
+
+/// What the rules decide for a node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Derived {
+    /// The result's layout.
+    pub layout: Layout,
+    /// Set for views and write-into ops: whose bytes the result aliases.
+    pub view: Option<ViewOf>,
+}
+
+/// Derives the result of `op` over `srcs`. `declared` is the layout the node
+/// claims; view and reshape take their shape from it, other ops ignore it here
+/// (the verifier compares it with the result). The error is one sentence
+/// saying which rule fails; callers add the node's name and operands.
+pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Result<Derived, String> {
+    check_arity(op, srcs.len())?;
+    let s = |i: usize| &srcs[i].1.layout;
+    let packed = |dtype: DType, ne: [i64; 4]| -> Result<Derived, String> {
+        Layout::contiguous(dtype, ne)
+            .map(|layout| Derived { layout, view: None })
+            .ok_or_else(|| format!("result {dtype} {} is not representable", fmt_ne(&ne)))
+    };
+    match op {
+        Op::GetRows => {
+            let (a, b) = (s(0), s(1));
+            need_dtype(b, "indices (src1)", &[DType::I32])?;
+            if b.ne[3] != 1 || a.ne[2] != b.ne[1] || a.ne[3] != b.ne[2] {
+                return Err(format!(
+                    "indices {} must be [n, ne2, ne3, 1] with ne2, ne3 = the table's {}, {}",
+                    fmt_ne(&b.ne),
+                    a.ne[2],
+                    a.ne[3]
+                ));
+            }
+            let dtype = if a.dtype == DType::I32 {
+                DType::I32
+            } else {
+                DType::F32
+            };
+            packed(dtype, [a.ne[0], b.ne[0], b.ne[1], b.ne[2]])
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            let (a, b) = (s(0), s(1));
+            need_float(a, "src0")?;
+            need_float(b, "src1")?;
+            if (0..4).any(|i| a.ne[i] % b.ne[i] != 0) {
+                return Err(format!(
+                    "src1 {} does not repeat evenly over src0 {}",
+                    fmt_ne(&b.ne),
+                    fmt_ne(&a.ne)
+                ));
+            }
+            packed(a.dtype, a.ne)
+        }
+        Op::Scale { .. }
+        | Op::Sqr
+        | Op::Sqrt
+        | Op::Silu
+        | Op::Gelu
+        | Op::GeluErf
+        | Op::Relu
+        | Op::Tanh
+        | Op::DiagMaskInf { .. } => {
+            need_float(s(0), "src0")?;
+            packed(s(0).dtype, s(0).ne)
+        }
+        Op::RmsNorm { eps } | Op::Norm { eps } => {
+            need_float(s(0), "src0")?;
+            if eps.is_nan() || *eps < 0.0 {
+                return Err(format!("eps {eps} must be >= 0"));
+            }
+            packed(s(0).dtype, s(0).ne)
+        }
+        Op::Glu { kind, .. } => derive_glu(*kind, srcs).and_then(|(d, ne)| packed(d, ne)),
+        Op::MulMat => derive_mul_mat(s(0), s(1)).and_then(|ne| packed(DType::F32, ne)),
+        Op::SoftMax { .. } => {
+            let a = s(0);
+            need_float(a, "src0")?;
+            if let Some((_, mask)) = srcs.get(1) {
+                let m = &mask.layout;
+                need_dtype(m, "mask (src1)", &[DType::F32, DType::F16])?;
+                if m.ne[0] != a.ne[0]
+                    || m.ne[1] < a.ne[1]
+                    || a.ne[2] % m.ne[2] != 0
+                    || a.ne[3] % m.ne[3] != 0
+                {
+                    return Err(format!(
+                        "mask {} must have ne0 = {}, ne1 >= {} and dims 2, 3 that repeat over {}",
+                        fmt_ne(&m.ne),
+                        a.ne[0],
+                        a.ne[1],
+                        fmt_ne(&a.ne)
+                    ));
+                }
+            }
+            packed(a.dtype, a.ne)
+        }
+        Op::Rope(p) => {
+            let (a, pos) = (s(0), s(1));
+            need_float(a, "src0")?;
+            need_dtype(pos, "positions (src1)", &[DType::I32])?;
+            if pos.ne[0] != a.ne[2] || pos.n_elements() != pos.ne[0] as u64 {
+                return Err(format!(
+                    "positions {} must be [{}] (one per token, src0 dim 2)",
+                    fmt_ne(&pos.ne),
+                    a.ne[2]
+                ));
+            }
+            if p.n_dims == 0 || p.n_dims % 2 != 0 || i64::from(p.n_dims) > a.ne[0] {
+                return Err(format!(
+                    "n_dims {} must be even, positive and at most the row length {}",
+                    p.n_dims, a.ne[0]
+                ));
+            }
+            packed(a.dtype, a.ne)
+        }
+        Op::Cpy => {
+            let (a, b) = (s(0), s(1));
+            need_float(a, "src0")?;
+            if a.n_elements() != b.n_elements() {
+                return Err(format!(
+                    "src0 {} and destination {} differ in element count",
+                    fmt_ne(&a.ne),
+                    fmt_ne(&b.ne)
+                ));
+            }
+            need_writable(b, "destination (src1)")?;
+            Ok(Derived {
+                layout: *b,
+                view: Some(view_base(srcs[1])),
+            })
+        }
+        Op::Cont => packed(s(0).dtype, s(0).ne),
+        Op::SetRows => {
+            let (dst, rows, idx) = (s(0), s(1), s(2));
+            need_float(rows, "rows (src1)")?;
+            need_dtype(idx, "indices (src2)", &[DType::I32])?;
+            need_writable(dst, "destination (src0)")?;
+            let ok = rows.ne[0] == dst.ne[0]
+                && idx.ne[0] == rows.ne[1]
+                && rows.ne[2] % idx.ne[1] == 0
+                && rows.ne[3] % idx.ne[2] == 0
+                && idx.ne[3] == 1
+                && rows.ne[2] == dst.ne[2]
+                && rows.ne[3] == dst.ne[3];
+            if !ok {
+                return Err(format!(
+                    "destination {}, rows {} and indices {} do not fit: rows need the \
+                     destination's ne0, ne2 and ne3, and one index per row",
+                    fmt_ne(&dst.ne),
+                    fmt_ne(&rows.ne),
+                    fmt_ne(&idx.ne)
+                ));
+            }
+            Ok(Derived {
+                layout: *dst,
+                view: Some(view_base(srcs[0])),
+            })
+        }
+        Op::View { offset } => {
+            let d = declared.ok_or("view needs the result's ne and nb")?;
+            if d.dtype != s(0).dtype {
+                return Err(format!(
+                    "a view keeps its source's dtype {}, not {}",
+                    s(0).dtype,
+                    d.dtype
+                ));
+            }
+            if d.dtype.row_bytes(d.ne[0].max(0) as u64).is_none() || d.ne.iter().any(|&n| n < 1) {
+                return Err(format!(
+                    "extents {} are not valid for {}",
+                    fmt_ne(&d.ne),
+                    d.dtype
+                ));
+            }
+            if d.nb[0] != d.dtype.block_bytes() {
+                return Err(format!(
+                    "nb0 must be {} (the {} element size), not {}",
+                    d.dtype.block_bytes(),
+                    d.dtype,
+                    d.nb[0]
+                ));
+            }
+            let base = view_base(srcs[0]);
+            Ok(Derived {
+                layout: *d,
+                view: Some(ViewOf {
+                    root: base.root,
+                    offset: base.offset + offset,
+                }),
+            })
+        }
+        Op::Reshape => {
+            let a = s(0);
+            let d = declared.ok_or("reshape needs the result's ne")?;
+            if !a.is_contiguous() {
+                return Err("reshape needs a contiguous source (add cont first)".into());
+            }
+            let want = Layout::contiguous(a.dtype, d.ne).ok_or_else(|| {
+                format!("extents {} are not valid for {}", fmt_ne(&d.ne), a.dtype)
+            })?;
+            if want.n_elements() != a.n_elements() {
+                return Err(format!(
+                    "{} has {} elements, {} has {}",
+                    fmt_ne(&a.ne),
+                    a.n_elements(),
+                    fmt_ne(&d.ne),
+                    want.n_elements()
+                ));
+            }
+            Ok(Derived {
+                layout: want,
+                view: Some(view_base(srcs[0])),
+            })
+        }
+        Op::Permute { axes } => {
+            let layout = s(0)
+                .permuted(*axes)
+                .ok_or_else(|| format!("axes {axes:?} are not a permutation of 0..4"))?;
+            Ok(Derived {
+                layout,
+                view: Some(view_base(srcs[0])),
+            })
+        }
+        Op::Transpose => {
+            let layout = s(0)
+                .permuted([1, 0, 2, 3])
+                .ok_or("unreachable: fixed permutation")?;
+            Ok(Derived {
+                layout,
+                view: Some(view_base(srcs[0])),
+            })
+        }
+        Op::Concat { dim } => {
+            let (a, b, d) = (s(0), s(1), *dim as usize);
+            if d > 3 {
+                return Err(format!("dim {dim} must be 0..=3"));
+            }
+            if a.dtype != b.dtype || (0..4).any(|i| i != d && a.ne[i] != b.ne[i]) {
+                return Err(format!(
+                    "{} {} and {} {} must agree in dtype and in every dim but {d}",
+                    a.dtype,
+                    fmt_ne(&a.ne),
+                    b.dtype,
+                    fmt_ne(&b.ne)
+                ));
+            }
+            let mut ne = a.ne;
+            ne[d] += b.ne[d];
+            packed(a.dtype, ne)
+        }
+        Op::SumRows | Op::Mean => {
+            need_float(s(0), "src0")?;
+            let a = s(0);
+            packed(a.dtype, [1, a.ne[1], a.ne[2], a.ne[3]])
+        }
+        Op::Argmax => {
+            let a = s(0);
+            need_float(a, "src0")?;
+            if a.ne[2] != 1 || a.ne[3] != 1 {
+                return Err(format!("argmax takes a matrix, got {}", fmt_ne(&a.ne)));
+            }
+            packed(DType::I32, [a.ne[1], 1, 1, 1])
+        }
+    }
+}
+
+/// How many sources each op takes.
+pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
+    match op {
+        Op::Scale { .. }
+        | Op::Sqr
+        | Op::Sqrt
+        | Op::Silu
+        | Op::Gelu
+        | Op::GeluErf
+        | Op::Relu
+        | Op::Tanh
+        | Op::RmsNorm { .. }
+        | Op::Norm { .. }
+        | Op::Cont
+        | Op::View { .. }
+        | Op::Reshape
+        | Op::Permute { .. }
+        | Op::Transpose
+        | Op::SumRows
+        | Op::Mean
+        | Op::Argmax
+        | Op::DiagMaskInf { .. } => 1..=1,
+        Op::Glu { .. } | Op::SoftMax { .. } => 1..=2,
+        Op::GetRows
+        | Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::MulMat
+        | Op::Rope(_)
+        | Op::Cpy
+        | Op::Concat { .. } => 2..=2,
+        Op::SetRows => 3..=3,
+    }
+}
+
+fn check_arity(op: &Op, n: usize) -> Result<(), String> {
+    let want = arity(op);
+    if want.contains(&n) {
+        return Ok(());
+    }
+    let expected = if want.start() == want.end() {
+        want.start().to_string()
+    } else {
+        format!("{} or {}", want.start(), want.end())
+    };
+    Err(format!("takes {expected} sources, got {n}"))
+}
+
+fn derive_glu(_kind: GluKind, srcs: &[Operand<'_>]) -> Result<(DType, [i64; 4]), String> {
+    let a = &srcs[0].1.layout;
+    need_float(a, "src0")?;
+    match srcs.get(1) {
+        None => {
+            if a.ne[0] % 2 != 0 {
+                return Err(format!(
+                    "one-source glu splits rows in halves; ne0 {} is odd",
+                    a.ne[0]
+                ));
+            }
+            Ok((a.dtype, [a.ne[0] / 2, a.ne[1], a.ne[2], a.ne[3]]))
+        }
+        Some((_, b)) => {
+            need_float(&b.layout, "src1")?;
+            if a.ne != b.layout.ne {
+                return Err(format!(
+                    "gate {} and up {} differ in shape",
+                    fmt_ne(&a.ne),
+                    fmt_ne(&b.layout.ne)
+                ));
+            }
+            Ok((a.dtype, a.ne))
+        }
+    }
+}
+
+fn derive_mul_mat(a: &Layout, b: &Layout) -> Result<[i64; 4], String> {
+    if a.dtype == DType::I32 {
+        return Err("src0 must not be i32".into());
+    }
+    need_float(b, "src1")?;
+    if a.ne[0] != b.ne[0] {
+        return Err(format!(
+            "inner dimensions differ: src0 ne0 {} vs src1 ne0 {}",
+            a.ne[0], b.ne[0]
+        ));
+    }
+    if b.ne[2] % a.ne[2] != 0 || b.ne[3] % a.ne[3] != 0 {
+        return Err(format!(
+            "src0 {} does not broadcast over src1 {} in dims 2 and 3",
+            fmt_ne(&a.ne),
+            fmt_ne(&b.ne)
+        ));
+    }
+    if a.is_transposed() {
+        return Err("src0 must not be transposed (ggml reads its rows packed)".into());
+    }
+    if a.dtype.is_quantized() && !a.rows_packed() {
+        return Err(format!(
+            "quantized src0 ({}) must have packed rows",
+            a.dtype
+        ));
+    }
+    Ok([a.ne[1], b.ne[1], b.ne[2], b.ne[3]])
+}
+
+/// Where an operand's bytes start: its own root and offset, or itself at 0.
+fn view_base((id, t): Operand<'_>) -> ViewOf {
+    t.view.unwrap_or(ViewOf {
+        root: id,
+        offset: 0,
+    })
+}
+
+fn need_float(l: &Layout, what: &str) -> Result<(), String> {
+    if l.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(format!("{what} must be f32, f16 or bf16, not {}", l.dtype))
+    }
+}
+
+fn need_dtype(l: &Layout, what: &str, allowed: &[DType]) -> Result<(), String> {
+    if allowed.contains(&l.dtype) {
+        return Ok(());
+    }
+    let names: Vec<&str> = allowed.iter().map(|d| d.name()).collect();
+    Err(format!(
+        "{what} must be {}, not {}",
+        names.join(" or "),
+        l.dtype
+    ))
+}
+
+fn need_writable(l: &Layout, what: &str) -> Result<(), String> {
+    if l.dtype == DType::I32 {
+        return Err(format!(
+            "{what} must be a float or quantized tensor, not i32"
+        ));
+    }
+    if l.dtype.is_quantized() && !l.rows_packed() {
+        return Err(format!("{what} is quantized and must have packed rows"));
+    }
+    Ok(())
+}
