@@ -305,6 +305,16 @@ impl GraphBuilder {
     pub fn cont(&mut self, name: impl Into<String>, a: TensorId) -> R {
         self.node(name, Op::Cont, &[a], None)
     }
+    /// Packs `a` contiguously into extents `ne` (same element count; ggml_cont_4d).
+    pub fn cont_shaped(&mut self, name: impl Into<String>, a: TensorId, ne: Extents) -> R {
+        let dtype = self.tensor(a).dtype();
+        let layout = Layout {
+            dtype,
+            ne,
+            nb: [0; 4],
+        };
+        self.node(name, Op::Cont, &[a], Some(layout))
+    }
     /// Writes the rows of `rows` into `dst` at `indices`; the result is a view of `dst`.
     pub fn set_rows(
         &mut self,

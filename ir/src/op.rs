@@ -133,7 +133,8 @@ pub enum Op {
     Rope(RopeParams),
     /// Copies src0 into src1's memory, converting dtype; the result is a view of src1.
     Cpy,
-    /// Packs a strided tensor into contiguous memory.
+    /// Packs a strided tensor into contiguous memory, in element order; the
+    /// result may take another shape with the same element count (ggml_cont_4d).
     Cont,
     /// Writes the rows of src1 into src0 at the row indices in src2; the result
     /// is a view of src0.

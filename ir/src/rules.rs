@@ -147,7 +147,25 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
                 view: Some(view_base(srcs[1])),
             })
         }
-        Op::Cont => packed(s(0).dtype, s(0).ne),
+        Op::Cont => {
+            // Like ggml_cont_1d..4d: packing may also reshape (same element count).
+            let a = s(0);
+            match declared {
+                Some(d) if d.ne != a.ne => {
+                    let want = Layout::contiguous(a.dtype, d.ne)
+                        .filter(|w| w.n_elements() == a.n_elements());
+                    want.map(|layout| Derived { layout, view: None })
+                        .ok_or_else(|| {
+                            format!(
+                                "cannot pack {} into {}: element counts differ",
+                                fmt_ne(&a.ne),
+                                fmt_ne(&d.ne)
+                            )
+                        })
+                }
+                _ => packed(a.dtype, a.ne),
+            }
+        }
         Op::SetRows => {
             let (dst, rows, idx) = (s(0), s(1), s(2));
             need_float(rows, "rows (src1)")?;

@@ -1,0 +1,22 @@
+//! Model front-ends: fixed-shape graph builders driven by plain config structs.
+//!
+//! - [`llama`]: llama-family decoders (prefill of `n_tokens` tokens, GQA, rope,
+//!   causal soft_max attention, SwiGLU FFN), node for node as ggml builds them;
+//! - [`bert`]: BERT encoders with mean pooling and L2 normalisation, as
+//!   sentence-transformers computes sentence embeddings.
+//!
+//! Invariants shared by every builder here:
+//! - graphs are built with [`ir::GraphBuilder`], so a returned graph has passed
+//!   `ir::verify`; a config that cannot form a valid graph (heads that do not
+//!   divide, a rope wider than a head, a quantized row that is not a whole number
+//!   of blocks) fails with the `ir::Error` of the first node that breaks, naming
+//!   that node, its op and its operands' shapes;
+//! - all leafs come first (token ids, constants, then weights in file order),
+//!   then the nodes in ggml's execution order;
+//! - weights are laid out as ggml stores them: a matrix mapping `in` to `out`
+//!   features has `ne = [in, out]` (a safetensors `[out, in]` matrix, or a GGUF
+//!   tensor as stored), which is exactly `mul_mat`'s src0.
+
+mod attention;
+pub mod bert;
+pub mod llama;

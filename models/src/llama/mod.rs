@@ -1,0 +1,219 @@
+//! Llama-family decoders at a fixed shape: the prefill of `n_tokens` tokens
+//! from position 0, as llama.cpp's `llm_build_llama` builds it without a KV
+//! cache (keys and values of the batch attend to each other directly).
+//!
+//! Invariants of [`build_prefill`]'s graph:
+//! - leafs, in this order: `tokens` (I32 input `[n_tokens]`), `pos` (I32
+//!   constant `0..n_tokens`), `kq_mask` (F32 causal mask `[n_tokens, n_tokens]`),
+//!   the token embedding, per layer the [`BlockWeight`]s in declaration order,
+//!   the output norm and (unless tied) the output projection; weight names come
+//!   from [`LlamaNames`];
+//! - nodes, in ggml's order: `inp_embd`; per layer `l{i}.` + `attn_norm.rms`,
+//!   `attn_norm`, `v`, `v3`, `v_perm`, `v_t`, `k`, `k3`, `k_rope`, `k_perm`,
+//!   `q`, `q3`, `q_rope`, `q_perm`, `kq`, `kq_soft_max`, `kqv`, `kqv_perm`,
+//!   `kqv_merged`, `attn_out`, `ffn_inp`, `ffn_norm.rms`,
+//!   `ffn_norm`, `ffn_gate`, `ffn_silu`, `ffn_up`, `ffn_gate_par`, `ffn_out`,
+//!   `l_out`; then `result_norm.rms`, `result_norm` and `result_output`, the
+//!   logits `[n_vocab, n_tokens]`, the only output;
+//! - this is ggml's node list exactly (tests/example_graphs.rs compares it with
+//!   the graph ggml itself builds).
+
+mod names;
+#[cfg(test)]
+mod tests;
+
+pub use names::{BlockWeight, LlamaNames};
+
+use crate::attention::{attend, heads_major, split_heads, transposed_values};
+use ir::{ConstInit, DType, Error, Graph, GraphBuilder, RopeParams, TensorId};
+
+/// Name of the token-id input.
+pub const TOKENS: &str = "tokens";
+/// Name of the rope positions constant.
+pub const POSITIONS: &str = "pos";
+/// Name of the causal attention mask constant.
+pub const KQ_MASK: &str = "kq_mask";
+/// Name of the logits output.
+pub const LOGITS: &str = "result_output";
+
+/// Hyperparameters and shapes of a llama-family decoder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Number of transformer blocks.
+    pub n_layer: usize,
+    /// Width of the residual stream.
+    pub n_embd: i64,
+    /// Query heads.
+    pub n_head: i64,
+    /// Key/value heads; divides `n_head` (grouped-query attention when smaller).
+    pub n_head_kv: i64,
+    /// Width of one head.
+    pub head_dim: i64,
+    /// Hidden width of the FFN.
+    pub n_ff: i64,
+    /// Vocabulary size (rows of the token embedding, logits per token).
+    pub n_vocab: i64,
+    /// Tokens in the prefill batch.
+    pub n_tokens: i64,
+    /// Epsilon of every RMS norm.
+    pub rms_eps: f32,
+    /// Rotary embedding applied to q and k.
+    pub rope: RopeParams,
+    /// Dtype of the block matrices (wq, wk, wv, wo, ffn gate/up/down).
+    pub weight_dtype: DType,
+    /// Dtype of the token embedding table.
+    pub embd_dtype: DType,
+    /// Dtype of the output projection (ignored when `tied_output`).
+    pub output_dtype: DType,
+    /// The logits reuse the token embedding (no output projection weight).
+    pub tied_output: bool,
+    /// How weights are named.
+    pub names: LlamaNames,
+}
+
+/// The weights of one block, indexed by [`BlockWeight`] (declaration order).
+struct BlockWeights {
+    ids: [TensorId; BlockWeight::ALL.len()],
+}
+
+impl BlockWeights {
+    fn get(&self, w: BlockWeight) -> TensorId {
+        self.ids[w as usize]
+    }
+}
+
+/// Builds the prefill graph of `cfg` (see the module doc for its tensors).
+/// Norm weights are F32; the other weights take the config's dtypes.
+pub fn build_prefill(cfg: &LlamaConfig) -> Result<Graph, Error> {
+    let mut b = GraphBuilder::new("llama_prefill");
+    let t = cfg.n_tokens;
+    let tokens = b.input(TOKENS, DType::I32, [t, 1, 1, 1])?;
+    let arange = ConstInit::Arange {
+        start: 0.0,
+        step: 1.0,
+    };
+    let pos = b.constant(POSITIONS, DType::I32, [t, 1, 1, 1], arange)?;
+    let mask = b.constant(
+        KQ_MASK,
+        DType::F32,
+        [t, t, 1, 1],
+        ConstInit::CausalMask { n_past: 0 },
+    )?;
+
+    let names = cfg.names;
+    let tok_embd = b.weight(
+        names.token_embd(),
+        cfg.embd_dtype,
+        [cfg.n_embd, cfg.n_vocab, 1, 1],
+    )?;
+    let layers = (0..cfg.n_layer)
+        .map(|il| declare_block_weights(&mut b, cfg, il))
+        .collect::<Result<Vec<_>, _>>()?;
+    let output_norm = b.weight(names.output_norm(), DType::F32, [cfg.n_embd, 1, 1, 1])?;
+    let output = if cfg.tied_output {
+        tok_embd
+    } else {
+        b.weight(
+            names.output(),
+            cfg.output_dtype,
+            [cfg.n_embd, cfg.n_vocab, 1, 1],
+        )?
+    };
+
+    let mut x = b.get_rows("inp_embd", tok_embd, tokens)?;
+    for (il, w) in layers.iter().enumerate() {
+        x = build_block(&mut b, cfg, il, w, x, pos, mask)?;
+    }
+    let x = rms_norm_mul(&mut b, "result_norm", x, output_norm, cfg.rms_eps)?;
+    let logits = b.mul_mat(LOGITS, output, x)?;
+    b.mark_output(logits)?;
+    b.finish()
+}
+
+fn declare_block_weights(
+    b: &mut GraphBuilder,
+    cfg: &LlamaConfig,
+    il: usize,
+) -> Result<BlockWeights, Error> {
+    let (e, q, kv, ff) = (
+        cfg.n_embd,
+        cfg.n_head * cfg.head_dim,
+        cfg.n_head_kv * cfg.head_dim,
+        cfg.n_ff,
+    );
+    let mut ids = [TensorId(0); BlockWeight::ALL.len()];
+    for (slot, w) in ids.iter_mut().zip(BlockWeight::ALL) {
+        let (dtype, ne0, ne1) = match w {
+            BlockWeight::AttnNorm | BlockWeight::FfnNorm => (DType::F32, e, 1),
+            BlockWeight::Wq => (cfg.weight_dtype, e, q),
+            BlockWeight::Wk | BlockWeight::Wv => (cfg.weight_dtype, e, kv),
+            BlockWeight::Wo => (cfg.weight_dtype, q, e),
+            BlockWeight::FfnGate | BlockWeight::FfnUp => (cfg.weight_dtype, e, ff),
+            BlockWeight::FfnDown => (cfg.weight_dtype, ff, e),
+        };
+        *slot = b.weight(cfg.names.block(il, w), dtype, [ne0, ne1, 1, 1])?;
+    }
+    Ok(BlockWeights { ids })
+}
+
+/// One decoder block over the residual stream `x [n_embd, n_tokens]`.
+fn build_block(
+    b: &mut GraphBuilder,
+    cfg: &LlamaConfig,
+    il: usize,
+    w: &BlockWeights,
+    x: TensorId,
+    pos: TensorId,
+    mask: TensorId,
+) -> Result<TensorId, Error> {
+    let p = format!("l{il}");
+    let hd = cfg.head_dim;
+    let cur = rms_norm_mul(
+        b,
+        &format!("{p}.attn_norm"),
+        x,
+        w.get(BlockWeight::AttnNorm),
+        cfg.rms_eps,
+    )?;
+
+    let v = b.mul_mat(format!("{p}.v"), w.get(BlockWeight::Wv), cur)?;
+    let v_t = transposed_values(b, &p, v, hd, cfg.n_head_kv)?;
+    let k = b.mul_mat(format!("{p}.k"), w.get(BlockWeight::Wk), cur)?;
+    let k = split_heads(b, format!("{p}.k3"), k, hd, cfg.n_head_kv)?;
+    let k = b.rope(format!("{p}.k_rope"), k, pos, cfg.rope)?;
+    let k = heads_major(b, format!("{p}.k_perm"), k)?;
+    let q = b.mul_mat(format!("{p}.q"), w.get(BlockWeight::Wq), cur)?;
+    let q = split_heads(b, format!("{p}.q3"), q, hd, cfg.n_head)?;
+    let q = b.rope(format!("{p}.q_rope"), q, pos, cfg.rope)?;
+    let q = heads_major(b, format!("{p}.q_perm"), q)?;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let attn = attend(b, &p, k, q, v_t, Some(mask), scale)?;
+    let attn = b.mul_mat(format!("{p}.attn_out"), w.get(BlockWeight::Wo), attn)?;
+    let ffn_inp = b.add(format!("{p}.ffn_inp"), attn, x)?;
+
+    let cur = rms_norm_mul(
+        b,
+        &format!("{p}.ffn_norm"),
+        ffn_inp,
+        w.get(BlockWeight::FfnNorm),
+        cfg.rms_eps,
+    )?;
+    let gate = b.mul_mat(format!("{p}.ffn_gate"), w.get(BlockWeight::FfnGate), cur)?;
+    let gate = b.silu(format!("{p}.ffn_silu"), gate)?;
+    let up = b.mul_mat(format!("{p}.ffn_up"), w.get(BlockWeight::FfnUp), cur)?;
+    let par = b.mul(format!("{p}.ffn_gate_par"), gate, up)?;
+    let out = b.mul_mat(format!("{p}.ffn_out"), w.get(BlockWeight::FfnDown), par)?;
+    b.add(format!("{p}.l_out"), out, ffn_inp)
+}
+
+/// `rms_norm(x) * weight` as nodes `{name}.rms` and `{name}`.
+fn rms_norm_mul(
+    b: &mut GraphBuilder,
+    name: &str,
+    x: TensorId,
+    weight: TensorId,
+    eps: f32,
+) -> Result<TensorId, Error> {
+    let normed = b.rms_norm(format!("{name}.rms"), x, eps)?;
+    b.mul(name, normed, weight)
+}

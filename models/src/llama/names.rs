@@ -1,0 +1,123 @@
+//! Weight names of llama-family models.
+//!
+//! Two schemes: [`LlamaNames::Gguf`], the names llama.cpp's GGUF files use
+//! (`blk.{i}.attn_q.weight`, ...), and [`LlamaNames::Example`], the names of
+//! ggml's 2-layer reference graph (`l{i}.wq`, ...).
+//!
+//! Invariant: no weight name equals a node name of the llama builder. ggml's
+//! reference graph names four weights per layer exactly like the nodes that
+//! use them (`l{i}.attn_norm`, `l{i}.ffn_norm`, `l{i}.ffn_gate`, `l{i}.ffn_up`);
+//! `ir` needs unique names, so the example scheme calls those weights
+//! `l{i}.attn_norm.weight` and so on (see [`LlamaNames::Example`]).
+
+/// A per-layer weight of a llama block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockWeight {
+    /// RMS-norm weight before attention, `[n_embd]`.
+    AttnNorm,
+    /// Query projection, `[n_embd, n_head * head_dim]`.
+    Wq,
+    /// Key projection, `[n_embd, n_head_kv * head_dim]`.
+    Wk,
+    /// Value projection, `[n_embd, n_head_kv * head_dim]`.
+    Wv,
+    /// Attention output projection, `[n_head * head_dim, n_embd]`.
+    Wo,
+    /// RMS-norm weight before the FFN, `[n_embd]`.
+    FfnNorm,
+    /// FFN gate projection, `[n_embd, n_ff]`.
+    FfnGate,
+    /// FFN up projection, `[n_embd, n_ff]`.
+    FfnUp,
+    /// FFN down projection, `[n_ff, n_embd]`.
+    FfnDown,
+}
+
+impl BlockWeight {
+    /// Every block weight, in the order the builder declares them.
+    pub const ALL: [BlockWeight; 9] = [
+        BlockWeight::AttnNorm,
+        BlockWeight::Wq,
+        BlockWeight::Wk,
+        BlockWeight::Wv,
+        BlockWeight::Wo,
+        BlockWeight::FfnNorm,
+        BlockWeight::FfnGate,
+        BlockWeight::FfnUp,
+        BlockWeight::FfnDown,
+    ];
+}
+
+/// How the llama builder names its weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LlamaNames {
+    /// llama.cpp GGUF names: `token_embd.weight`, `blk.{i}.attn_norm.weight`,
+    /// `blk.{i}.attn_q.weight`, ..., `output_norm.weight`, `output.weight`.
+    Gguf,
+    /// The names of ggml's reference graph `llama2l-graph.json`: `tok_embd`,
+    /// `l{i}.wq`, `l{i}.wk`, `l{i}.wv`, `l{i}.wo`, `l{i}.ffn_down`,
+    /// `output_norm`, `output`; the four that ggml shares with a node take a
+    /// `.weight` suffix: `l{i}.attn_norm.weight`, `l{i}.ffn_norm.weight`,
+    /// `l{i}.ffn_gate.weight`, `l{i}.ffn_up.weight`.
+    Example,
+}
+
+impl LlamaNames {
+    /// The token embedding table.
+    pub fn token_embd(self) -> String {
+        match self {
+            LlamaNames::Gguf => "token_embd.weight".into(),
+            LlamaNames::Example => "tok_embd".into(),
+        }
+    }
+
+    /// The block weight `w` of layer `il`.
+    pub fn block(self, il: usize, w: BlockWeight) -> String {
+        match self {
+            LlamaNames::Gguf => {
+                let stem = match w {
+                    BlockWeight::AttnNorm => "attn_norm",
+                    BlockWeight::Wq => "attn_q",
+                    BlockWeight::Wk => "attn_k",
+                    BlockWeight::Wv => "attn_v",
+                    BlockWeight::Wo => "attn_output",
+                    BlockWeight::FfnNorm => "ffn_norm",
+                    BlockWeight::FfnGate => "ffn_gate",
+                    BlockWeight::FfnUp => "ffn_up",
+                    BlockWeight::FfnDown => "ffn_down",
+                };
+                format!("blk.{il}.{stem}.weight")
+            }
+            LlamaNames::Example => {
+                let stem = match w {
+                    BlockWeight::AttnNorm => "attn_norm.weight",
+                    BlockWeight::Wq => "wq",
+                    BlockWeight::Wk => "wk",
+                    BlockWeight::Wv => "wv",
+                    BlockWeight::Wo => "wo",
+                    BlockWeight::FfnNorm => "ffn_norm.weight",
+                    BlockWeight::FfnGate => "ffn_gate.weight",
+                    BlockWeight::FfnUp => "ffn_up.weight",
+                    BlockWeight::FfnDown => "ffn_down",
+                };
+                format!("l{il}.{stem}")
+            }
+        }
+    }
+
+    /// The final RMS-norm weight.
+    pub fn output_norm(self) -> String {
+        match self {
+            LlamaNames::Gguf => "output_norm.weight".into(),
+            LlamaNames::Example => "output_norm".into(),
+        }
+    }
+
+    /// The output (logits) projection, when not tied to the token embedding.
+    pub fn output(self) -> String {
+        match self {
+            LlamaNames::Gguf => "output.weight".into(),
+            LlamaNames::Example => "output".into(),
+        }
+    }
+}
