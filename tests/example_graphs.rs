@@ -3,7 +3,7 @@
 //! graph ggml 0.15.3 builds (`shared/references/ggml/llama2l-graph.json`).
 
 use ir::text::{parse, to_ron};
-use ir::{ConstInit, Graph, Op, Role, RopeMode, TensorId};
+use ir::{ConstInit, Op, Role, RopeMode, TensorId};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -212,7 +212,11 @@ fn llama2l_matches_ggml_node_for_node() {
     let ours: Vec<TensorId> = g.nodes().collect();
     let name_of = |id: TensorId| g.tensor(id).name.clone();
     if ours.len() != nodes.len() {
-        problems.push(format!("{} nodes here, {} in ggml", ours.len(), nodes.len()));
+        problems.push(format!(
+            "{} nodes here, {} in ggml",
+            ours.len(),
+            nodes.len()
+        ));
     }
     for (&id, n) in ours.iter().zip(nodes) {
         let (t, shape) = (g.tensor(id), &g.tensor(id).layout);

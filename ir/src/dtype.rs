@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// The element type of a tensor.
 ///
 /// Block quantized types store `block_elems` values in `block_bytes` bytes; the
-/// numeric formats are documented in `kernels::reference::quant`.
+/// numeric formats are documented in `kernels::quant`.
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DType {

@@ -1,0 +1,368 @@
+//! The reference evaluator: runs a whole graph with the reference kernels.
+//!
+//! Memory follows ggml's model: every root tensor (a leaf or a non-view node)
+//! owns one packed byte buffer; views and write-into ops (`cpy`, `set_rows`)
+//! read and write their root's buffer through their own strides and offset.
+//! So a `cpy` into a view of a state tensor really updates the state, exactly as
+//! it would on a device.
+//!
+//! Invariants:
+//! - nodes run in id order (the graph's topological order), one at a time;
+//! - a node's values are computed from its sources' *stored* bytes, so rounding
+//!   to the stored dtype happens where ggml rounds it;
+//! - leaf binding is strict: a weight or input whose dtype or shape differs from
+//!   the graph's is an error naming the tensor, never a silent conversion.
+
+use crate::quant::quantize_row;
+use crate::reference::{Dense, compute, gather, scatter};
+use ir::files::TensorSource;
+use ir::layout::fmt_ne;
+use ir::{DType, Graph, Layout, Op, Role, TensorId};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+/// Where weight values come from.
+pub enum Weights<'a> {
+    /// Bound by name from a tensor file; dtype and shape must match the graph.
+    File(&'a dyn TensorSource),
+    /// Seeded random values (see [`random_leaf`]); the same seed and tensor
+    /// name always give the same bytes.
+    Random {
+        /// Seed mixed with each tensor's name.
+        seed: u64,
+    },
+}
+
+/// Everything the caller provides to run a graph.
+pub struct Bindings<'a> {
+    /// Weight values.
+    pub weights: Weights<'a>,
+    /// Input (and optionally initial state) values by tensor name.
+    pub inputs: BTreeMap<String, Dense>,
+    /// When set, inputs not given are filled with seeded random values
+    /// (token ids within the table they index); otherwise they are an error.
+    pub random_inputs: Option<u64>,
+}
+
+/// Why a graph could not be evaluated.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// A weight the graph needs is not in the file.
+    #[error("weight '{name}' is not in {file}")]
+    MissingWeight {
+        /// Tensor name.
+        name: String,
+        /// The weights file.
+        file: String,
+    },
+    /// A bound tensor's dtype or shape differs from the graph's.
+    #[error("{what} '{name}' is {found} but the graph expects {expected}")]
+    Mismatch {
+        /// `weight` or `input`.
+        what: &'static str,
+        /// Tensor name.
+        name: String,
+        /// What was provided (dtype and ne).
+        found: String,
+        /// What the graph declares.
+        expected: String,
+    },
+    /// An input was not provided and random inputs are off.
+    #[error("input '{name}' ({expected}) was not given")]
+    MissingInput {
+        /// Tensor name.
+        name: String,
+        /// Its dtype and ne.
+        expected: String,
+    },
+    /// A value given for a tensor the graph does not have, or that is not an input or state.
+    #[error("'{name}' is not an input or state tensor of the graph{hint}")]
+    NotAnInput {
+        /// The name given.
+        name: String,
+        /// Names it could have meant.
+        hint: String,
+    },
+    /// An I32 value that is not a valid index.
+    #[error(
+        "input '{name}': value {value} at element {index} is outside 0..{bound} (rows of '{table}')"
+    )]
+    IndexOutOfRange {
+        /// Tensor name.
+        name: String,
+        /// Offending value.
+        value: f64,
+        /// Flat element index.
+        index: usize,
+        /// Exclusive upper bound.
+        bound: i64,
+        /// The tensor it indexes.
+        table: String,
+    },
+}
+
+/// The memory of an evaluated graph: one buffer per root tensor.
+pub struct Memory<'g> {
+    graph: &'g Graph,
+    buffers: Vec<Vec<u8>>,
+}
+
+impl Memory<'_> {
+    /// The values of tensor `id` as stored (read through its view, if any).
+    pub fn read(&self, id: TensorId) -> Dense {
+        let at = self.graph.storage_of(id);
+        let bytes = &self.buffers[at.root.index()][at.offset as usize..];
+        gather(bytes, &self.graph.tensor(id).layout)
+    }
+
+    /// The raw bytes of root tensor `id` (empty for views).
+    pub fn bytes(&self, id: TensorId) -> &[u8] {
+        &self.buffers[id.index()]
+    }
+}
+
+/// Runs `graph` and returns its memory after the last node.
+pub fn evaluate<'g>(graph: &'g Graph, bindings: &Bindings<'_>) -> Result<Memory<'g>, EvalError> {
+    evaluate_observed(graph, bindings, |_, _| ControlFlow::Continue(()))
+}
+
+/// Like [`evaluate`], calling `observer` with each node's values right after it
+/// runs (views included); returning `Break` stops the run there.
+pub fn evaluate_observed<'g>(
+    graph: &'g Graph,
+    bindings: &Bindings<'_>,
+    mut observer: impl FnMut(TensorId, &Dense) -> ControlFlow<()>,
+) -> Result<Memory<'g>, EvalError> {
+    check_input_names(graph, &bindings.inputs)?;
+    let mut memory = Memory {
+        graph,
+        buffers: graph.tensors().iter().map(|_| Vec::new()).collect(),
+    };
+    for id in graph.leafs() {
+        memory.buffers[id.index()] = bind_leaf(graph, id, bindings)?;
+    }
+    for id in graph.nodes() {
+        let t = graph.tensor(id);
+        let op = t.op.expect("nodes have an op");
+        if !op.is_view() {
+            if t.view.is_none() {
+                memory.buffers[id.index()] = vec![0u8; t.layout.span_bytes() as usize];
+            }
+            let srcs: Vec<Dense> = t.srcs.iter().map(|&s| memory.read(s)).collect();
+            let refs: Vec<&Dense> = srcs.iter().collect();
+            let values = compute(&op, &refs, &t.layout);
+            let at = graph.storage_of(id);
+            scatter(
+                &values,
+                &mut memory.buffers[at.root.index()][at.offset as usize..],
+                &t.layout,
+            );
+        }
+        if observer(id, &memory.read(id)).is_break() {
+            break;
+        }
+    }
+    Ok(memory)
+}
+
+fn check_input_names(graph: &Graph, inputs: &BTreeMap<String, Dense>) -> Result<(), EvalError> {
+    for name in inputs.keys() {
+        let ok = graph
+            .find(name)
+            .is_some_and(|id| matches!(graph.tensor(id).role, Role::Input | Role::State));
+        if !ok {
+            let names: Vec<&str> = graph
+                .ids()
+                .map(|id| graph.tensor(id))
+                .filter(|t| matches!(t.role, Role::Input | Role::State))
+                .map(|t| t.name.as_str())
+                .collect();
+            let hint = if names.is_empty() {
+                String::new()
+            } else {
+                format!(" (its inputs: {})", names.join(", "))
+            };
+            return Err(EvalError::NotAnInput {
+                name: name.clone(),
+                hint,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn describe(dtype: DType, ne: &[i64; 4]) -> String {
+    format!("{dtype} {}", fmt_ne(ne))
+}
+
+/// The initial bytes of leaf `id`.
+fn bind_leaf(graph: &Graph, id: TensorId, b: &Bindings<'_>) -> Result<Vec<u8>, EvalError> {
+    let t = graph.tensor(id);
+    let layout = t.layout;
+    match t.role {
+        Role::Weight => match &b.weights {
+            Weights::File(file) => {
+                let stored = file
+                    .tensor(&t.name)
+                    .ok_or_else(|| EvalError::MissingWeight {
+                        name: t.name.clone(),
+                        file: file.path().display().to_string(),
+                    })?;
+                if (stored.dtype, stored.ne) != (layout.dtype, layout.ne) {
+                    return Err(EvalError::Mismatch {
+                        what: "weight",
+                        name: t.name.clone(),
+                        found: describe(stored.dtype, &stored.ne),
+                        expected: describe(layout.dtype, &layout.ne),
+                    });
+                }
+                Ok(stored.data.to_vec())
+            }
+            Weights::Random { seed } => Ok(random_leaf(&t.name, &layout, *seed, None)),
+        },
+        Role::Input | Role::State => match b.inputs.get(&t.name) {
+            Some(values) => from_values(graph, id, values),
+            None if t.role == Role::State => Ok(vec![0u8; layout.span_bytes() as usize]),
+            None => match b.random_inputs {
+                Some(seed) => Ok(random_leaf(&t.name, &layout, seed, index_bound(graph, id))),
+                None => Err(EvalError::MissingInput {
+                    name: t.name.clone(),
+                    expected: describe(layout.dtype, &layout.ne),
+                }),
+            },
+        },
+        Role::Constant => {
+            let init = t.init.as_ref().expect("verified constants have an init");
+            let mut values = Dense {
+                ne: layout.ne,
+                data: Vec::with_capacity(layout.n_elements() as usize),
+            };
+            for i3 in 0..layout.ne[3] {
+                for i2 in 0..layout.ne[2] {
+                    for i1 in 0..layout.ne[1] {
+                        for i0 in 0..layout.ne[0] {
+                            values.data.push(init.value_at(layout.ne, [i0, i1, i2, i3]));
+                        }
+                    }
+                }
+            }
+            Ok(pack(&values, &layout))
+        }
+        Role::Intermediate | Role::Output => unreachable!("verified leafs have leaf roles"),
+    }
+}
+
+fn pack(values: &Dense, layout: &Layout) -> Vec<u8> {
+    let mut bytes = vec![0u8; layout.span_bytes() as usize];
+    scatter(values, &mut bytes, layout);
+    bytes
+}
+
+/// Checks caller-provided values against the leaf's shape and index range.
+fn from_values(graph: &Graph, id: TensorId, values: &Dense) -> Result<Vec<u8>, EvalError> {
+    let t = graph.tensor(id);
+    if values.ne != t.layout.ne {
+        return Err(EvalError::Mismatch {
+            what: "input",
+            name: t.name.clone(),
+            found: fmt_ne(&values.ne),
+            expected: describe(t.layout.dtype, &t.layout.ne),
+        });
+    }
+    if let Some((bound, table)) = index_bound(graph, id).map(|b| (b, index_table(graph, id)))
+        && let Some((index, &value)) = values
+            .data
+            .iter()
+            .enumerate()
+            .find(|&(_, &v)| !(v >= 0.0 && v < bound as f64 && v.fract() == 0.0))
+    {
+        return Err(EvalError::IndexOutOfRange {
+            name: t.name.clone(),
+            value,
+            index,
+            bound,
+            table,
+        });
+    }
+    Ok(pack(values, &t.layout))
+}
+
+/// For an I32 leaf used as `get_rows` indices: the number of rows it may index
+/// (the smallest table, if several).
+fn index_bound(graph: &Graph, id: TensorId) -> Option<i64> {
+    index_users(graph, id).map(|(_, rows)| rows).min()
+}
+
+fn index_table(graph: &Graph, id: TensorId) -> String {
+    index_users(graph, id)
+        .min_by_key(|&(_, rows)| rows)
+        .map(|(table, _)| graph.tensor(table).name.clone())
+        .unwrap_or_default()
+}
+
+fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i64)> + '_ {
+    graph.nodes().filter_map(move |n| {
+        let t = graph.tensor(n);
+        match t.op {
+            Some(Op::GetRows) if t.srcs[1] == id => {
+                Some((t.srcs[0], graph.tensor(t.srcs[0]).layout.ne[1]))
+            }
+            _ => None,
+        }
+    })
+}
+
+/// Seeded random bytes for a leaf. The stream depends only on `seed` and the
+/// tensor's name, so adding tensors to a graph does not change the others.
+///
+/// - vectors (one row: norm weights, biases): 1 + U(-0.1, 0.1), so norms and
+///   scales stay near identity;
+/// - matrices: U(-1, 1) / sqrt(ne0), so activations keep their scale layer
+///   after layer;
+/// - I32 tensors with an `index_bound`: uniform ids in 0..bound; other I32: 0..ne0;
+/// - quantized dtypes: f32 values drawn as above, then quantized.
+pub fn random_leaf(name: &str, layout: &Layout, seed: u64, index_bound: Option<i64>) -> Vec<u8> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv1a(name.as_bytes()));
+    let mut uniform = move || (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+    let n = layout.n_elements() as usize;
+    let data: Vec<f64> = if layout.dtype == DType::I32 {
+        let bound = index_bound.unwrap_or(layout.ne[0]).max(1) as f64;
+        (0..n).map(|_| (uniform() * bound).floor()).collect()
+    } else if layout.n_rows() == 1 {
+        (0..n).map(|_| 1.0 + 0.2 * (uniform() - 0.5)).collect()
+    } else {
+        let a = 1.0 / (layout.ne[0] as f64).sqrt();
+        (0..n).map(|_| a * (2.0 * uniform() - 1.0)).collect()
+    };
+    if layout.dtype.is_quantized() {
+        // Quantize row by row straight from f32, as a converter would.
+        let row: usize = layout.ne[0] as usize;
+        let row_bytes = layout.row_bytes() as usize;
+        let mut out = vec![0u8; layout.span_bytes() as usize];
+        for (r, chunk) in data.chunks(row).enumerate() {
+            let f: Vec<f32> = chunk.iter().map(|&v| v as f32).collect();
+            quantize_row(
+                layout.dtype,
+                &f,
+                &mut out[r * row_bytes..(r + 1) * row_bytes],
+            );
+        }
+        return out;
+    }
+    pack(
+        &Dense {
+            ne: layout.ne,
+            data,
+        },
+        layout,
+    )
+}
+
+/// 64-bit FNV-1a: a stable hash (std's hasher may change between releases).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

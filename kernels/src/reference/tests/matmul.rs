@@ -1,0 +1,38 @@
+use super::{dense, run};
+use crate::reference::Dense;
+use crate::test_rng::Rng;
+use ir::{DType, Op};
+
+#[test]
+fn mul_mat_2x3_by_hand() {
+    // a: rows [1, 2, 3], [4, 5, 6]; b: rows [1, 0, -1], [2, 1, 0].
+    let a = dense([3, 2, 1, 1], &[1., 2., 3., 4., 5., 6.]);
+    let b = dense([3, 2, 1, 1], &[1., 0., -1., 2., 1., 0.]);
+    let y = run(Op::MulMat, &[&a, &b], DType::F32, [2, 2, 1, 1]);
+    // result[i, j] = dot(a row i, b row j), i fastest.
+    assert_eq!(y.data, [-2., -2., 4., 13.]);
+}
+
+#[test]
+fn mul_mat_matrix_vector() {
+    let a = dense([2, 3, 1, 1], &[1., 2., 3., 4., 5., 6.]);
+    let b = dense([2, 1, 1, 1], &[10., 1.]);
+    let y = run(Op::MulMat, &[&a, &b], DType::F32, [3, 1, 1, 1]);
+    assert_eq!(y.data, [12., 34., 56.]);
+}
+
+#[test]
+fn mul_mat_broadcasts_src0_over_batch_dims() {
+    // a [5, 7, 2, 1], b [5, 3, 6, 2]: b matrix (k2, k3) uses a matrix (k2 / 3, 0).
+    // 7 rows of a: one group of four plus three single rows.
+    let mut rng = Rng::new(41);
+    let a = Dense::new([5, 7, 2, 1], rng.vec(70, -1.0, 1.0));
+    let b = Dense::new([5, 3, 6, 2], rng.vec(5 * 3 * 12, -1.0, 1.0));
+    let y = run(Op::MulMat, &[&a, &b], DType::F32, [7, 3, 6, 2]);
+    let want = Dense::from_fn([7, 3, 6, 2], |[i, j, k2, k3]| {
+        (0..5).fold(0.0, |acc, k| {
+            acc + a.get([k, i, k2 / 3, 0]) * b.get([k, j, k2, k3])
+        })
+    });
+    assert_eq!(y.data, want.data, "bit-identical to sums in order of k");
+}
