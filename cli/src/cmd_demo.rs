@@ -32,6 +32,29 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         inputs: BTreeMap::new(),
         random_inputs: Some(args.seed),
     };
-    eval_and_report(&graph, &bindings, None)?;
+    let outputs = eval_and_report(&graph, &bindings, None)?;
+    if let Some((name, logits)) = outputs.first() {
+        // Logits are [n_vocab, n_tokens]: the greedy next token is each row's argmax.
+        let n_vocab = logits.ne[0] as usize;
+        let greedy: Vec<String> = logits
+            .data
+            .chunks(n_vocab)
+            .take(8)
+            .map(|row| {
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .fold(
+                        (0, f64::NEG_INFINITY),
+                        |b, (i, &v)| if v >= b.1 { (i, v) } else { b },
+                    );
+                best.0.to_string()
+            })
+            .collect();
+        println!(
+            "greedy next token at positions 0..8 (argmax of '{name}'): [{}]",
+            greedy.join(", ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

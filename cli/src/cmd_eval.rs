@@ -61,8 +61,13 @@ pub fn run(args: EvalArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Evaluates `graph`, prints a summary line per output and optionally saves them.
-pub fn eval_and_report(graph: &Graph, bindings: &Bindings<'_>, save: Option<&Path>) -> Result<()> {
+/// Evaluates `graph`, prints a summary line per output, optionally saves them,
+/// and returns each output's name and values.
+pub fn eval_and_report(
+    graph: &Graph,
+    bindings: &Bindings<'_>,
+    save: Option<&Path>,
+) -> Result<Vec<(String, kernels::reference::Dense)>> {
     let nodes = graph.nodes().count();
     let weight_bytes: u64 = graph
         .with_role(Role::Weight)
@@ -90,6 +95,7 @@ pub fn eval_and_report(graph: &Graph, bindings: &Bindings<'_>, save: Option<&Pat
     if let Some(dir) = save {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    let mut outputs = Vec::new();
     for id in graph.with_role(Role::Output) {
         let t = graph.tensor(id);
         let values = memory.read(id);
@@ -105,8 +111,9 @@ pub fn eval_and_report(graph: &Graph, bindings: &Bindings<'_>, save: Option<&Pat
             npy_values::write_values(&path, &values, t.layout.dtype)?;
             println!("  saved {}", path.display());
         }
+        outputs.push((t.name.clone(), values));
     }
-    Ok(())
+    Ok(outputs)
 }
 
 fn read_inputs(
