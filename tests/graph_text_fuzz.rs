@@ -40,7 +40,7 @@ fn truncated_files_are_rejected_without_panic() {
 #[test]
 fn random_byte_mutations_never_panic() {
     let alphabet = b"0123456789[](),:\" abcxyzFQ_-.eE";
-    let mut rng = TestRng(0x5eed);
+    let mut rng = TestRng::new(0x5eed);
     for path in example_graph_files() {
         let text = std::fs::read_to_string(&path).unwrap();
         for _ in 0..300 {

@@ -23,12 +23,26 @@ pub fn graph_path(name: &str) -> PathBuf {
         .join(format!("{name}.ron"))
 }
 
-/// Builds an example graph with `build` and writes it to [`graph_path`]`(name)`;
-/// each program under `src/bin/` is this call.
+/// Builds an example graph with `build` and writes it to [`graph_path`]`(name)`.
 pub fn write_example(name: &str, build: BuildFn) -> Result<PathBuf, ir::Error> {
     let path = graph_path(name);
     ir::text::write_graph(&path, &build()?)?;
     Ok(path)
+}
+
+/// The whole program under `src/bin/NAME.rs`: writes the graph, says where,
+/// and exits 1 with the error if building or writing fails.
+pub fn run_example(name: &str, build: BuildFn) -> std::process::ExitCode {
+    match write_example(name, build) {
+        Ok(path) => {
+            println!("wrote {}", path.display());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// A two-layer MLP classifying 16 rows of 64 features into 10 classes:

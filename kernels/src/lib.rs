@@ -8,7 +8,9 @@
 //!   to move values between bytes (any strides, any dtype) and that dense form. Every
 //!   fast kernel (LLVM JIT, SIMD, CUDA) is tested against it;
 //! - [`evaluate`]: the reference evaluator, running a whole graph with the oracle
-//!   (ggml's memory model: views read and write their root's bytes).
+//!   (ggml's memory model: views read and write their root's bytes);
+//! - [`testing`]: the seeded generator tests use to draw inputs for comparisons
+//!   with the oracle.
 //!
 //! Invariant: nothing here allocates device memory, opens a device or needs LLVM; the
 //! crate is plain safe Rust.
@@ -17,5 +19,4 @@ pub mod evaluate;
 pub mod quant;
 pub mod reference;
 
-#[cfg(test)]
-mod test_rng;
+pub mod testing;

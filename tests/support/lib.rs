@@ -1,5 +1,7 @@
 //! Shared support for the workspace integration tests in `tests/`.
 
+pub mod models;
+
 use std::path::PathBuf;
 
 /// The workspace root (where the top-level Cargo.toml is).
@@ -19,22 +21,5 @@ pub fn example_graph_files() -> Vec<PathBuf> {
     files
 }
 
-/// A small deterministic PRNG (SplitMix64) for test-case generation: tests
-/// must not depend on a crate's stream staying the same across versions.
-pub struct TestRng(pub u64);
-
-impl TestRng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform index in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+/// The seeded generator for test-case generation (shared with the kernel tests).
+pub use kernels::testing::Rng as TestRng;

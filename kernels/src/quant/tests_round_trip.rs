@@ -3,7 +3,7 @@
 
 use super::{dequantize_row, quantize_row, read_f16};
 use crate::quant::k_common::scale_min_k4;
-use crate::test_rng::Rng;
+use crate::testing::Rng;
 use half::f16;
 use ir::DType;
 

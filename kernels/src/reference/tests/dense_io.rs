@@ -1,6 +1,6 @@
 use super::{dense, run_same};
 use crate::reference::{Dense, gather, scatter};
-use crate::test_rng::Rng;
+use crate::testing::Rng;
 use ir::{DType, Layout, Op};
 
 fn packed(dtype: DType, ne: [i64; 4]) -> Layout {

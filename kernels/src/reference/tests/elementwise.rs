@@ -1,6 +1,6 @@
 use super::{assert_close, dense, run, run_same};
 use crate::reference::{gelu_erf, gelu_tanh, silu};
-use crate::test_rng::Rng;
+use crate::testing::Rng;
 use ir::{DType, GluKind, Op};
 
 #[test]

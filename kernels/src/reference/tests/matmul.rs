@@ -1,6 +1,6 @@
 use super::{dense, run};
 use crate::reference::Dense;
-use crate::test_rng::Rng;
+use crate::testing::Rng;
 use ir::{DType, Op};
 
 #[test]

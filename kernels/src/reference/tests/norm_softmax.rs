@@ -1,6 +1,6 @@
 use super::{assert_close, dense, run_same};
 use crate::reference::{Dense, alibi_slope};
-use crate::test_rng::Rng;
+use crate::testing::Rng;
 use ir::Op;
 
 const NEG_INF: f64 = f64::NEG_INFINITY;

@@ -1,6 +1,6 @@
 use super::{assert_close, dense, run_same};
 use crate::reference::{Dense, rope_yarn_corr_dims};
-use crate::test_rng::Rng;
+use crate::testing::Rng;
 use ir::{Op, RopeMode, RopeParams};
 
 fn positions(p: &[f64]) -> Dense {

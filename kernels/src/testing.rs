@@ -1,4 +1,5 @@
-//! A tiny seeded PRNG for tests (splitmix64): deterministic on every platform.
+//! A tiny seeded PRNG for tests (splitmix64): deterministic on every platform
+//! and independent of any crate's stream, so recorded test cases stay valid.
 
 /// splitmix64 generator.
 pub struct Rng(u64);
@@ -16,6 +17,11 @@ impl Rng {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// A uniform index in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
 
     /// Uniform in [0, 1).
