@@ -110,7 +110,8 @@ pub struct Memory<'g> {
 }
 
 impl Memory<'_> {
-    /// The values of tensor `id` as stored (read through its view, if any).
+    /// The values of tensor `id` as stored (read through its view, if any);
+    /// zeros for a node the run has not reached.
     pub fn read(&self, id: TensorId) -> Dense {
         let at = self.graph.storage_of(id);
         let bytes = &self.buffers[at.root.index()][at.offset as usize..];
@@ -142,14 +143,17 @@ pub fn evaluate_observed<'g>(
     };
     for id in graph.leafs() {
         memory.buffers[id.index()] = bind_leaf(graph, id, bindings)?;
+        check_indices(graph, id, &memory.read(id))?;
+    }
+    // Every root gets its (zeroed) bytes up front, so `read` is valid for any
+    // tensor even when the observer stops the run early.
+    for id in graph.nodes().filter(|&id| graph.tensor(id).view.is_none()) {
+        memory.buffers[id.index()] = vec![0u8; graph.tensor(id).layout.span_bytes() as usize];
     }
     for id in graph.nodes() {
         let t = graph.tensor(id);
         let op = t.op.expect("nodes have an op");
         if !op.is_view() {
-            if t.view.is_none() {
-                memory.buffers[id.index()] = vec![0u8; t.layout.span_bytes() as usize];
-            }
             let srcs: Vec<Dense> = t.srcs.iter().map(|&s| memory.read(s)).collect();
             let refs: Vec<&Dense> = srcs.iter().collect();
             let values = compute(&op, &refs, &t.layout);
@@ -260,7 +264,7 @@ fn pack(values: &Dense, layout: &Layout) -> Vec<u8> {
     bytes
 }
 
-/// Checks caller-provided values against the leaf's shape and index range.
+/// Checks caller-provided values against the leaf's shape.
 fn from_values(graph: &Graph, id: TensorId, values: &Dense) -> Result<Vec<u8>, EvalError> {
     let t = graph.tensor(id);
     if values.ne != t.layout.ne {
@@ -271,22 +275,30 @@ fn from_values(graph: &Graph, id: TensorId, values: &Dense) -> Result<Vec<u8>, E
             expected: describe(t.layout.dtype, &t.layout.ne),
         });
     }
-    if let Some((bound, table)) = index_bound(graph, id).map(|b| (b, index_table(graph, id)))
-        && let Some((index, &value)) = values
+    Ok(pack(values, &t.layout))
+}
+
+/// Every value of an index leaf must address an existing row of each tensor
+/// it indexes (`get_rows` tables, `set_rows` destinations): the kernels treat a
+/// bad index as a broken invariant, so bad input must stop here.
+fn check_indices(graph: &Graph, id: TensorId, values: &Dense) -> Result<(), EvalError> {
+    for (table, bound) in index_users(graph, id) {
+        let bad = values
             .data
             .iter()
             .enumerate()
-            .find(|&(_, &v)| !(v >= 0.0 && v < bound as f64 && v.fract() == 0.0))
-    {
-        return Err(EvalError::IndexOutOfRange {
-            name: t.name.clone(),
-            value,
-            index,
-            bound,
-            table,
-        });
+            .find(|&(_, &v)| !(v >= 0.0 && v < bound as f64 && v.fract() == 0.0));
+        if let Some((index, &value)) = bad {
+            return Err(EvalError::IndexOutOfRange {
+                name: graph.tensor(id).name.clone(),
+                value,
+                index,
+                bound,
+                table: graph.tensor(table).name.clone(),
+            });
+        }
     }
-    Ok(pack(values, &t.layout))
+    Ok(())
 }
 
 /// For an I32 leaf used as `get_rows` indices: the number of rows it may index
@@ -295,22 +307,16 @@ fn index_bound(graph: &Graph, id: TensorId) -> Option<i64> {
     index_users(graph, id).map(|(_, rows)| rows).min()
 }
 
-fn index_table(graph: &Graph, id: TensorId) -> String {
-    index_users(graph, id)
-        .min_by_key(|&(_, rows)| rows)
-        .map(|(table, _)| graph.tensor(table).name.clone())
-        .unwrap_or_default()
-}
-
+/// The tensors `id` indexes rows of, with their row counts.
 fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i64)> + '_ {
     graph.nodes().filter_map(move |n| {
         let t = graph.tensor(n);
-        match t.op {
-            Some(Op::GetRows) if t.srcs[1] == id => {
-                Some((t.srcs[0], graph.tensor(t.srcs[0]).layout.ne[1]))
-            }
-            _ => None,
-        }
+        let table = match t.op {
+            Some(Op::GetRows) if t.srcs[1] == id => t.srcs[0],
+            Some(Op::SetRows) if t.srcs[2] == id => t.srcs[0],
+            _ => return None,
+        };
+        Some((table, graph.tensor(table).layout.ne[1]))
     })
 }
 
@@ -366,3 +372,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
+
+#[cfg(test)]
+mod tests;
