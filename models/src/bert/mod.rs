@@ -20,6 +20,7 @@
 //! - all tokens attend to all tokens (one sequence, no padding), all token
 //!   types are 0; the pooler weights are not used.
 
+mod hf_config;
 pub mod names;
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@
 //! - this is ggml's node list exactly (tests/example_graphs.rs compares it with
 //!   the graph ggml itself builds).
 
+mod gguf_config;
 mod names;
 #[cfg(test)]
 mod tests;

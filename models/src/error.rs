@@ -1,0 +1,63 @@
+//! The `models` crate's error type: why a model file could not become a config.
+//!
+//! Invariant: every variant names the file it is about, and the key or tensor
+//! when one is to blame.
+
+use std::path::PathBuf;
+
+/// Why a config could not be read from a model file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file (or its folder) could not be read or parsed.
+    #[error("{}: {reason}", file.display())]
+    File {
+        /// The file.
+        file: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The model's architecture is not one this loader builds.
+    #[error("{}: architecture '{arch}' is not supported (supported: {supported})", file.display())]
+    UnsupportedArchitecture {
+        /// The file.
+        file: PathBuf,
+        /// The architecture the file declares.
+        arch: String,
+        /// The architectures this loader accepts.
+        supported: &'static str,
+    },
+    /// A metadata key (GGUF) or config field (JSON) the config needs is absent.
+    #[error("{}: missing key '{key}'", file.display())]
+    MissingKey {
+        /// The file.
+        file: PathBuf,
+        /// The key.
+        key: String,
+    },
+    /// A key is present but its value has the wrong type or is out of range.
+    #[error("{}: key '{key}' {reason}", file.display())]
+    BadValue {
+        /// The file.
+        file: PathBuf,
+        /// The key.
+        key: String,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// A tensor the config is read from is absent.
+    #[error("{}: missing tensor '{tensor}'", file.display())]
+    MissingTensor {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+    },
+    /// The file is well formed but describes a model the builders cannot build.
+    #[error("{}: {reason}", file.display())]
+    Unsupported {
+        /// The file.
+        file: PathBuf,
+        /// What is not supported.
+        reason: String,
+    },
+}
