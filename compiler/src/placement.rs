@@ -1,0 +1,431 @@
+//! Weight placement options, and which device they pin each weight to.
+//!
+//! Options as data: `--pin REGEX=DEVICE` rules (llama.cpp's `-ot`),
+//! `--offload-layers N` (llama.cpp's `-ngl`) and `--fit`. The assign pass asks
+//! [`pinned_device`] (or a [`Pins`] built once) about every weight; a weight
+//! they do not pin is the policy's to place.
+//!
+//! Precedence, for one weight:
+//! 1. the first pin rule whose regex matches the name (regex *search*, as
+//!    llama.cpp's `-ot`: anchor with `^…$` for whole names);
+//! 2. with `offload_layers = Some(N)`, N > 0: the weights of the last N blocks,
+//!    plus the output head (`output`, `output_norm`, `lm_head`, `model.norm`,
+//!    with any `.weight`/`.bias` suffix), go on the first accelerator; every
+//!    other weight (earlier blocks, the token embedding and the rest of the
+//!    input layer) stays on the CPU, as llama.cpp keeps its input layer there.
+//!    A tied output head *is* the token embedding, so it stays on the CPU too.
+//!    `Some(0)` pins everything to the CPU, like `-ngl 0`;
+//! 3. otherwise no pin.
+//!
+//! Difference from llama.cpp: its current `-ngl N` counts the output layer as
+//! one of the N (`-ngl 1` offloads only the head, `-ngl n_layer + 1` everything);
+//! here N counts blocks only and the head always comes with them.
+//!
+//! `fit` is only recorded: the memory-aware assign pass reads it later (as
+//! many layers as fit under each device's memory). Nothing here looks at it.
+//!
+//! Invariants: a [`PinRule`] from [`PinRule::parse`] names a device of its
+//! target; [`PlacementOptions::validate`] refuses `offload_layers` on a target
+//! without both a CPU and an accelerator. Unvalidated options never panic: a
+//! rule naming a missing device is skipped, and offloading then pins nothing.
+
+use crate::Error;
+use crate::target::{DeviceId, Target};
+use ir::{Graph, Role};
+use regex::Regex;
+
+/// One `--pin REGEX=DEVICE` rule.
+#[derive(Clone, Debug)]
+pub struct PinRule {
+    /// Matched anywhere in a weight's name.
+    pub pattern: Regex,
+    /// The device name (validated against a target by [`PinRule::parse`]).
+    pub device: String,
+}
+
+impl PinRule {
+    /// Parses `REGEX=DEVICE`, split at the last `=` (device names have none,
+    /// so a pattern may contain `=`), and checks the device exists in `target`.
+    pub fn parse(rule: &str, target: &Target) -> Result<PinRule, Error> {
+        let problem = |problem: String| Error::Pin {
+            rule: rule.to_string(),
+            problem,
+        };
+        let Some((pattern, device)) = rule.rsplit_once('=') else {
+            return Err(problem(
+                "expected REGEX=DEVICE, but there is no '='".to_string(),
+            ));
+        };
+        if pattern.is_empty() {
+            return Err(problem(
+                "the regex before '=' is empty (it would match every weight)".to_string(),
+            ));
+        }
+        let pattern = Regex::new(pattern).map_err(|e| problem(format!("bad regex: {e}")))?;
+        if target.device(device).is_none() {
+            let known: Vec<&str> = target.devices.iter().map(|d| d.name.as_str()).collect();
+            return Err(problem(format!(
+                "target '{}' has no device '{device}' (it has: {})",
+                target.name,
+                known.join(", ")
+            )));
+        }
+        Ok(PinRule {
+            pattern,
+            device: device.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for PinRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.pattern.as_str(), self.device)
+    }
+}
+
+/// How the user wants weights placed.
+#[derive(Clone, Debug, Default)]
+pub struct PlacementOptions {
+    /// `--pin` rules, in command-line order; the first match wins.
+    pub pins: Vec<PinRule>,
+    /// `--offload-layers N`: the last N blocks (and the output head) on the
+    /// first accelerator, the rest on the CPU.
+    pub offload_layers: Option<u32>,
+    /// `--fit`: place as many layers as fit each device's memory. Recorded
+    /// here; only the memory-aware assign pass (not built yet) acts on it.
+    pub fit: bool,
+}
+
+impl PlacementOptions {
+    /// Checks the options against `target`: every pin names one of its
+    /// devices, and `offload_layers` has a CPU and an accelerator to split between.
+    pub fn validate(&self, target: &Target) -> Result<(), Error> {
+        for pin in &self.pins {
+            PinRule::parse(&pin.to_string(), target)?;
+        }
+        if let Some(layers) = self.offload_layers {
+            let lacks = |what| Error::OffloadLayers {
+                layers,
+                problem: format!(
+                    "target '{}' has no {what} to split weights with",
+                    target.name
+                ),
+            };
+            target.cpu().ok_or_else(|| lacks("CPU"))?;
+            target
+                .first_accelerator()
+                .ok_or_else(|| lacks("accelerator"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The block index in a tensor name, for every naming style we meet:
+/// `blk.N.` (GGUF), `lN.` at the start (ggplan's examples),
+/// `encoder.layer.N.` (Hugging Face BERT) and `layers.N.` (Hugging Face
+/// llama, Meta). The first three may follow a prefix (`model.layers.3.…`,
+/// `bert.encoder.layer.0.…`); the block number must be followed by more name.
+pub fn layer_of(name: &str) -> Option<u32> {
+    let seg: Vec<&str> = name.split('.').collect();
+    let number = |s: &str| -> Option<u32> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse().ok()
+    };
+    if seg.len() >= 2
+        && let Some(n) = seg[0].strip_prefix('l').and_then(number)
+    {
+        return Some(n);
+    }
+    for i in 0..seg.len() {
+        let at = match (seg[i], seg.get(i + 1)) {
+            ("blk" | "layers", _) => i + 1,
+            ("encoder", Some(&"layer")) => i + 2,
+            _ => continue,
+        };
+        if at + 1 < seg.len()
+            && let Some(n) = number(seg[at])
+        {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// Number of blocks: one more than the largest block index among the graph's
+/// weights (0 when no weight is in a block).
+pub fn n_layers(graph: &Graph) -> u32 {
+    graph
+        .with_role(Role::Weight)
+        .filter_map(|id| layer_of(&graph.tensor(id).name))
+        .max()
+        .map_or(0, |l| l.saturating_add(1))
+}
+
+/// True for the output head's weights: `output`, `output_norm`, `lm_head`,
+/// `model.norm`, alone or followed by `.suffix`.
+fn is_output_head(name: &str) -> bool {
+    ["output", "output_norm", "lm_head", "model.norm"]
+        .iter()
+        .any(|h| {
+            name.strip_prefix(h)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        })
+}
+
+/// The options resolved against one target and graph, to ask about many weights.
+pub struct Pins<'a> {
+    options: &'a PlacementOptions,
+    target: &'a Target,
+    n_layers: u32,
+}
+
+impl<'a> Pins<'a> {
+    /// Resolves `options` for `target` and `graph` (counts the graph's blocks once).
+    pub fn new(options: &'a PlacementOptions, target: &'a Target, graph: &Graph) -> Pins<'a> {
+        Pins {
+            options,
+            target,
+            n_layers: n_layers(graph),
+        }
+    }
+
+    /// Where the options put the weight `name`, and why; `None` when they
+    /// leave it to the policy. See the module doc for the precedence.
+    pub fn device_for(&self, name: &str) -> Option<(DeviceId, String)> {
+        for (i, pin) in self.options.pins.iter().enumerate() {
+            if pin.pattern.is_match(name)
+                && let Some(id) = self.target.device_id(&pin.device)
+            {
+                return Some((
+                    id,
+                    format!("pinned to {} by --pin rule {} '{pin}'", pin.device, i + 1),
+                ));
+            }
+        }
+        let n = self.options.offload_layers?;
+        let cpu = self.target.cpu()?;
+        let gpu = self.target.first_accelerator()?;
+        let total = self.n_layers;
+        let first = total.saturating_sub(n);
+        let layer = layer_of(name);
+        let gpu_side = n > 0 && layer.map_or(is_output_head(name), |l| l >= first);
+        let id = if gpu_side { gpu } else { cpu };
+        let dev = &self.target.devices[id.index()].name;
+        let why = match layer {
+            Some(l) if gpu_side => {
+                format!("block {l} is among the last {n} of {total} blocks: offloaded to {dev}")
+            }
+            Some(l) => {
+                format!("block {l} is not among the last {n} of {total} blocks: stays on {dev}")
+            }
+            None if is_output_head(name) => {
+                format!("the output head goes where the last blocks go: {dev}")
+            }
+            None => format!(
+                "in no block and not the output head, so part of the input layer (token embedding and the like), which stays on {dev} as llama.cpp keeps it"
+            ),
+        };
+        Some((id, format!("{why} (--offload-layers {n})")))
+    }
+}
+
+/// Where `options` put the weight `weight_name` of `graph` on `target`, and why
+/// (`None`: not pinned). Counts the graph's blocks on every call; to ask about
+/// many weights, build [`Pins`] once.
+pub fn pinned_device(
+    options: &PlacementOptions,
+    target: &Target,
+    graph: &Graph,
+    weight_name: &str,
+) -> Option<(DeviceId, String)> {
+    Pins::new(options, target, graph).device_for(weight_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ir::{DType, Layout, Tensor};
+
+    fn target(name: &str) -> Target {
+        Target::preset(name).expect("a preset")
+    }
+
+    fn pin_error(rule: &str) -> String {
+        let e = PinRule::parse(rule, &target("cpu+cuda0"));
+        e.expect_err(rule).to_string()
+    }
+
+    /// Weights only, named as in a GGUF llama with `blocks` blocks (not
+    /// verified: `n_layers` reads names and roles only).
+    fn gguf_graph(blocks: u32) -> Graph {
+        let mut names = vec!["token_embd.weight".to_string()];
+        for b in 0..blocks {
+            names.push(format!("blk.{b}.attn_q.weight"));
+            names.push(format!("blk.{b}.ffn_down.weight"));
+        }
+        names.extend(["output_norm.weight".into(), "output.weight".into()]);
+        let layout = Layout::contiguous(DType::F32, [32, 1, 1, 1]).expect("packed");
+        let weight = |name| Tensor {
+            name,
+            layout,
+            role: Role::Weight,
+            op: None,
+            srcs: vec![],
+            view: None,
+            init: None,
+        };
+        Graph::from_tensors("gguf", names.into_iter().map(weight).collect())
+    }
+
+    fn offload(n: u32) -> PlacementOptions {
+        let offload_layers = Some(n);
+        PlacementOptions {
+            offload_layers,
+            ..Default::default()
+        }
+    }
+
+    /// The device each name lands on ("-" when not pinned), and its reason.
+    fn place(t: &Target, g: &Graph, o: &PlacementOptions, names: &[&str]) -> Vec<String> {
+        let pins = Pins::new(o, t, g);
+        let at = |n: &&str| {
+            pins.device_for(n)
+                .map(|(id, _)| t.devices[id.index()].name.clone())
+        };
+        names
+            .iter()
+            .map(|n| at(n).unwrap_or_else(|| "-".into()))
+            .collect()
+    }
+
+    fn why(t: &Target, g: &Graph, o: &PlacementOptions, name: &str) -> String {
+        pinned_device(o, t, g, name).expect("pinned").1
+    }
+
+    #[test]
+    fn pin_errors_name_the_problem() {
+        assert!(pin_error("blk.*cpu").contains("no '='"));
+        assert!(pin_error("=cpu").contains("regex before '=' is empty"));
+        let bad = pin_error("blk\\.(1[6-9]=cpu");
+        assert!(
+            bad.contains("bad regex") && bad.contains("unclosed group"),
+            "{bad}"
+        );
+        let dev = pin_error("blk\\.=cuda7");
+        assert!(
+            dev.contains("no device 'cuda7' (it has: cuda0, cpu)"),
+            "{dev}"
+        );
+        let ok = PinRule::parse("a=b=cpu", &target("cpu")).expect("split at the last '='");
+        assert_eq!(ok.to_string(), "a=b=cpu");
+        assert_eq!((ok.pattern.as_str(), ok.device.as_str()), ("a=b", "cpu"));
+    }
+
+    #[test]
+    fn pins_first_then_offload_on_gguf_names() {
+        let (t, g) = (target("cpu+cuda0+cuda1"), gguf_graph(4));
+        let mut o = offload(2);
+        for rule in ["attn_q=cpu", "blk\\.1\\.=cuda1"] {
+            o.pins.push(PinRule::parse(rule, &t).expect("valid rule"));
+        }
+        let names = [
+            "blk.3.attn_q.weight",   // rule 1, over --offload-layers
+            "blk.1.attn_q.weight",   // rules 1 and 2 match: the first wins
+            "blk.1.ffn_down.weight", // rule 2 (rule 1 does not match)
+            "blk.0.ffn_down.weight", // not among the last 2 blocks
+            "blk.2.ffn_down.weight", // among them: the first accelerator
+            "output_norm.weight",
+            "output.weight",
+            "token_embd.weight",
+        ];
+        let want = [
+            "cpu", "cpu", "cuda1", "cpu", "cuda0", "cuda0", "cuda0", "cpu",
+        ];
+        assert_eq!(place(&t, &g, &o, &names), want);
+        let w = why(&t, &g, &o, "blk.3.attn_q.weight");
+        assert_eq!(w, "pinned to cpu by --pin rule 1 'attn_q=cpu'");
+        let w = why(&t, &g, &o, "blk.0.ffn_down.weight");
+        assert!(
+            w.starts_with("block 0 is not among the last 2 of 4 blocks: stays on cpu"),
+            "{w}"
+        );
+        assert!(why(&t, &g, &o, "output.weight").ends_with("(--offload-layers 2)"));
+        let none = PlacementOptions::default();
+        assert_eq!(pinned_device(&none, &t, &g, "output.weight"), None);
+    }
+
+    #[test]
+    fn offload_layers_on_the_llama2l_example() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/graphs/llama2l.ron"
+        );
+        let g = ir::text::read_graph(std::path::Path::new(path)).expect("example graph");
+        assert_eq!(n_layers(&g), 2);
+        let t = target("cpu+cuda0");
+        let names = [
+            "tok_embd",
+            "l0.wq",
+            "l1.wq",
+            "l1.ffn_down",
+            "output_norm",
+            "output",
+        ];
+        let at = |n| place(&t, &g, &offload(n), &names);
+        assert_eq!(at(1), ["cpu", "cpu", "cuda0", "cuda0", "cuda0", "cuda0"]);
+        assert_eq!(at(2), ["cpu", "cuda0", "cuda0", "cuda0", "cuda0", "cuda0"]);
+        assert_eq!(at(99), at(2));
+        assert_eq!(at(0), ["cpu"; 6]);
+        let w = why(&t, &g, &offload(1), "tok_embd");
+        assert!(
+            w.contains("token embedding") && w.contains("llama.cpp"),
+            "{w}"
+        );
+        let w = why(&t, &g, &offload(1), "l1.wq");
+        assert_eq!(
+            w,
+            "block 1 is among the last 1 of 2 blocks: offloaded to cuda0 (--offload-layers 1)"
+        );
+    }
+
+    #[test]
+    fn offload_layers_needs_a_cpu_and_an_accelerator() {
+        for (name, missing) in [("cpu", "has no accelerator"), ("cuda0", "has no CPU")] {
+            let e = offload(1).validate(&target(name)).expect_err(name);
+            assert!(e.to_string().contains(missing), "{e}");
+        }
+        assert!(offload(1).validate(&target("cpu+cuda0")).is_ok());
+        // Pins are checked against the target the options are used with.
+        let mut o = PlacementOptions::default();
+        o.pins
+            .push(PinRule::parse("x=cuda0", &target("cpu+cuda0")).expect("valid"));
+        assert!(o.validate(&target("cpu")).is_err(), "cpu has no cuda0");
+        assert_eq!(place(&target("cpu"), &gguf_graph(1), &o, &["x"]), ["-"]);
+    }
+
+    #[test]
+    fn layer_of_every_naming_style() {
+        let cases = [
+            ("blk.12.attn_q.weight", Some(12)),
+            ("l0.wq", Some(0)),
+            ("l17.ffn_norm.weight", Some(17)),
+            ("encoder.layer.3.attention.self.query.weight", Some(3)),
+            ("bert.encoder.layer.5.output.dense.bias", Some(5)),
+            ("model.layers.30.self_attn.q_proj.weight", Some(30)),
+            ("layers.7.attention.wq.weight", Some(7)),
+            ("blk.4", None),
+            ("l3", None),
+            ("lm_head.weight", None),
+            ("layers.x.wq", None),
+            ("embeddings.LayerNorm.weight", None),
+            ("blk.99999999999.x", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(layer_of(name), want, "{name}");
+        }
+        assert!(is_output_head("output") && is_output_head("output_norm.weight"));
+        assert!(is_output_head("model.norm.weight") && !is_output_head("outputs.weight"));
+    }
+}

@@ -1,0 +1,168 @@
+//! Built-in targets: `cpu`, `cuda0`, `cpu+cuda0`, `cpu+cuda0+cuda1`.
+//!
+//! Invariant: `examples/targets/{name}.ron` is byte for byte
+//! [`Target::to_ron`] of [`preset`]`(name)` for every name of [`NAMES`]
+//! (the test `preset_files_match_presets` fails on drift; run it with
+//! `GGPLAN_BLESS=1` to rewrite the files).
+//!
+//! Where the numbers come from. Measured figures are from `shared/DESIGN.md`
+//! ("Reference facts") and `shared/references/README.md`; everything else is an
+//! estimate, marked as such, to be replaced by `ggplan devices` measurements.
+//!
+//! CPU (2 cores, AMD Zen 5, AVX-512, 24 GiB):
+//! - matmul f32 480 GFLOP/s: measured `gemm` x86-v4 1024³ at ~240 GFLOP/s on
+//!   one core (94 % of the 257 GFLOP/s FMA peak), times two cores;
+//! - matmul f16 400 GFLOP/s: estimate (Zen 5 has no AVX-512 FP16 arithmetic;
+//!   halves are widened to f32, which costs some of the f32 rate);
+//! - matmul quantized 120 GFLOP/s: llama.cpp's Q4_1 prefill on this machine,
+//!   436 tokens/s x ~0.27 GFLOP/token with 2 threads (whole-model rate);
+//! - memory 43 GB/s: measured one-thread memcpy (read + write);
+//! - launch 2 µs per parallel step: estimate (one thread-pool barrier);
+//! - alignment 64 B: ggml's CPU buffer `TENSOR_ALIGNMENT` in the
+//!   `ggml-backend.c` of `shared/seeds/` ("should be enough for AVX 512"): one
+//!   zmm register, one cache line.
+//!
+//! CUDA (one H100-class GPU; all estimates, not measured):
+//! - memory 80 GB (80·10⁹ B): below the card's ~85.5·10⁹ B so the CUDA context
+//!   and cuBLAS workspace keep their room; max buffer = memory; not host-visible;
+//! - memory 3000 GB/s: HBM3 peak is 3.35 TB/s, streaming kernels reach ~90 %;
+//! - matmul f16/bf16 400 TFLOP/s: ~40 % of the 989 TFLOP/s dense tensor-core
+//!   peak, what cuBLAS reaches on LLM-sized products; f32 50 TFLOP/s: ~75 % of
+//!   the 67 TFLOP/s FP32 peak (no TF32); quantized 100 TFLOP/s-equivalent:
+//!   int8 tensor-core kernels (ggml's MMQ) after dequantization overhead;
+//! - launch 5 µs: a typical kernel launch without CUDA graphs;
+//! - alignment 256 B: the alignment `cudaMalloc` guarantees, so every tensor
+//!   in an arena is aligned like a fresh allocation, whatever a kernel or
+//!   cuBLAS assumes. ggml's CUDA buffer type uses 128 B; 256 wastes at most
+//!   128 more bytes per tensor, and makes CUDA arena sizes not byte-comparable
+//!   with ggml's;
+//! - support: every op for F32/F16/BF16 src0; `mul_mat` and `get_rows` for
+//!   Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; view ops (no kernel) for every dtype.
+//!   Everything else (I32 src0 outside views, quantized src0 of any other op)
+//!   is unsupported and falls back to the CPU. This describes ggplan's CUDA
+//!   runtime, not ggml's: ggml-cuda's `supports_op` refuses `get_rows` of
+//!   K-quants (Q4_K, Q5_K, Q6_K), so a target reproducing ggml exactly drops
+//!   those three from the `get_rows` entry.
+//!
+//! Links (estimates): host <-> GPU over PCIe, 25 GB/s and 10 µs per copy. The
+//! two-GPU preset joins the GPUs over PCIe peer-to-peer (no NVLink), also
+//! 25 GB/s and 10 µs; an NVLink machine (H100 SXM: ~450 GB/s each way) is a
+//! target file away.
+
+use super::{
+    DTypeSet, Device, DeviceKind, Link, MatmulGflops, OpKind, OpSet, OpSupport, Target, Throughput,
+};
+use ir::DType;
+
+/// The preset names.
+pub const NAMES: [&str; 4] = ["cpu", "cuda0", "cpu+cuda0", "cpu+cuda0+cuda1"];
+
+const GIB: u64 = 1 << 30;
+const CPU_MEMORY: u64 = 24 * GIB;
+const GPU_MEMORY: u64 = 80_000_000_000;
+
+/// The built-in target called `name`.
+pub fn preset(name: &str) -> Option<Target> {
+    let (devices, links) = match name {
+        "cpu" => (vec![cpu()], vec![]),
+        "cuda0" => (vec![cuda(0)], vec![]),
+        "cpu+cuda0" => (vec![cuda(0), cpu()], vec![pcie("cuda0", "cpu")]),
+        "cpu+cuda0+cuda1" => (
+            vec![cuda(0), cuda(1), cpu()],
+            vec![
+                pcie("cuda0", "cpu"),
+                pcie("cuda1", "cpu"),
+                pcie("cuda0", "cuda1"),
+            ],
+        ),
+        _ => return None,
+    };
+    Some(Target {
+        name: name.to_string(),
+        devices,
+        links,
+    })
+}
+
+/// The host CPU of this machine class: 2 Zen 5 cores, 24 GiB.
+pub fn cpu() -> Device {
+    Device {
+        name: "cpu".to_string(),
+        kind: DeviceKind::Cpu,
+        memory_bytes: CPU_MEMORY,
+        alignment: 64,
+        max_buffer_bytes: CPU_MEMORY,
+        host_visible: true,
+        supports: vec![OpSupport {
+            ops: OpSet::All,
+            src0: DTypeSet::All,
+        }],
+        throughput: Throughput {
+            matmul_gflops: MatmulGflops {
+                f32: 480.0,
+                f16: 400.0,
+                quantized: 120.0,
+            },
+            memory_gbps: 43.0,
+            launch_overhead_us: 2.0,
+        },
+    }
+}
+
+/// One H100-class GPU with CUDA ordinal `ordinal`, named `cuda{ordinal}`.
+pub fn cuda(ordinal: u32) -> Device {
+    let quantized = vec![
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
+    Device {
+        name: format!("cuda{ordinal}"),
+        kind: DeviceKind::Cuda { ordinal },
+        memory_bytes: GPU_MEMORY,
+        alignment: 256,
+        max_buffer_bytes: GPU_MEMORY,
+        host_visible: false,
+        supports: vec![
+            OpSupport {
+                ops: OpSet::All,
+                src0: DTypeSet::Only(vec![DType::F32, DType::F16, DType::BF16]),
+            },
+            OpSupport {
+                ops: OpSet::Only(vec![OpKind::MulMat, OpKind::GetRows]),
+                src0: DTypeSet::Only(quantized),
+            },
+            OpSupport {
+                ops: OpSet::Only(vec![
+                    OpKind::View,
+                    OpKind::Reshape,
+                    OpKind::Permute,
+                    OpKind::Transpose,
+                ]),
+                src0: DTypeSet::All,
+            },
+        ],
+        throughput: Throughput {
+            matmul_gflops: MatmulGflops {
+                f32: 50_000.0,
+                f16: 400_000.0,
+                quantized: 100_000.0,
+            },
+            memory_gbps: 3000.0,
+            launch_overhead_us: 5.0,
+        },
+    }
+}
+
+/// A PCIe link (host <-> GPU, or GPU <-> GPU peer-to-peer): 25 GB/s, 10 µs.
+pub fn pcie(from: &str, to: &str) -> Link {
+    Link {
+        from: from.to_string(),
+        to: to.to_string(),
+        bandwidth_gbps: 25.0,
+        latency_us: 10.0,
+    }
+}
