@@ -5,15 +5,21 @@
 //!   their op support, memory, alignment, throughput; links between them), with
 //!   validation, built-in presets and the RON files of `examples/targets/`;
 //! - [`placement`]: weight placement options (`--pin REGEX=DEVICE`,
-//!   `--offload-layers N`, `--fit`) and the rule that says which weights they pin.
+//!   `--offload-layers N`, `--fit`) and the rule that says which weights they pin;
+//! - [`liveness`]: lifetimes of compute tensors over an execution order, views
+//!   keeping their root alive, in-place reuse where the op allows it;
+//! - [`memory`]: arena offsets from several algorithms (the smallest wins) and
+//!   the lower bound, for one arena.
 //!
-//! What does not exist yet: the passes (assign, schedule, split and copies,
-//! fuse, liveness, memory), the plan checker and plan writing. Nothing here
-//! produces a plan.
+//! What does not exist yet: the passes assign, schedule, split and copies and
+//! fuse, the pipeline that joins them, the plan checker and plan writing. Nothing
+//! here produces a plan.
 //!
 //! Invariant: this crate never opens a device or LLVM. A target is a
 //! description, so a plan for `cpu+cuda0` can be made on a machine without a GPU.
 
+pub mod liveness;
+pub mod memory;
 pub mod placement;
 pub mod target;
 
