@@ -17,30 +17,31 @@ pub struct FmtArgs {
     check: bool,
 }
 
-/// Formats (or checks) every file; all files are parsed before any is written.
+/// Formats (or checks) every file. All files are parsed before any is written,
+/// so one bad file leaves every file untouched.
 pub fn run(args: FmtArgs) -> Result<ExitCode> {
-    let mut not_canonical = 0;
+    let mut changed = Vec::new();
     for path in &args.files {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let graph = ir::text::parse(&text, &path.display().to_string())?;
-        let canonical = ir::text::to_ron(&graph);
-        if canonical == text {
-            continue;
+        if ir::text::to_ron(&graph) != text {
+            changed.push((path, graph));
         }
+    }
+    for (path, graph) in &changed {
         if args.check {
             println!(
                 "{}: not in canonical form (run `ggplan fmt {}`)",
                 path.display(),
                 path.display()
             );
-            not_canonical += 1;
         } else {
-            ir::text::write_graph(path, &graph)?;
+            ir::text::write_graph(path, graph)?;
             println!("{}: formatted", path.display());
         }
     }
-    Ok(if not_canonical > 0 {
+    Ok(if args.check && !changed.is_empty() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

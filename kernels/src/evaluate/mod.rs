@@ -49,6 +49,15 @@ pub struct Bindings<'a> {
 /// Why a graph could not be evaluated.
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
+    /// The graph breaks invariants (only possible for graphs made with
+    /// `Graph::from_tensors` and never verified); every violation is listed.
+    #[error("graph '{graph}' is invalid:\n{}", ir::error::list_violations(.violations))]
+    InvalidGraph {
+        /// The graph's name.
+        graph: String,
+        /// What `ir::verify` found.
+        violations: Vec<ir::Violation>,
+    },
     /// A weight the graph needs is not in the file.
     #[error("weight '{name}' is not in {file}")]
     MissingWeight {
@@ -136,6 +145,13 @@ pub fn evaluate_observed<'g>(
     bindings: &Bindings<'_>,
     mut observer: impl FnMut(TensorId, &Dense) -> ControlFlow<()>,
 ) -> Result<Memory<'g>, EvalError> {
+    let violations = ir::verify::verify(graph);
+    if !violations.is_empty() {
+        return Err(EvalError::InvalidGraph {
+            graph: graph.name.clone(),
+            violations,
+        });
+    }
     check_input_names(graph, &bindings.inputs)?;
     let mut memory = Memory {
         graph,

@@ -272,3 +272,13 @@ fn random_weights_depend_only_on_seed_and_name() {
         "vectors stay near 1"
     );
 }
+
+#[test]
+fn unverified_graphs_are_refused_not_run() {
+    let g = lookup_graph();
+    let mut tensors = g.tensors().to_vec();
+    tensors[2].srcs.reverse();
+    let broken = Graph::from_tensors("broken", tensors);
+    let err = evaluate(&broken, &no_inputs(0)).err().unwrap();
+    assert!(matches!(err, EvalError::InvalidGraph { .. }), "{err}");
+}
