@@ -58,6 +58,18 @@ pub enum EvalError {
         /// What `ir::verify` found.
         violations: Vec<ir::Violation>,
     },
+    /// The graph's tensors need more memory than this machine has available.
+    #[error(
+        "evaluating graph '{graph}' needs {needed} bytes of tensor memory, but only {available} are available"
+    )]
+    TooLarge {
+        /// The graph's name.
+        graph: String,
+        /// Bytes of all root tensors together.
+        needed: u64,
+        /// Available memory reported by the OS.
+        available: u64,
+    },
     /// A weight the graph needs is not in the file.
     #[error("weight '{name}' is not in {file}")]
     MissingWeight {
@@ -153,6 +165,7 @@ pub fn evaluate_observed<'g>(
         });
     }
     check_input_names(graph, &bindings.inputs)?;
+    check_fits_in_memory(graph)?;
     let mut memory = Memory {
         graph,
         buffers: graph.tensors().iter().map(|_| Vec::new()).collect(),
@@ -185,6 +198,32 @@ pub fn evaluate_observed<'g>(
         }
     }
     Ok(memory)
+}
+
+/// Refuses graphs whose buffers cannot be allocated here, instead of letting
+/// the allocation abort the process. Skipped where the OS does not say.
+fn check_fits_in_memory(graph: &Graph) -> Result<(), EvalError> {
+    let needed: u64 = graph
+        .ids()
+        .filter(|&id| graph.tensor(id).view.is_none())
+        .map(|id| graph.tensor(id).layout.span_bytes())
+        .fold(0u64, u64::saturating_add);
+    match available_memory() {
+        Some(available) if needed > available => Err(EvalError::TooLarge {
+            graph: graph.name.clone(),
+            needed,
+            available,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes (Linux only).
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 fn check_input_names(graph: &Graph, inputs: &BTreeMap<String, Dense>) -> Result<(), EvalError> {

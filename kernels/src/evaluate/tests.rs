@@ -282,3 +282,18 @@ fn unverified_graphs_are_refused_not_run() {
     let err = evaluate(&broken, &no_inputs(0)).err().unwrap();
     assert!(matches!(err, EvalError::InvalidGraph { .. }), "{err}");
 }
+
+#[test]
+fn graphs_larger_than_memory_are_refused_not_allocated() {
+    let mut b = GraphBuilder::new("huge");
+    let x = b.input("x", DType::F32, [1 << 20, 1 << 20, 64, 1]).unwrap();
+    let y = b.silu("y", x).unwrap();
+    b.mark_output(y).unwrap();
+    let g = b.finish().unwrap();
+    if available_memory().is_none() {
+        eprintln!("skipped: this OS does not report available memory");
+        return;
+    }
+    let err = evaluate(&g, &no_inputs(0)).err().unwrap();
+    assert!(matches!(err, EvalError::TooLarge { .. }), "{err}");
+}
