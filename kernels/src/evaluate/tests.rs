@@ -94,6 +94,19 @@ fn lookup_graph() -> Graph {
     b.finish().unwrap()
 }
 
+/// The error message of evaluating `g` with one input value given.
+fn error_with_input(g: &Graph, name: &str, values: Dense) -> String {
+    let inputs = BTreeMap::from([(name.to_string(), values)]);
+    let bindings = Bindings {
+        inputs,
+        ..no_inputs(1)
+    };
+    evaluate(g, &bindings)
+        .err()
+        .expect("evaluation must fail")
+        .to_string()
+}
+
 #[test]
 fn bad_inputs_are_errors_that_name_the_tensor() {
     let g = lookup_graph();
@@ -103,53 +116,21 @@ fn bad_inputs_are_errors_that_name_the_tensor() {
         "{err}"
     );
 
-    let mut inputs = BTreeMap::new();
-    inputs.insert("ids".to_string(), dense([3, 1, 1, 1], &[0.0, 5.0, 1.0]));
-    let err = evaluate(
-        &g,
-        &Bindings {
-            inputs,
-            ..no_inputs(1)
-        },
-    )
-    .err()
-    .unwrap();
+    let err = error_with_input(&g, "ids", dense([3, 1, 1, 1], &[0.0, 5.0, 1.0]));
     assert_eq!(
-        err.to_string(),
+        err,
         "input 'ids': value 5 at element 1 is outside 0..5 (rows of 'table')"
     );
 
-    let mut inputs = BTreeMap::new();
-    inputs.insert("ids".to_string(), dense([4, 1, 1, 1], &[0.0; 4]));
-    let err = evaluate(
-        &g,
-        &Bindings {
-            inputs,
-            ..no_inputs(1)
-        },
-    )
-    .err()
-    .unwrap();
+    let err = error_with_input(&g, "ids", dense([4, 1, 1, 1], &[0.0; 4]));
     assert!(
-        err.to_string()
-            .contains("'ids' is [4, 1, 1, 1] but the graph expects i32 [3, 1, 1, 1]"),
+        err.contains("'ids' is [4, 1, 1, 1] but the graph expects i32 [3, 1, 1, 1]"),
         "{err}"
     );
 
-    let mut inputs = BTreeMap::new();
-    inputs.insert("table".to_string(), dense([4, 5, 1, 1], &[0.0; 20]));
-    let err = evaluate(
-        &g,
-        &Bindings {
-            inputs,
-            ..no_inputs(1)
-        },
-    )
-    .err()
-    .unwrap();
+    let err = error_with_input(&g, "table", dense([4, 5, 1, 1], &[0.0; 20]));
     assert!(
-        err.to_string()
-            .contains("'table' is not an input or state tensor of the graph (its inputs: ids)"),
+        err.contains("'table' is not an input or state tensor of the graph (its inputs: ids)"),
         "{err}"
     );
 
