@@ -2,7 +2,8 @@
 //!
 //! - [`dtype`]: element types with ggml's block geometry;
 //! - [`layout`]: extents and byte strides with ggml semantics;
-//! - [`op`]: the closed op set and its parameters; [`rules`]: their shape rules;
+//! - [`op`]: the closed op set and its parameters; [`op_kind`]: the same set
+//!   without parameters; [`rules`]: their shape rules;
 //! - [`tensor`], [`graph`], [`builder`]: graphs and how to build them;
 //! - [`verify`]: every invariant of a graph, all violations at once;
 //! - [`text`]: the canonical RON text form of graphs;
@@ -15,6 +16,7 @@ pub mod files;
 pub mod graph;
 pub mod layout;
 pub mod op;
+pub mod op_kind;
 pub mod rules;
 pub mod tensor;
 pub mod text;
@@ -26,4 +28,5 @@ pub use error::{Error, Violation};
 pub use graph::Graph;
 pub use layout::Layout;
 pub use op::{GluKind, Op, RopeMode, RopeParams};
+pub use op_kind::OpKind;
 pub use tensor::{ConstInit, Role, Tensor, TensorId, ViewOf};

@@ -174,39 +174,7 @@ pub enum Op {
 impl Op {
     /// The op's name as written in errors and summaries (`mul_mat`, `rope`, ...).
     pub fn name(&self) -> &'static str {
-        match self {
-            Op::GetRows => "get_rows",
-            Op::Add => "add",
-            Op::Sub => "sub",
-            Op::Mul => "mul",
-            Op::Div => "div",
-            Op::Scale { .. } => "scale",
-            Op::Sqr => "sqr",
-            Op::Sqrt => "sqrt",
-            Op::Silu => "silu",
-            Op::Gelu => "gelu",
-            Op::GeluErf => "gelu_erf",
-            Op::Relu => "relu",
-            Op::Tanh => "tanh",
-            Op::Glu { .. } => "glu",
-            Op::RmsNorm { .. } => "rms_norm",
-            Op::Norm { .. } => "norm",
-            Op::MulMat => "mul_mat",
-            Op::SoftMax { .. } => "soft_max",
-            Op::Rope(_) => "rope",
-            Op::Cpy => "cpy",
-            Op::Cont => "cont",
-            Op::SetRows => "set_rows",
-            Op::View { .. } => "view",
-            Op::Reshape => "reshape",
-            Op::Permute { .. } => "permute",
-            Op::Transpose => "transpose",
-            Op::Concat { .. } => "concat",
-            Op::SumRows => "sum_rows",
-            Op::Mean => "mean",
-            Op::Argmax => "argmax",
-            Op::DiagMaskInf { .. } => "diag_mask_inf",
-        }
+        self.kind().name()
     }
 
     /// Ops whose result is only a new way of looking at a source's bytes:

@@ -97,7 +97,7 @@ pub struct Device {
 impl Device {
     /// True when this device can run `op` with a src0 of dtype `src0`.
     pub fn supports(&self, op: &Op, src0: DType) -> bool {
-        self.supports_kind(OpKind::of(op), src0)
+        self.supports_kind(op.kind(), src0)
     }
 
     /// True when this device can run ops of kind `kind` with src0 of dtype `src0`.
