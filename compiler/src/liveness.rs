@@ -51,30 +51,7 @@ impl Lifetime {
     }
 }
 
-/// Which arena a tensor's bytes live in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Usage {
-    /// Weights: immutable, loaded once.
-    Weights,
-    /// Persistent mutable state (KV caches).
-    State,
-    /// Inputs the caller sets before each run, and constants.
-    Io,
-    /// Intermediates and outputs, reused across lifetimes.
-    Compute,
-}
-
-impl Usage {
-    /// The arena a tensor of role `role` lives in (views live in their root's).
-    pub fn of(role: Role) -> Usage {
-        match role {
-            Role::Weight => Usage::Weights,
-            Role::State => Usage::State,
-            Role::Input | Role::Constant => Usage::Io,
-            Role::Intermediate | Role::Output => Usage::Compute,
-        }
-    }
-}
+pub use ir::plan::Usage;
 
 /// A leaf that lives for the whole run in a non-compute arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 //! - [`tensor`], [`graph`], [`builder`]: graphs and how to build them;
 //! - [`verify`]: every invariant of a graph, all violations at once;
 //! - [`text`]: the canonical RON text form of graphs;
+//! - [`plan`]: the compiled plan, the compiler's output and the runtime's input;
 //! - [`files`]: GGUF, safetensors and npy readers.
 
 pub mod builder;
@@ -17,6 +18,7 @@ pub mod graph;
 pub mod layout;
 pub mod op;
 pub mod op_kind;
+pub mod plan;
 pub mod rules;
 pub mod tensor;
 pub mod text;

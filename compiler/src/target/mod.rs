@@ -39,34 +39,7 @@ use ir::{DType, Op};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// Position of a device in [`Target::devices`] (0 = highest priority).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct DeviceId(pub u32);
-
-impl DeviceId {
-    /// The id as a vector index.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl std::fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "d{}", self.0)
-    }
-}
-
-/// What kind of device, and which one of its kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DeviceKind {
-    /// The host CPU (ggml's CPU backend).
-    Cpu,
-    /// A CUDA GPU.
-    Cuda {
-        /// The CUDA device ordinal (`cudaSetDevice` number).
-        ordinal: u32,
-    },
-}
+pub use ir::plan::{DeviceId, DeviceKind};
 
 /// One device: what it runs, how much memory it has and how fast it is.
 /// The fields mirror what a ggml device and its buffer type expose.

@@ -1,0 +1,276 @@
+//! The plan: every decision the compiler made, in the form the runtime executes
+//! and people read. This is the one stable serialized contract between
+//! `compiler` (which writes plans) and `runtime` (which only reads them).
+//!
+//! Invariants of a plan the compiler emits (re-proved by `compiler::check`,
+//! which shares no code with the passes):
+//! - `tensors[i]` for `i < n_graph_tensors` are the graph's tensors in id order;
+//!   later entries are copies of a tensor on another device (`copy_of`);
+//! - every tensor has exactly one placement: bytes in an arena, a view of a
+//!   tensor with bytes, or `Fused` (an intermediate inside a fused kernel, no bytes);
+//! - splits run in order; each split's copies run before its steps; a step
+//!   reads only tensors on its split's device;
+//! - two tensors of one arena whose lifetimes (in global step order) overlap
+//!   never share bytes;
+//! - the text form is canonical: the same graph, target and options give the
+//!   same bytes.
+
+mod fused;
+mod text;
+
+pub use fused::{BinaryFn, Expr, FusedKernel, UnaryFn};
+pub use text::{PLAN_FORMAT_VERSION, parse_plan, plan_to_ron, read_plan, write_plan};
+
+use crate::dtype::DType;
+use crate::op::Op;
+use crate::tensor::Role;
+use serde::{Deserialize, Serialize};
+
+/// Dense index of a device in a target (and in a plan's `devices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DeviceId(pub u32);
+
+impl DeviceId {
+    /// The id as a vector index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "d{}", self.0)
+    }
+}
+
+/// What kind of device, and which one of its kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DeviceKind {
+    /// The host CPU (ggml's CPU backend).
+    Cpu,
+    /// A CUDA GPU.
+    Cuda {
+        /// The CUDA device ordinal (`cudaSetDevice` number).
+        ordinal: u32,
+    },
+}
+
+/// Which arena of its device a tensor's bytes live in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Usage {
+    /// Weights: immutable, loaded once.
+    Weights,
+    /// Persistent mutable state (KV caches), kept between runs.
+    State,
+    /// Inputs the caller sets before each run, and constants.
+    Io,
+    /// Intermediates and outputs, reused across lifetimes.
+    Compute,
+}
+
+impl Usage {
+    /// The arena a tensor of role `role` lives in (views live in their root's).
+    pub fn of(role: Role) -> Usage {
+        match role {
+            Role::Weight => Usage::Weights,
+            Role::State => Usage::State,
+            Role::Input | Role::Constant => Usage::Io,
+            Role::Intermediate | Role::Output => Usage::Compute,
+        }
+    }
+}
+
+/// A device as the runtime needs to know it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanDevice {
+    /// `cpu`, `cuda0`, ...
+    pub name: String,
+    /// Kind and ordinal.
+    pub kind: DeviceKind,
+    /// Bytes of memory the plan may use on it.
+    pub memory_bytes: u64,
+    /// Alignment of every arena offset.
+    pub alignment: u64,
+    /// Largest single buffer; larger arenas are split into chunks.
+    pub max_buffer_bytes: u64,
+}
+
+/// Where a tensor's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Placement {
+    /// In arena `arena` at byte `offset`.
+    Arena {
+        /// Index into [`Plan::arenas`].
+        arena: u32,
+        /// Byte offset inside the arena.
+        offset: u64,
+    },
+    /// Inside tensor `of`'s bytes (which has an arena placement) at `offset`.
+    View {
+        /// Index of the tensor owning the bytes.
+        of: u32,
+        /// Byte offset inside it.
+        offset: u64,
+    },
+    /// An intermediate computed inside a fused kernel: it takes no memory.
+    Fused,
+}
+
+/// One tensor of the plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanTensor {
+    /// The graph's name; a copy is `name@device`.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Extents (ggml order).
+    pub ne: [i64; 4],
+    /// Byte strides.
+    pub nb: [u64; 4],
+    /// Role in the graph (copies: Intermediate).
+    pub role: Role,
+    /// The device holding its bytes.
+    pub device: DeviceId,
+    /// Where its bytes are.
+    pub placement: Placement,
+    /// For a copy: the tensor it copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_of: Option<u32>,
+    /// Why it is on this device (the assign pass's words).
+    pub reason: String,
+}
+
+/// One arena: a buffer of one device for one usage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arena {
+    /// The device it lives on.
+    pub device: DeviceId,
+    /// What it holds.
+    pub usage: Usage,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// A cross-device copy, run at the start of a split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Copy {
+    /// The tensor read (on another device).
+    pub src: u32,
+    /// The tensor written (a copy on this split's device).
+    pub dst: u32,
+    /// Bytes moved.
+    pub bytes: u64,
+}
+
+/// One step: an op or a fused kernel writing `dst`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Step {
+    /// One graph node computed by its op.
+    Op {
+        /// The op and its parameters.
+        op: Op,
+        /// The tensor written.
+        dst: u32,
+        /// Operands, in the op's order.
+        srcs: Vec<u32>,
+    },
+    /// Several elementwise nodes computed by one kernel.
+    Fused {
+        /// Index into [`Plan::kernels`].
+        kernel: u32,
+    },
+}
+
+/// A maximal run of steps on one device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Split {
+    /// Where the steps run.
+    pub device: DeviceId,
+    /// Copies into this device, run before the steps.
+    pub copies: Vec<Copy>,
+    /// Steps, in order.
+    pub steps: Vec<Step>,
+}
+
+/// Bytes per device and how close they are to the bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStats {
+    /// The device.
+    pub device: DeviceId,
+    /// Compute arena bytes.
+    pub compute_bytes: u64,
+    /// Lower bound of the compute arena (max live bytes at one step).
+    pub compute_lower_bound: u64,
+    /// Weights, state and io bytes.
+    pub resident_bytes: u64,
+    /// The memory algorithm that won.
+    pub algorithm: String,
+}
+
+/// Copies over one link direction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkStats {
+    /// From device.
+    pub from: DeviceId,
+    /// To device.
+    pub to: DeviceId,
+    /// Number of copies.
+    pub copies: u32,
+    /// Bytes moved per run.
+    pub bytes: u64,
+}
+
+/// Figures people read first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Per device memory.
+    pub devices: Vec<DeviceStats>,
+    /// Number of splits.
+    pub n_splits: u32,
+    /// Copies per link direction.
+    pub links: Vec<LinkStats>,
+    /// Number of graph nodes that became fused-kernel members.
+    pub fused_nodes: u32,
+    /// Estimated time of one run, microseconds (the cost model's figure).
+    pub estimated_us: f64,
+}
+
+/// The compiled plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// [`PLAN_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// The compiler that wrote it (crate version).
+    pub compiler_version: String,
+    /// The graph's name.
+    pub graph_name: String,
+    /// FNV-1a 64 of the graph's canonical text, hex.
+    pub graph_hash: String,
+    /// The target's name.
+    pub target_name: String,
+    /// The options that shaped it, as the command line spelled them.
+    pub options: Vec<String>,
+    /// Devices, indexed by [`DeviceId`].
+    pub devices: Vec<PlanDevice>,
+    /// How many leading `tensors` are the graph's own.
+    pub n_graph_tensors: u32,
+    /// Tensors: the graph's in id order, then copies.
+    pub tensors: Vec<PlanTensor>,
+    /// Arenas.
+    pub arenas: Vec<Arena>,
+    /// Fused kernels, referenced by `Step::Fused`.
+    pub kernels: Vec<FusedKernel>,
+    /// Splits, in execution order.
+    pub splits: Vec<Split>,
+    /// Summary figures.
+    pub stats: Stats,
+}
+
+/// FNV-1a 64-bit hash of `bytes`, as 16 hex digits: a stable fingerprint
+/// (std's hasher may change between releases).
+pub fn fingerprint(bytes: &[u8]) -> String {
+    let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{h:016x}")
+}
