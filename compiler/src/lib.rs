@@ -18,6 +18,7 @@
 //! Invariant: this crate never opens a device or LLVM. A target is a
 //! description, so a plan for `cpu+cuda0` can be made on a machine without a GPU.
 
+pub mod assign;
 pub mod liveness;
 pub mod memory;
 pub mod placement;

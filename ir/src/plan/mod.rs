@@ -23,7 +23,7 @@ pub use text::{PLAN_FORMAT_VERSION, parse_plan, plan_to_ron, read_plan, write_pl
 
 use crate::dtype::DType;
 use crate::op::Op;
-use crate::tensor::Role;
+use crate::tensor::{ConstInit, Role};
 use serde::{Deserialize, Serialize};
 
 /// Dense index of a device in a target (and in a plan's `devices`).
@@ -136,6 +136,9 @@ pub struct PlanTensor {
     /// For a copy: the tensor it copies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_of: Option<u32>,
+    /// For constants: how their values are defined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<ConstInit>,
     /// Why it is on this device (the assign pass's words).
     pub reason: String,
 }
