@@ -13,13 +13,9 @@
 //! - leaf binding is strict: a weight or input whose dtype or shape differs from
 //!   the graph's is an error naming the tensor, never a silent conversion.
 
-use crate::quant::quantize_row;
 use crate::reference::{Dense, compute, gather, scatter};
 use ir::files::TensorSource;
-use ir::layout::fmt_ne;
-use ir::{DType, Graph, Layout, Op, Role, TensorId};
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{Rng, SeedableRng};
+use ir::{Graph, Op, Role, TensorId};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
@@ -69,6 +65,13 @@ pub enum EvalError {
         needed: u64,
         /// Available memory reported by the OS.
         available: u64,
+    },
+    /// A plan refers to tensors, arenas or kernels it does not have, or to
+    /// bytes outside an arena.
+    #[error("the plan is inconsistent: {problem}")]
+    InvalidPlan {
+        /// What is wrong.
+        problem: String,
     },
     /// A weight the graph needs is not in the file.
     #[error("weight '{name}' is not in {file}")]
@@ -171,7 +174,7 @@ pub fn evaluate_observed<'g>(
         buffers: graph.tensors().iter().map(|_| Vec::new()).collect(),
     };
     for id in graph.leafs() {
-        memory.buffers[id.index()] = bind_leaf(graph, id, bindings)?;
+        memory.buffers[id.index()] = bind::bind_leaf(&leaf_of(graph, id), bindings)?;
         check_indices(graph, id, &memory.read(id))?;
     }
     // Every root gets its (zeroed) bytes up front, so `read` is valid for any
@@ -252,87 +255,6 @@ fn check_input_names(graph: &Graph, inputs: &BTreeMap<String, Dense>) -> Result<
     Ok(())
 }
 
-fn describe(dtype: DType, ne: &[i64; 4]) -> String {
-    format!("{dtype} {}", fmt_ne(ne))
-}
-
-/// The initial bytes of leaf `id`.
-fn bind_leaf(graph: &Graph, id: TensorId, b: &Bindings<'_>) -> Result<Vec<u8>, EvalError> {
-    let t = graph.tensor(id);
-    let layout = t.layout;
-    match t.role {
-        Role::Weight => match &b.weights {
-            Weights::File(file) => {
-                let stored = file
-                    .tensor(&t.name)
-                    .ok_or_else(|| EvalError::MissingWeight {
-                        name: t.name.clone(),
-                        file: file.path().display().to_string(),
-                    })?;
-                if (stored.dtype, stored.ne) != (layout.dtype, layout.ne) {
-                    return Err(EvalError::Mismatch {
-                        what: "weight",
-                        name: t.name.clone(),
-                        found: describe(stored.dtype, &stored.ne),
-                        expected: describe(layout.dtype, &layout.ne),
-                    });
-                }
-                Ok(stored.data.to_vec())
-            }
-            Weights::Random { seed } => Ok(random_leaf(&t.name, &layout, *seed, None)),
-        },
-        Role::Input | Role::State => match b.inputs.get(&t.name) {
-            Some(values) => from_values(graph, id, values),
-            None if t.role == Role::State => Ok(vec![0u8; layout.span_bytes() as usize]),
-            None => match b.random_inputs {
-                Some(seed) => Ok(random_leaf(&t.name, &layout, seed, index_bound(graph, id))),
-                None => Err(EvalError::MissingInput {
-                    name: t.name.clone(),
-                    expected: describe(layout.dtype, &layout.ne),
-                }),
-            },
-        },
-        Role::Constant => {
-            let init = t.init.as_ref().expect("verified constants have an init");
-            let mut values = Dense {
-                ne: layout.ne,
-                data: Vec::with_capacity(layout.n_elements() as usize),
-            };
-            for i3 in 0..layout.ne[3] {
-                for i2 in 0..layout.ne[2] {
-                    for i1 in 0..layout.ne[1] {
-                        for i0 in 0..layout.ne[0] {
-                            values.data.push(init.value_at(layout.ne, [i0, i1, i2, i3]));
-                        }
-                    }
-                }
-            }
-            Ok(pack(&values, &layout))
-        }
-        Role::Intermediate | Role::Output => unreachable!("verified leafs have leaf roles"),
-    }
-}
-
-fn pack(values: &Dense, layout: &Layout) -> Vec<u8> {
-    let mut bytes = vec![0u8; layout.span_bytes() as usize];
-    scatter(values, &mut bytes, layout);
-    bytes
-}
-
-/// Checks caller-provided values against the leaf's shape.
-fn from_values(graph: &Graph, id: TensorId, values: &Dense) -> Result<Vec<u8>, EvalError> {
-    let t = graph.tensor(id);
-    if values.ne != t.layout.ne {
-        return Err(EvalError::Mismatch {
-            what: "input",
-            name: t.name.clone(),
-            found: fmt_ne(&values.ne),
-            expected: describe(t.layout.dtype, &t.layout.ne),
-        });
-    }
-    Ok(pack(values, &t.layout))
-}
-
 /// Every value of an index leaf must address an existing row of each tensor
 /// it indexes (`get_rows` tables, `set_rows` destinations): the kernels treat a
 /// bad index as a broken invariant, so bad input must stop here.
@@ -375,58 +297,20 @@ fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i
     })
 }
 
-/// Seeded random bytes for a leaf. The stream depends only on `seed` and the
-/// tensor's name, so adding tensors to a graph does not change the others.
-///
-/// - vectors (one row: norm weights, biases): 1 + U(-0.1, 0.1), so norms and
-///   scales stay near identity;
-/// - matrices: U(-1, 1) / sqrt(ne0), so activations keep their scale layer
-///   after layer;
-/// - I32 tensors with an `index_bound`: uniform ids in 0..bound; other I32: 0..ne0;
-/// - quantized dtypes: f32 values drawn as above, then quantized.
-pub fn random_leaf(name: &str, layout: &Layout, seed: u64, index_bound: Option<i64>) -> Vec<u8> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv1a(name.as_bytes()));
-    let mut uniform = move || (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
-    let n = layout.n_elements() as usize;
-    let data: Vec<f64> = if layout.dtype == DType::I32 {
-        let bound = index_bound.unwrap_or(layout.ne[0]).max(1) as f64;
-        (0..n).map(|_| (uniform() * bound).floor()).collect()
-    } else if layout.n_rows() == 1 {
-        (0..n).map(|_| 1.0 + 0.2 * (uniform() - 0.5)).collect()
-    } else {
-        let a = 1.0 / (layout.ne[0] as f64).sqrt();
-        (0..n).map(|_| a * (2.0 * uniform() - 1.0)).collect()
-    };
-    if layout.dtype.is_quantized() {
-        // Quantize row by row straight from f32, as a converter would.
-        let row: usize = layout.ne[0] as usize;
-        let row_bytes = layout.row_bytes() as usize;
-        let mut out = vec![0u8; layout.span_bytes() as usize];
-        for (r, chunk) in data.chunks(row).enumerate() {
-            let f: Vec<f32> = chunk.iter().map(|&v| v as f32).collect();
-            quantize_row(
-                layout.dtype,
-                &f,
-                &mut out[r * row_bytes..(r + 1) * row_bytes],
-            );
-        }
-        return out;
-    }
-    pack(
-        &Dense {
-            ne: layout.ne,
-            data,
-        },
-        layout,
-    )
-}
-
-/// 64-bit FNV-1a: a stable hash (std's hasher may change between releases).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
+mod bind;
 #[cfg(test)]
 mod tests;
+
+pub use bind::random_leaf;
+
+/// The binding description of graph leaf `id`.
+fn leaf_of(graph: &Graph, id: TensorId) -> bind::Leaf<'_> {
+    let t = graph.tensor(id);
+    bind::Leaf {
+        name: &t.name,
+        layout: t.layout,
+        role: t.role,
+        init: t.init.as_ref(),
+        index_bound: index_bound(graph, id),
+    }
+}

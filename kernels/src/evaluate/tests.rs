@@ -1,8 +1,9 @@
 //! The evaluator's memory model and its bad-input errors.
 
 use super::*;
+use crate::reference::gather;
 use ir::files::StoredTensor;
-use ir::{ConstInit, GraphBuilder};
+use ir::{ConstInit, DType, GraphBuilder, Layout};
 use std::path::Path;
 
 fn dense(ne: [i64; 4], data: &[f64]) -> Dense {
