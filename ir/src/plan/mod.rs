@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 /// Dense index of a device in a target (and in a plan's `devices`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct DeviceId(pub u32);
 
 impl DeviceId {
