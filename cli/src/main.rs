@@ -3,10 +3,16 @@
 //! Each subcommand lives in its own module; `main` only parses arguments and
 //! turns errors into a message and exit code 1 (clap uses 2 for usage errors).
 
+mod cmd_compile;
 mod cmd_demo;
+mod cmd_diff;
+mod cmd_dot;
 mod cmd_eval;
 mod cmd_fmt;
+mod cmd_show;
+mod cmd_verify;
 mod npy_values;
+mod plan_summary;
 mod summary;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +28,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Compile a graph for a target into a plan.
+    Compile(cmd_compile::CompileArgs),
+    /// Summarise a plan: splits, copies, memory per device.
+    Show(cmd_show::ShowArgs),
+    /// Say where each tensor is and why (or everything about one tensor).
+    Explain(cmd_show::ExplainArgs),
+    /// Re-prove a plan with the independent checker.
+    Verify(cmd_verify::VerifyArgs),
+    /// Compare two plans: placements, splits, copies and memory.
+    Diff(cmd_diff::DiffArgs),
+    /// Draw a plan with Graphviz.
+    Dot(cmd_dot::DotArgs),
     /// Run the bundled example end to end (needs no files).
     Demo(cmd_demo::DemoArgs),
     /// Evaluate a graph with the reference kernels and summarise its outputs.
@@ -33,6 +51,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Compile(args) => cmd_compile::run(args),
+        Command::Show(args) => cmd_show::run_show(args),
+        Command::Explain(args) => cmd_show::run_explain(args),
+        Command::Verify(args) => cmd_verify::run(args),
+        Command::Diff(args) => cmd_diff::run(args),
+        Command::Dot(args) => cmd_dot::run(args),
         Command::Demo(args) => cmd_demo::run(args),
         Command::Eval(args) => cmd_eval::run(args),
         Command::Fmt(args) => cmd_fmt::run(args),

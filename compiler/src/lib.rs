@@ -19,9 +19,16 @@
 //! description, so a plan for `cpu+cuda0` can be made on a machine without a GPU.
 
 pub mod assign;
+pub mod check;
+pub mod cost;
+pub mod emit;
+pub mod fuse;
 pub mod liveness;
 pub mod memory;
+pub mod pipeline;
 pub mod placement;
+pub mod schedule;
+pub mod split;
 pub mod target;
 
 pub use placement::{PinRule, Pins, PlacementOptions, layer_of, n_layers, pinned_device};
@@ -30,6 +37,30 @@ pub use target::{Device, DeviceId, DeviceKind, Link, Target};
 /// Everything that can go wrong in the compiler crate.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The input graph breaks invariants; every violation is listed.
+    #[error("graph '{graph}' is invalid:\n{}", ir::error::list_violations(.violations))]
+    InvalidGraph {
+        /// The graph's name.
+        graph: String,
+        /// What `ir::verify` found.
+        violations: Vec<ir::Violation>,
+    },
+    /// A device's compute buffers could not be planned.
+    #[error("memory plan for {device}: {problem}")]
+    Memory {
+        /// The device.
+        device: String,
+        /// What went wrong.
+        problem: String,
+    },
+    /// A pass broke an invariant the next one relies on: a compiler bug.
+    #[error("internal error in pass {pass}: {problem}")]
+    Internal {
+        /// The pass that noticed.
+        pass: &'static str,
+        /// What is inconsistent.
+        problem: String,
+    },
     /// A target description breaks its rules; every problem is listed.
     #[error("target '{target}' is invalid ({} problem{}):\n{}",
         .problems.len(),
@@ -84,5 +115,67 @@ pub enum Error {
         layers: u32,
         /// Why it cannot apply.
         problem: String,
+    },
+    /// No device of the target runs a node's op with its src0 dtype.
+    #[error(
+        "tensor '{tensor}': no device of target '{target}' runs {op} with src0 {src0} (devices: {devices})"
+    )]
+    UnsupportedOp {
+        /// The node.
+        tensor: String,
+        /// Its op's name.
+        op: String,
+        /// The dtype of its src0 (what support is keyed on).
+        src0: String,
+        /// The target's name.
+        target: String,
+        /// The target's devices, comma-separated.
+        devices: String,
+    },
+    /// The ops writing into one tensor must run where its bytes are, but no
+    /// device runs all of them (together with the tensor's own op, if any).
+    #[error(
+        "'{root}' is written by {writers}, which must run on the device holding '{root}', but no device of target '{target}' runs all of them"
+    )]
+    NoDeviceForWrites {
+        /// The tensor written into.
+        root: String,
+        /// Each writing op: name, op and src0 dtype.
+        writers: String,
+        /// The target's name.
+        target: String,
+    },
+    /// A weight fits in no device's free memory (or largest buffer).
+    #[error(
+        "weight '{tensor}' ({bytes} bytes{context}) fits no device of target '{target}': {free}"
+    )]
+    WeightDoesNotFit {
+        /// The weight.
+        tensor: String,
+        /// Its size.
+        bytes: u64,
+        /// What else constrains it (its block, a pin rule), starting with ", " or "; "; may be empty.
+        context: String,
+        /// The target's name.
+        target: String,
+        /// Every device's free memory and largest buffer at that point.
+        free: String,
+    },
+    /// Without `--fit` or `--offload-layers`, the weights go to the first
+    /// device, and they do not fit there.
+    #[error(
+        "the weights need {bytes} bytes but {device} has {free} bytes free ({memory} bytes of memory less a {reserve}-byte compute reserve), or one is over its largest buffer; use --fit to spread them over the devices, or --offload-layers N"
+    )]
+    WeightsExceedFirstDevice {
+        /// The first (highest-priority) device.
+        device: String,
+        /// The weights' total size (those not pinned elsewhere).
+        bytes: u64,
+        /// Its free memory after pinned weights and the reserve.
+        free: u64,
+        /// Its memory.
+        memory: u64,
+        /// The compute reserve kept free on every device.
+        reserve: u64,
     },
 }

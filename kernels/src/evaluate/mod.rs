@@ -298,10 +298,12 @@ fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i
 }
 
 mod bind;
+mod plan;
 #[cfg(test)]
 mod tests;
 
 pub use bind::random_leaf;
+pub use plan::{PlanMemory, evaluate_plan};
 
 /// The binding description of graph leaf `id`.
 fn leaf_of(graph: &Graph, id: TensorId) -> bind::Leaf<'_> {

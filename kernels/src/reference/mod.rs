@@ -19,6 +19,7 @@
 //! module docs: an all -inf soft_max row gives zeros; argmax takes the first maximum.
 
 pub mod dense;
+pub mod fused;
 
 mod copy;
 mod elementwise;

@@ -1,0 +1,100 @@
+//! `ggplan compile`: graph + target + options -> plan file.
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use compiler::assign::Policy;
+use compiler::pipeline::{CompileOptions, compile};
+use compiler::placement::{PinRule, PlacementOptions};
+use compiler::target::Target;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Placement policy names on the command line.
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    /// Reproduce ggml_backend_sched's greedy decisions.
+    Ggml,
+    /// Minimise estimated time (default).
+    Cost,
+}
+
+/// Arguments of `ggplan compile`.
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  ggplan compile examples/graphs/llama2l.ron --target cpu -o llama2l.plan.ron\n  \
+    ggplan compile examples/graphs/llama2l.ron --target cpu+cuda0 --offload-layers 1 --policy ggml -o p.ron"
+)]
+pub struct CompileArgs {
+    /// The graph file (.ron).
+    graph: PathBuf,
+    /// A preset (cpu, cuda0, cpu+cuda0, cpu+cuda0+cuda1) or a target file (.ron).
+    #[arg(long, default_value = "cpu")]
+    target: String,
+    /// Placement policy.
+    #[arg(long, value_enum, default_value = "cost")]
+    policy: PolicyArg,
+    /// Pin weights whose name matches REGEX to DEVICE (first match wins).
+    #[arg(long = "pin", value_name = "REGEX=DEVICE")]
+    pins: Vec<String>,
+    /// Put the last N blocks' weights and the output head on the first accelerator.
+    #[arg(long, value_name = "N")]
+    offload_layers: Option<u32>,
+    /// Place as many layers as fit each device's memory.
+    #[arg(long)]
+    fit: bool,
+    /// Where to write the plan.
+    #[arg(short, long, value_name = "PLAN.ron")]
+    output: PathBuf,
+}
+
+/// Runs `ggplan compile`.
+pub fn run(args: CompileArgs) -> Result<ExitCode> {
+    let graph = ir::text::read_graph(&args.graph)?;
+    let target = Target::parse(&args.target)?;
+    let pins = args
+        .pins
+        .iter()
+        .map(|p| PinRule::parse(p, &target))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut spelled = vec![format!("--target {}", args.target)];
+    let policy = match args.policy {
+        PolicyArg::Ggml => Policy::Ggml,
+        PolicyArg::Cost => Policy::Cost,
+    };
+    spelled.push(format!(
+        "--policy {}",
+        if policy == Policy::Ggml {
+            "ggml"
+        } else {
+            "cost"
+        }
+    ));
+    spelled.extend(args.pins.iter().map(|p| format!("--pin {p}")));
+    if let Some(n) = args.offload_layers {
+        spelled.push(format!("--offload-layers {n}"));
+    }
+    if args.fit {
+        spelled.push("--fit".to_string());
+    }
+    let options = CompileOptions {
+        policy,
+        placement: PlacementOptions {
+            pins,
+            offload_layers: args.offload_layers,
+            fit: args.fit,
+        },
+        spelled,
+    };
+    let compiled = compile(&graph, &target, &options)?;
+    ir::plan::write_plan(&args.output, &compiled.plan).with_context(|| "writing the plan")?;
+    print!("{}", crate::plan_summary::summary(&compiled.plan));
+    let total: f64 = compiled.timings.iter().map(|t| t.micros).sum();
+    let passes: Vec<String> = compiled
+        .timings
+        .iter()
+        .map(|t| format!("{} {:.0} us", t.pass, t.micros))
+        .collect();
+    println!("compiled in {:.2} ms: {}", total / 1e3, passes.join(", "));
+    println!("wrote {}", args.output.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,137 @@
+//! `ggplan show` and `ggplan explain`: reading a plan.
+
+use anyhow::{Result, bail};
+use clap::Args;
+use ir::plan::{Placement, Plan, Step};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `ggplan show`.
+#[derive(Args)]
+#[command(after_help = "Example:\n  ggplan show llama2l.plan.ron --json")]
+pub struct ShowArgs {
+    /// The plan file.
+    plan: PathBuf,
+    /// Print one JSON object of the stats instead.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `ggplan show`.
+pub fn run_show(args: ShowArgs) -> Result<ExitCode> {
+    let plan = ir::plan::read_plan(&args.plan)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::plan_summary::json(&plan))?
+        );
+    } else {
+        print!("{}", crate::plan_summary::summary(&plan));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `ggplan explain`.
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  ggplan explain llama2l.plan.ron\n  ggplan explain llama2l.plan.ron l0.kq"
+)]
+pub struct ExplainArgs {
+    /// The plan file.
+    plan: PathBuf,
+    /// One tensor to explain in detail (all tensors, one line each, when omitted).
+    tensor: Option<String>,
+}
+
+fn placement_text(plan: &Plan, p: &Placement) -> String {
+    match *p {
+        Placement::Arena { arena, offset } => match plan.arenas.get(arena as usize) {
+            Some(a) => format!(
+                "{:?} arena of {} at {offset}",
+                a.usage,
+                plan.devices[a.device.index()].name
+            ),
+            None => format!("arena {arena} (missing) at {offset}"),
+        },
+        Placement::View { of, offset } => {
+            let name = plan
+                .tensors
+                .get(of as usize)
+                .map_or("?", |t| t.name.as_str());
+            format!("view of '{name}' at +{offset}")
+        }
+        Placement::Fused => "inside a fused kernel (no memory)".to_string(),
+    }
+}
+
+/// Runs `ggplan explain`.
+pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
+    let plan = ir::plan::read_plan(&args.plan)?;
+    let device = |t: &ir::plan::PlanTensor| {
+        plan.devices
+            .get(t.device.index())
+            .map_or("?", |d| d.name.as_str())
+            .to_string()
+    };
+    let Some(name) = args.tensor else {
+        for t in &plan.tensors {
+            println!(
+                "{:<28} {:<6} {:<44} {}",
+                t.name,
+                device(t),
+                placement_text(&plan, &t.placement),
+                t.reason
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let Some(id) = plan.tensors.iter().position(|t| t.name == name) else {
+        bail!("the plan has no tensor named '{name}'");
+    };
+    let t = &plan.tensors[id];
+    println!(
+        "{}: {} {:?} strides {:?}, role {:?}",
+        t.name, t.dtype, t.ne, t.nb, t.role
+    );
+    println!("  device:    {} — {}", device(t), t.reason);
+    println!("  placement: {}", placement_text(&plan, &t.placement));
+    let id = id as u32;
+    for (s, split) in plan.splits.iter().enumerate() {
+        for c in &split.copies {
+            if c.src == id || c.dst == id {
+                let (src, dst) = (
+                    &plan.tensors[c.src as usize].name,
+                    &plan.tensors[c.dst as usize].name,
+                );
+                println!("  split {s}: copy '{src}' -> '{dst}' ({} bytes)", c.bytes);
+            }
+        }
+        for (k, step) in split.steps.iter().enumerate() {
+            let (writes, reads, what) = match step {
+                Step::Op { op, dst, srcs } => (*dst, srcs.clone(), op.name().to_string()),
+                Step::Fused { kernel } => {
+                    let kern = &plan.kernels[*kernel as usize];
+                    let names: Vec<&str> = kern
+                        .nodes
+                        .iter()
+                        .map(|&n| plan.tensors[n as usize].name.as_str())
+                        .collect();
+                    (
+                        kern.output,
+                        kern.inputs.clone(),
+                        format!("fused kernel {kernel} ({})", names.join(" + ")),
+                    )
+                }
+            };
+            if writes == id {
+                println!("  split {s} step {k}: written by {what}");
+            } else if reads.contains(&id) {
+                println!(
+                    "  split {s} step {k}: read by {what} writing '{}'",
+                    plan.tensors[writes as usize].name
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,119 @@
+//! Human-readable and JSON summaries of a plan (`compile`, `show`).
+
+use ir::plan::{Placement, Plan, Step, Usage};
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The summary `ggplan show` prints.
+pub fn summary(plan: &Plan) -> String {
+    let mut out = String::new();
+    let s = &plan.stats;
+    out += &format!(
+        "plan for graph '{}' ({}) on target '{}' [{}]\n",
+        plan.graph_name,
+        plan.graph_hash,
+        plan.target_name,
+        plan.options.join(" ")
+    );
+    let fused = plan
+        .tensors
+        .iter()
+        .filter(|t| t.placement == Placement::Fused)
+        .count();
+    let n_steps: usize = plan.splits.iter().map(|sp| sp.steps.len()).sum();
+    out += &format!(
+        "{} splits, {} steps ({} fused kernels covering {} nodes; {} intermediates take no memory), estimated {:.1} us\n",
+        s.n_splits,
+        n_steps,
+        plan.kernels.len(),
+        s.fused_nodes,
+        fused,
+        s.estimated_us
+    );
+    for d in &s.devices {
+        let dev = &plan.devices[d.device.index()];
+        let over = if d.compute_lower_bound > 0 {
+            format!(
+                "{:+.2}%",
+                (d.compute_bytes as f64 / d.compute_lower_bound as f64 - 1.0) * 100.0
+            )
+        } else {
+            "n/a".to_string()
+        };
+        out += &format!(
+            "  {:<6} compute {} (lower bound {}, {over}, {}), resident {}\n",
+            dev.name,
+            mib(d.compute_bytes),
+            mib(d.compute_lower_bound),
+            d.algorithm,
+            mib(d.resident_bytes)
+        );
+    }
+    for l in &s.links {
+        out += &format!(
+            "  copies {} -> {}: {} ({})\n",
+            plan.devices[l.from.index()].name,
+            plan.devices[l.to.index()].name,
+            l.copies,
+            mib(l.bytes)
+        );
+    }
+    for (i, sp) in plan.splits.iter().enumerate() {
+        let ops = sp
+            .steps
+            .iter()
+            .filter(|st| matches!(st, Step::Op { .. }))
+            .count();
+        out += &format!(
+            "  split {i}: {} — {} copies in, {} steps ({} ops, {} fused)\n",
+            plan.devices[sp.device.index()].name,
+            sp.copies.len(),
+            sp.steps.len(),
+            ops,
+            sp.steps.len() - ops
+        );
+    }
+    out
+}
+
+/// The JSON object `ggplan show --json` prints.
+pub fn json(plan: &Plan) -> serde_json::Value {
+    let s = &plan.stats;
+    let devices: serde_json::Map<String, serde_json::Value> = s
+        .devices
+        .iter()
+        .map(|d| {
+            let name = plan.devices[d.device.index()].name.clone();
+            let arena = |u: Usage| {
+                plan.arenas
+                    .iter()
+                    .filter(|a| a.device == d.device && a.usage == u)
+                    .map(|a| a.size)
+                    .sum::<u64>()
+            };
+            (
+                name,
+                serde_json::json!({
+                    "arena_bytes": d.compute_bytes,
+                    "lower_bound_bytes": d.compute_lower_bound,
+                    "weights_bytes": arena(Usage::Weights),
+                    "state_bytes": arena(Usage::State),
+                    "io_bytes": arena(Usage::Io),
+                    "algorithm": d.algorithm,
+                }),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "graph": plan.graph_name,
+        "target": plan.target_name,
+        "n_splits": s.n_splits,
+        "n_copies": s.links.iter().map(|l| l.copies).sum::<u32>(),
+        "copy_bytes": s.links.iter().map(|l| l.bytes).sum::<u64>(),
+        "fused_nodes": s.fused_nodes,
+        "estimated_us": s.estimated_us,
+        "devices": devices,
+    })
+}

@@ -1,0 +1,145 @@
+//! Pass `assign`: a device for every tensor of the graph, with the reason.
+//!
+//! Steps, in [`assign_devices`]:
+//! 1. check the options against the target and that every non-view node has
+//!    some device that runs its (op, src0 dtype) ([`crate::Error::UnsupportedOp`]);
+//! 2. place the weights ([`weights`]), the same for both policies;
+//! 3. run the policy: [`Policy::Ggml`] replays ggml_backend_sched's passes
+//!    (`ggml_policy.rs`), [`Policy::Cost`] minimises estimated time with
+//!    minimum cuts (`cost_policy.rs` and `cost_problem.rs` over `min_cut.rs`,
+//!    times from [`crate::cost`]) without copying more than ggml would.
+//!
+//! Invariants of an [`Assignment`]:
+//! - `device[id]` is where tensor `id`'s bytes live: for a view (and for a
+//!   write-into op, `cpy`/`set_rows`) it is the device of its root, so a view
+//!   never lives apart from the bytes it looks at;
+//! - a non-view node runs on `device[id]`, which supports its op and src0 dtype;
+//! - a weight is where the weight placement put it (pins first);
+//! - every tensor has a non-empty reason; the same inputs give the same
+//!   assignment (no hash iteration, ties broken by device priority and id).
+
+mod cost_policy;
+mod cost_problem;
+mod ggml_policy;
+mod max_flow;
+mod min_cut;
+pub mod weights;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_cost;
+
+pub use weights::{WeightPlacement, compute_reserve_bytes, place_weights};
+
+use crate::Error;
+use crate::placement::PlacementOptions;
+use crate::target::{DeviceId, Target};
+use ir::{DType, Graph, TensorId};
+
+/// Which placement algorithm to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Policy {
+    /// Reproduce ggml_backend_sched's greedy passes.
+    Ggml,
+    /// Minimise estimated time (compute + copies), exact for two devices.
+    Cost,
+}
+
+/// The device of every tensor and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    /// Indexed by tensor id.
+    pub device: Vec<DeviceId>,
+    /// Indexed by tensor id: one sentence saying why.
+    pub reason: Vec<String>,
+}
+
+/// Assigns every tensor of `graph` to a device of `target`.
+///
+/// Fails when the target or the options are invalid, when a node's op runs
+/// on no device, when the ops writing into one tensor share no device, or
+/// when a weight fits no device (each error names the tensor).
+pub fn assign_devices(
+    graph: &Graph,
+    target: &Target,
+    placement: &PlacementOptions,
+    policy: Policy,
+) -> Result<Assignment, Error> {
+    target.validate()?;
+    placement.validate(target)?;
+    check_support(graph, target)?;
+    let weights = place_weights(graph, target, placement)?;
+    match policy {
+        Policy::Ggml => ggml_policy::assign_like_ggml(graph, target, &weights),
+        Policy::Cost => cost_policy::assign_by_cost(graph, target, &weights),
+    }
+}
+
+/// The dtype support is keyed on: src0's (the tensor's own for an op
+/// without sources, which a verified graph never has).
+pub(crate) fn src0_dtype(graph: &Graph, node: TensorId) -> DType {
+    let t = graph.tensor(node);
+    t.srcs
+        .first()
+        .map_or(t.layout.dtype, |&s| graph.tensor(s).layout.dtype)
+}
+
+/// True when `node` is a kernel (a non-view node) that `device` cannot run.
+/// Leafs and views run nothing, so every device "runs" them.
+pub(crate) fn cannot_run(graph: &Graph, target: &Target, device: DeviceId, node: TensorId) -> bool {
+    match &graph.tensor(node).op {
+        Some(op) if !op.is_view() => !target.supports(device, op, src0_dtype(graph, node)),
+        _ => false,
+    }
+}
+
+/// True for view ops (no kernel, no bytes of their own).
+pub(crate) fn is_view_op(graph: &Graph, id: TensorId) -> bool {
+    graph.tensor(id).op.is_some_and(|op| op.is_view())
+}
+
+/// Every non-view node must run on some device.
+fn check_support(graph: &Graph, target: &Target) -> Result<(), Error> {
+    for n in graph.nodes() {
+        if target.device_ids().all(|d| cannot_run(graph, target, d, n)) {
+            let t = graph.tensor(n);
+            let names: Vec<&str> = target.devices.iter().map(|d| d.name.as_str()).collect();
+            return Err(Error::UnsupportedOp {
+                tensor: t.name.clone(),
+                op: t.op.map_or("leaf", |op| op.name()).to_string(),
+                src0: src0_dtype(graph, n).to_string(),
+                target: target.name.clone(),
+                devices: names.join(", "),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The error for ops writing into `root` that share no device.
+pub(crate) fn no_device_for_writes(graph: &Graph, target: &Target, root: TensorId) -> Error {
+    let writers: Vec<String> = graph
+        .ids()
+        .filter(|&id| graph.storage_of(id).root == root && id != root && !is_view_op(graph, id))
+        .map(|id| {
+            let t = graph.tensor(id);
+            let op = t.op.map_or("leaf", |op| op.name());
+            format!("'{}' ({op}, src0 {})", t.name, src0_dtype(graph, id))
+        })
+        .collect();
+    Error::NoDeviceForWrites {
+        root: graph.tensor(root).name.clone(),
+        writers: writers.join(", "),
+        target: target.name.clone(),
+    }
+}
+
+/// A duration in µs for reasons: `6.3 µs`, `1.25 ms`.
+pub(crate) fn fmt_us(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}

@@ -1,0 +1,363 @@
+//! Tests of the assign pass shared by both policies, and of policy `ggml`.
+//! Helpers here (scenarios, a copy counter, an invariant checker) are used by
+//! `tests_cost.rs` too; they share no code with the pass.
+
+use super::*;
+use crate::Error;
+use crate::target::Target;
+use ir::{DType, GraphBuilder, Role};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+pub(super) fn example_graph(name: &str) -> Graph {
+    let path = format!(
+        "{}/../examples/graphs/{name}.ron",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    ir::text::read_graph(Path::new(&path)).expect("example graph")
+}
+
+pub(super) fn target_file(name: &str) -> Target {
+    let path = format!(
+        "{}/../examples/targets/{name}.ron",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    Target::read(Path::new(&path)).expect("example target")
+}
+
+/// The three set-ups of the issue: a target and weight placement options.
+pub(super) fn scenarios() -> Vec<(&'static str, Target, PlacementOptions)> {
+    let preset = |n: &str| Target::preset(n).expect("preset");
+    let offload = PlacementOptions {
+        offload_layers: Some(1),
+        ..Default::default()
+    };
+    let fit = PlacementOptions {
+        fit: true,
+        ..Default::default()
+    };
+    vec![
+        ("cpu", preset("cpu"), PlacementOptions::default()),
+        ("cpu+cuda0 --offload-layers 1", preset("cpu+cuda0"), offload),
+        ("cpu+2gpu-small --fit", target_file("cpu+2gpu-small"), fit),
+    ]
+}
+
+/// Cross-device copies, one per (tensor read, destination device), and
+/// their bytes: every source of a kernel whose bytes live elsewhere.
+pub(super) fn copies(graph: &Graph, a: &Assignment) -> (usize, u64) {
+    let mut pairs = BTreeSet::new();
+    for n in graph.nodes() {
+        let t = graph.tensor(n);
+        if t.op.is_some_and(|op| op.is_view()) {
+            continue;
+        }
+        let here = a.device[n.index()];
+        for &s in &t.srcs {
+            if a.device[graph.storage_of(s).root.index()] != here {
+                pairs.insert((s, here));
+            }
+        }
+    }
+    let bytes = pairs
+        .iter()
+        .map(|(s, _)| graph.tensor(*s).layout.span_bytes())
+        .sum();
+    (pairs.len(), bytes)
+}
+
+/// Every invariant of the module doc that can be checked from outside.
+pub(super) fn check_invariants(
+    graph: &Graph,
+    target: &Target,
+    o: &PlacementOptions,
+    a: &Assignment,
+) {
+    assert_eq!(a.device.len(), graph.len());
+    assert_eq!(a.reason.len(), graph.len());
+    let pins = crate::placement::Pins::new(o, target, graph);
+    for id in graph.ids() {
+        let t = graph.tensor(id);
+        let d = a.device[id.index()];
+        assert!(d.index() < target.devices.len(), "{}", t.name);
+        assert!(!a.reason[id.index()].is_empty(), "{} has no reason", t.name);
+        if let Some(op) = t.op.filter(|op| !op.is_view()) {
+            let src0 = graph.tensor(t.srcs[0]).layout.dtype;
+            assert!(target.supports(d, &op, src0), "{} ({op}) on {d:?}", t.name);
+        }
+        if let Some(view) = t.view {
+            assert_eq!(
+                d,
+                a.device[view.root.index()],
+                "{} apart from its root",
+                t.name
+            );
+        }
+        if t.role == Role::Weight
+            && let Some((p, _)) = pins.device_for(&t.name)
+        {
+            assert_eq!(d, p, "pinned weight {} moved", t.name);
+        }
+    }
+}
+
+pub(super) fn run(g: &Graph, t: &Target, o: &PlacementOptions, p: Policy) -> Assignment {
+    assign_devices(g, t, o, p).expect("assignment")
+}
+
+pub(super) fn device_of(g: &Graph, t: &Target, a: &Assignment, name: &str) -> String {
+    let id = g.find(name).expect(name);
+    t.devices[a.device[id.index()].index()].name.clone()
+}
+
+pub(super) fn reason_of<'a>(g: &Graph, a: &'a Assignment, name: &str) -> &'a str {
+    &a.reason[g.find(name).expect(name).index()]
+}
+
+#[test]
+fn both_policies_keep_every_invariant_on_the_examples() {
+    for graph in ["llama2l", "bert2l", "mlp"] {
+        let g = example_graph(graph);
+        for (what, t, o) in scenarios() {
+            for p in [Policy::Ggml, Policy::Cost] {
+                let a = run(&g, &t, &o, p);
+                check_invariants(&g, &t, &o, &a);
+                assert_eq!(
+                    a,
+                    run(&g, &t, &o, p),
+                    "{graph} {what} {p:?}: not deterministic"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_single_device_takes_everything() {
+    let g = example_graph("llama2l");
+    let t = Target::preset("cpu").expect("preset");
+    for p in [Policy::Ggml, Policy::Cost] {
+        let a = run(&g, &t, &PlacementOptions::default(), p);
+        assert!(a.device.iter().all(|d| d.index() == 0));
+        assert_eq!(copies(&g, &a), (0, 0));
+    }
+}
+
+#[test]
+fn ggml_passes_on_llama2l_with_half_the_layers_offloaded() {
+    let g = example_graph("llama2l");
+    let (_, t, o) = scenarios().swap_remove(1);
+    let a = run(&g, &t, &o, Policy::Ggml);
+    let at = |n| device_of(&g, &t, &a, n);
+    let why = |n| reason_of(&g, &a, n);
+    // Pass 1: inputs to the last device; weights where placed; the first
+    // weight source decides.
+    assert_eq!(at("tokens"), "cpu");
+    assert!(
+        why("kq_mask").starts_with("ggml pass 1: graph input"),
+        "{}",
+        why("kq_mask")
+    );
+    assert_eq!(at("l0.q"), "cpu");
+    assert_eq!(
+        why("l0.q"),
+        "ggml pass 1: its first weight source 'l0.wq' is on cpu"
+    );
+    assert_eq!(at("l1.q"), "cuda0");
+    // Pass 2: the accelerator spreads up from block 1 into the end of block
+    // 0 (ggml's greedy order: l0.l_out reads two CPU tensors).
+    assert_eq!(at("l0.l_out"), "cuda0");
+    assert!(
+        why("l0.l_out").starts_with("ggml pass 2: expanded up from"),
+        "{}",
+        why("l0.l_out")
+    );
+    assert_eq!(at("l1.kq"), "cuda0");
+    assert!(
+        why("l1.kq").starts_with("ggml pass 2: expanded down from"),
+        "{}",
+        why("l1.kq")
+    );
+    // ... then the CPU spreads over the rest of block 0.
+    assert_eq!(at("l0.kq"), "cpu");
+    assert!(why("l0.kq").contains("second round"), "{}", why("l0.kq"));
+    // Pass 4: views follow their roots.
+    assert_eq!(at("l0.q3"), "cpu");
+    assert!(
+        why("l0.q3").starts_with("ggml pass 4: view of 'l0.q'"),
+        "{}",
+        why("l0.q3")
+    );
+}
+
+/// A small KV-cache update: `k` written into rows of a state tensor through
+/// a view, then the whole cache read by a matmul. `cache` is the cache's dtype.
+pub(super) fn kv_graph(cache: DType, with_set_rows: bool) -> Graph {
+    let mut b = GraphBuilder::new("kv");
+    let x = b.input("x", DType::F32, [64, 4, 1, 1]).expect("x");
+    let wk = b.weight("wk", DType::F32, [64, 64, 1, 1]).expect("wk");
+    let c = b.state("cache_k", cache, [64, 16, 1, 1]).expect("cache");
+    let k = b.mul_mat("k", wk, x).expect("k");
+    let row = cache.row_bytes(64).expect("row bytes");
+    let written = if with_set_rows {
+        let idx = b.input("rows", DType::I32, [4, 1, 1, 1]).expect("idx");
+        b.set_rows("k_store", c, k, idx).expect("set_rows")
+    } else {
+        let slot = b
+            .view("k_slot", c, [64, 4, 1, 1], [row, row * 4, row * 4], 0)
+            .expect("view");
+        b.cpy("k_store", k, slot).expect("cpy")
+    };
+    let all = b
+        .view(
+            "k_all",
+            written,
+            [64, 16, 1, 1],
+            [row, row * 16, row * 16],
+            0,
+        )
+        .expect("view");
+    let scores = b.mul_mat("scores", all, x).expect("scores");
+    b.mark_output(scores).expect("out");
+    b.finish().expect("kv graph")
+}
+
+#[test]
+fn writes_into_state_run_on_the_state_device() {
+    let t = Target::preset("cpu+cuda0").expect("preset");
+    let o = PlacementOptions::default();
+    for (cache, set_rows, want) in [
+        (DType::F32, false, None),
+        (DType::F16, true, None),
+        // cuda0 runs no set_rows into Q8_0: the cache and its write on the CPU.
+        (DType::Q8_0, true, Some("cpu")),
+    ] {
+        let g = kv_graph(cache, set_rows);
+        for p in [Policy::Ggml, Policy::Cost] {
+            let a = run(&g, &t, &o, p);
+            check_invariants(&g, &t, &o, &a);
+            let cache_dev = device_of(&g, &t, &a, "cache_k");
+            assert_eq!(device_of(&g, &t, &a, "k_store"), cache_dev, "{cache} {p:?}");
+            assert_eq!(device_of(&g, &t, &a, "k_all"), cache_dev, "{cache} {p:?}");
+            if let Some(want) = want {
+                assert_eq!(cache_dev, want, "{cache} {p:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_op_no_device_runs_is_an_error_naming_it() {
+    let g = example_graph("llama2l");
+    let mut t = Target::preset("cuda0").expect("preset");
+    t.devices[0].supports = vec![crate::target::OpSupport {
+        ops: crate::target::OpSet::Only(vec![ir::OpKind::MulMat, ir::OpKind::GetRows]),
+        src0: crate::target::DTypeSet::All,
+    }];
+    for p in [Policy::Ggml, Policy::Cost] {
+        let e = assign_devices(&g, &t, &PlacementOptions::default(), p).expect_err("unsupported");
+        assert!(matches!(e, Error::UnsupportedOp { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("'l0.attn_norm.rms'") && msg.contains("rms_norm"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("src0 f32") && msg.contains("devices: cuda0"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn weights_that_fit_no_device_are_an_error_naming_them() {
+    let g = example_graph("llama2l");
+    let mut t = target_file("cpu+2gpu-small");
+    for d in &mut t.devices {
+        d.memory_bytes = 12 << 20;
+        d.max_buffer_bytes = 12 << 20;
+    }
+    let fit = PlacementOptions {
+        fit: true,
+        ..Default::default()
+    };
+    for o in [fit, PlacementOptions::default()] {
+        let e = assign_devices(&g, &t, &o, Policy::Cost).expect_err("too big");
+        let msg = e.to_string();
+        assert!(matches!(e, Error::WeightDoesNotFit { .. }), "{msg}");
+        assert!(
+            msg.starts_with("weight 'tok_embd' (16384000 bytes"),
+            "{msg}"
+        );
+        for dev in ["cuda0 has", "cuda1 has", "cpu has"] {
+            assert!(msg.contains(dev), "{msg}");
+        }
+    }
+    // Fits a device, but not all on the first one: suggest --fit.
+    let small = target_file("cpu+2gpu-small");
+    let e =
+        assign_devices(&g, &small, &PlacementOptions::default(), Policy::Ggml).expect_err("first");
+    assert!(matches!(e, Error::WeightsExceedFirstDevice { .. }), "{e}");
+    assert!(e.to_string().contains("use --fit"), "{e}");
+    // --offload-layers needs an accelerator.
+    let o = PlacementOptions {
+        offload_layers: Some(1),
+        ..Default::default()
+    };
+    let cpu = Target::preset("cpu").expect("preset");
+    let e = assign_devices(&g, &cpu, &o, Policy::Cost).expect_err("no accelerator");
+    assert!(matches!(e, Error::OffloadLayers { .. }), "{e}");
+}
+
+#[test]
+fn fit_fills_devices_in_priority_order_block_by_block() {
+    let g = example_graph("llama2l");
+    let (_, t, o) = scenarios().swap_remove(2);
+    let w = place_weights(&g, &t, &o).expect("placement");
+    let at = |n: &str| {
+        let id = g.find(n).expect(n);
+        t.devices[w.device[id.index()].expect("placed").index()]
+            .name
+            .clone()
+    };
+    // 24 MiB GPUs less a 4.2 MiB reserve: the 15.6 MiB embedding fills
+    // cuda0, block 0 (13 MiB) cuda1, the rest goes to the CPU.
+    assert_eq!(compute_reserve_bytes(&g), 4_096_000 + 262_144);
+    assert_eq!(at("tok_embd"), "cuda0");
+    assert_eq!(
+        [at("l0.wq"), at("l0.ffn_down"), at("l0.attn_norm.weight")],
+        ["cuda1"; 3]
+    );
+    assert_eq!([at("l1.wq"), at("output"), at("output_norm")], ["cpu"; 3]);
+    let why = &w.reason[g.find("l0.wq").expect("l0.wq").index()];
+    assert!(
+        why.starts_with("--fit: block 0's weights (13.0 MiB) fit cuda1"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_weight_on_a_device_that_cannot_run_its_user_says_so() {
+    let g = example_graph("llama2l");
+    let mut t = Target::preset("cpu+cuda0").expect("preset");
+    // This cuda0 has no get_rows: the embedding stays there (all weights go
+    // to the first device) and its lookup runs on the CPU through a copy.
+    t.devices[0].supports[0].ops = crate::target::OpSet::Only(
+        ir::OpKind::ALL
+            .iter()
+            .copied()
+            .filter(|&k| k != ir::OpKind::GetRows)
+            .collect(),
+    );
+    for p in [Policy::Ggml, Policy::Cost] {
+        let a = run(&g, &t, &PlacementOptions::default(), p);
+        check_invariants(&g, &t, &PlacementOptions::default(), &a);
+        assert_eq!(device_of(&g, &t, &a, "tok_embd"), "cuda0");
+        assert_eq!(device_of(&g, &t, &a, "inp_embd"), "cpu");
+        let why = reason_of(&g, &a, "tok_embd");
+        assert!(
+            why.contains("cuda0 cannot run its user 'inp_embd' (get_rows, src0 f32)"),
+            "{why}"
+        );
+    }
+}

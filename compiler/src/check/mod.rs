@@ -1,0 +1,272 @@
+//! The plan checker: re-proves a [`Plan`] from the plan alone.
+//!
+//! It shares no code with the passes that make plans (assign, schedule, split,
+//! fuse, liveness, memory): it reads only `ir` types (the plan, [`ir::Op`], the
+//! shape rules of [`ir::rules`]) and, when given one, the [`Target`]. Lifetimes,
+//! spans and validity are recomputed here from scratch. It never stops at the
+//! first problem: [`check_plan`] returns every violation, each with its
+//! [`ViolationKind`], the tensor to blame when there is one, and a sentence. It
+//! never panics, whatever the plan holds (indices out of range, overflowing
+//! sizes, zero alignments): every lookup is a `.get()`, every sum is checked,
+//! and an item whose indices are out of range is reported once (as
+//! [`ViolationKind::Format`]) and skipped by the later families.
+//!
+//! **Invariants re-proved**, by family (one file each):
+//! 1. `format` — [`ViolationKind::Format`]: the format version is this build's;
+//!    `n_graph_tensors <= tensors.len()`; every tensor, device, arena and
+//!    kernel index in placements, copies, steps and kernels is in range;
+//!    device alignments are powers of two and buffer limits positive; every
+//!    layout is valid (`ne >= 1`, whole blocks per row, a span that fits in
+//!    `u64`); graph constants, and only they, carry an `init` (explicit values:
+//!    one per element); `copy_of` is set exactly on the tensors past
+//!    `n_graph_tensors`, and a copy has its original's dtype and extents; a
+//!    copy placed as a view (a graph view re-created over a copy) views a copy
+//!    of its original's owner at the original's offset; a copy moves the bytes
+//!    of a tensor of the same original into a copy tensor, `bytes` = its span; an
+//!    op step has its op's arity, is not a view op (views run no kernel), and
+//!    its destination's dtype and extents follow the op's shape rule
+//!    (`shape`, through [`ir::rules::derive`]).
+//! 2. `placement` — [`ViolationKind::Placement`] and [`ViolationKind::Bounds`]:
+//!    an arena placement is in an arena of the tensor's device and of the usage
+//!    its role asks for, at an offset aligned to the device's alignment, and
+//!    ends inside the arena (span = ggml_nbytes, computed here); a view names a
+//!    tensor with an arena placement on the same device and stays inside its
+//!    span; `Fused` placements are exactly the non-last members of fused
+//!    kernels; an arena (the runtime chunks it past `max_buffer_bytes`) and the
+//!    sum of a device's arenas fit the device's `memory_bytes`; the result of
+//!    a write-into op (`cpy`, `set_rows`) is a view of its destination's bytes.
+//! 3. `order` — [`ViolationKind::Order`] and [`ViolationKind::Device`]: walking
+//!    the splits in order (copies, then steps), every tensor read already holds
+//!    data (written before, a leaf — Weight, Input, State, Constant — or a view
+//!    of such bytes that no step writes itself); copies read another device and
+//!    write the split's device; every tensor a step touches lives on the split's
+//!    device (a view on its owner's); every graph node with bytes is written
+//!    exactly once (by an op step or as a fused kernel's output), a view at most
+//!    once; a copy tensor with bytes is filled by copies only, at least once (a
+//!    refill after its original is written into is allowed), a re-created view
+//!    by none; leafs and fused intermediates are never written.
+//! 4. `lifetime` — [`ViolationKind::Lifetime`]: over a global step counter
+//!    (split by split: its copies, then its steps) a tensor with arena bytes
+//!    lives from the step writing it to the last step touching it (reads and
+//!    writes through views count for the owner); Output tensors (and owners of
+//!    Output views) live to the end, leafs for the whole run. Two tensors of
+//!    one arena alive at a common step never share a byte, except in-place
+//!    reuse: the step that writes one reads the other (directly or through a
+//!    view), that other dies there and is neither a leaf nor kept to the end,
+//!    and both have the same offset and span.
+//! 5. `support` — [`ViolationKind::Support`] (only with a target): every op
+//!    step's (op, src0 dtype) is supported by its device, and every expression
+//!    of a fused kernel maps to an elementwise op kind its device supports for
+//!    the dtype of its first argument; every plan device is in the target.
+//! 6. `fused` — [`ViolationKind::Fused`]: a kernel's `nodes` end with its
+//!    `output`, no node belongs to two kernels, one step runs each kernel; its
+//!    body is non-empty and topologically ordered, every `Input`, `RmsNorm` and
+//!    `Norm` names an input in range; inputs broadcast over the output and
+//!    norms read rows of the output's length; the body's extents, and every
+//!    node's, equal the output tensor's; a kernel reads no fused intermediate.
+//! 7. `stats` — [`ViolationKind::Stats`]: `n_splits` is the number of splits;
+//!    per link direction, copy counts and bytes are the copies'; per device,
+//!    `compute_bytes` is the sum of its Compute arenas and the lower bound does
+//!    not exceed it; the estimated time is finite and non-negative.
+
+mod format;
+mod fused;
+mod lifetime;
+mod order;
+mod placement;
+mod shape;
+mod stats;
+mod support;
+mod trace;
+
+use crate::target::Target;
+use ir::plan::{Placement, Plan, PlanTensor};
+use ir::{DType, Role};
+
+/// Which family of invariants a violation breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ViolationKind {
+    /// Indices out of range, bad version, malformed layouts, copies, arity, shapes.
+    Format,
+    /// A placement in the wrong arena, misaligned, or a bad view or fused placement.
+    Placement,
+    /// Two tensors alive at the same step share bytes.
+    Lifetime,
+    /// A copy or step touches bytes on a device other than its split's.
+    Device,
+    /// A read before the bytes were written, or a tensor written the wrong number of times.
+    Order,
+    /// An op or fused expression its device does not support.
+    Support,
+    /// Bytes outside their arena or view owner, or arenas over a device's memory.
+    Bounds,
+    /// A malformed fused kernel.
+    Fused,
+    /// Stats that disagree with the plan.
+    Stats,
+}
+
+impl std::fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ViolationKind::Format => "format",
+            ViolationKind::Placement => "placement",
+            ViolationKind::Lifetime => "lifetime",
+            ViolationKind::Device => "device",
+            ViolationKind::Order => "order",
+            ViolationKind::Support => "support",
+            ViolationKind::Bounds => "bounds",
+            ViolationKind::Fused => "fused",
+            ViolationKind::Stats => "stats",
+        })
+    }
+}
+
+/// One broken invariant of a plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanViolation {
+    /// The family of invariants broken.
+    pub what: ViolationKind,
+    /// The tensor to blame, when there is one.
+    pub tensor: Option<u32>,
+    /// The tensor's name, or what else is to blame (`split 2`, `arena 0`, `stats`).
+    pub name: String,
+    /// What is wrong, in one sentence.
+    pub message: String,
+}
+
+impl std::fmt::Display for PlanViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.tensor {
+            Some(id) => write!(f, "tensor '{}' (t{id}): {}", self.name, self.message),
+            None => write!(f, "{}: {}", self.name, self.message),
+        }
+    }
+}
+
+/// Re-proves every invariant of the module doc for `plan`; with a `target`,
+/// also op support. Returns every violation found (empty when the plan is
+/// valid), family by family in the order of the module doc.
+pub fn check_plan(plan: &Plan, target: Option<&Target>) -> Vec<PlanViolation> {
+    let mut c = Checker {
+        plan,
+        out: Vec::new(),
+    };
+    format::check(&mut c);
+    shape::check(&mut c);
+    placement::check(&mut c);
+    let accesses = trace::accesses(plan);
+    order::check(&mut c, &accesses);
+    lifetime::check(&mut c, &accesses);
+    if let Some(target) = target {
+        support::check(&mut c, target);
+    }
+    fused::check(&mut c);
+    stats::check(&mut c);
+    c.out
+}
+
+/// The plan under check and the violations found so far.
+struct Checker<'p> {
+    plan: &'p Plan,
+    out: Vec<PlanViolation>,
+}
+
+impl<'p> Checker<'p> {
+    /// Tensor `i`, if in range.
+    fn tensor(&self, i: u32) -> Option<&'p PlanTensor> {
+        self.plan.tensors.get(i as usize)
+    }
+
+    /// Reports a problem of tensor `i` (named from the plan when in range).
+    fn tensor_problem(&mut self, what: ViolationKind, i: u32, message: String) {
+        let name = self.tensor(i).map(|t| t.name.clone()).unwrap_or_default();
+        self.out.push(PlanViolation {
+            what,
+            tensor: Some(i),
+            name,
+            message,
+        });
+    }
+
+    /// Reports a problem of something other than a tensor.
+    fn problem(&mut self, what: ViolationKind, name: impl Into<String>, message: String) {
+        self.out.push(PlanViolation {
+            what,
+            tensor: None,
+            name: name.into(),
+            message,
+        });
+    }
+
+    /// The tensor owning tensor `i`'s bytes: `i` itself for an arena placement,
+    /// the viewed tensor for a view of an arena-placed tensor; `None` for fused
+    /// intermediates, broken views and indices out of range.
+    fn owner(&self, i: u32) -> Option<u32> {
+        match self.tensor(i)?.placement {
+            Placement::Arena { .. } => Some(i),
+            Placement::View { of, .. } => match self.tensor(of)?.placement {
+                Placement::Arena { .. } => Some(of),
+                _ => None,
+            },
+            Placement::Fused => None,
+        }
+    }
+
+    /// The device holding tensor `i`'s bytes: its owner's for a view.
+    fn device_of(&self, i: u32) -> Option<u32> {
+        let owner = self.owner(i).unwrap_or(i);
+        self.tensor(owner).map(|t| t.device.0)
+    }
+
+    /// `'name' (tN)` for messages.
+    fn describe(&self, i: u32) -> String {
+        match self.tensor(i) {
+            Some(t) => format!("'{}' (t{i})", t.name),
+            None => format!("t{i} (out of range)"),
+        }
+    }
+
+    /// The name of device `d` for messages.
+    fn device_name(&self, d: u32) -> String {
+        match self.plan.devices.get(d as usize) {
+            Some(dev) => format!("'{}' (d{d})", dev.name),
+            None => format!("d{d} (out of range)"),
+        }
+    }
+}
+
+/// True for the roles of graph leafs, whose bytes hold data from the start.
+fn is_leaf_role(role: Role) -> bool {
+    matches!(
+        role,
+        Role::Weight | Role::Input | Role::State | Role::Constant
+    )
+}
+
+/// ggml_nbytes of a layout, computed with checked arithmetic: the bytes from
+/// the first element to one past the last. `None` for negative extents or a
+/// span past `u64`; 0 when an extent is 0.
+fn span_bytes(dtype: DType, ne: [i64; 4], nb: [u64; 4]) -> Option<u64> {
+    if ne.iter().any(|&n| n < 0) {
+        return None;
+    }
+    if ne.contains(&0) {
+        return Some(0);
+    }
+    let block = dtype.block_elems();
+    let (mut bytes, first_dim) = if block == 1 {
+        (dtype.block_bytes(), 0)
+    } else {
+        ((ne[0] as u64 / block).checked_mul(nb[0])?, 1)
+    };
+    for i in first_dim..4 {
+        bytes = bytes.checked_add((ne[i] as u64 - 1).checked_mul(nb[i])?)?;
+    }
+    Some(bytes)
+}
+
+/// [`span_bytes`] of a plan tensor.
+fn span_of(t: &PlanTensor) -> Option<u64> {
+    span_bytes(t.dtype, t.ne, t.nb)
+}

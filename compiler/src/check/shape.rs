@@ -1,0 +1,124 @@
+//! Family 1 (format), shapes: every op step's destination has the dtype and
+//! extents its op's rule ([`ir::rules::derive`]) gives for its sources; a
+//! write-into op (`cpy`, `set_rows`) writes a view of its destination's bytes,
+//! every other op a tensor with arena bytes (family 2, placement).
+//!
+//! The rules are run only on layouts small enough that their arithmetic cannot
+//! overflow; family 1 reports the others.
+
+use super::Checker;
+use super::ViolationKind::{Format, Placement as PlacementKind};
+use ir::plan::{Placement, PlanTensor, Step};
+use ir::{Layout, Op, Tensor, TensorId, ViewOf};
+
+/// Largest extent product, stride and offset handed to the shape rules.
+const SANE: u64 = 1 << 48;
+
+pub(super) fn check(c: &mut Checker<'_>) {
+    for split in &c.plan.splits {
+        for step in &split.steps {
+            if let Step::Op { op, dst, srcs } = step {
+                check_op(c, op, *dst, srcs);
+            }
+        }
+    }
+}
+
+fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32]) {
+    if op.is_view() || !ir::rules::arity(op).contains(&srcs.len()) {
+        return; // reported by the format family
+    }
+    let Some(out) = c.tensor(dst) else { return };
+    let mut operands = Vec::with_capacity(srcs.len());
+    for &s in srcs {
+        let Some(t) = c.tensor(s) else { return };
+        if !sane(t) {
+            return;
+        }
+        operands.push(as_graph_tensor(t));
+    }
+    if !sane(out) {
+        return;
+    }
+    let pairs: Vec<(TensorId, &Tensor)> =
+        srcs.iter().map(|&s| TensorId(s)).zip(&operands).collect();
+    let declared = Layout {
+        dtype: out.dtype,
+        ne: out.ne,
+        nb: out.nb,
+    };
+    let derived = match ir::rules::derive(op, &pairs, Some(&declared)) {
+        Ok(d) => d,
+        Err(reason) => {
+            let operands: Vec<String> = srcs.iter().map(|&s| c.describe(s)).collect();
+            let msg = format!("{op} over {}: {reason}", operands.join(", "));
+            return c.tensor_problem(Format, dst, msg);
+        }
+    };
+    let want = derived.layout;
+    let strides_differ = (0..4).any(|i| want.ne[i] != 1 && want.nb[i] != out.nb[i]);
+    if want.dtype != out.dtype || want.ne != out.ne || strides_differ {
+        let msg = format!(
+            "{op} gives {} {:?} with strides {:?}, the tensor is {} {:?} with strides {:?}",
+            want.dtype, want.ne, want.nb, out.dtype, out.ne, out.nb
+        );
+        c.tensor_problem(Format, dst, msg);
+    }
+    match (derived.view, out.placement) {
+        (Some(v), Placement::View { of, offset }) if v.root.0 == of && v.offset == offset => {}
+        (Some(v), placement) => {
+            let msg = format!(
+                "{op} writes into {} at offset {}: its result must be that view, not {placement:?}",
+                c.describe(v.root.0),
+                v.offset
+            );
+            c.tensor_problem(PlacementKind, dst, msg);
+        }
+        (None, Placement::Arena { .. }) => {}
+        (None, placement) => {
+            let msg =
+                format!("{op} computes new bytes: it needs an arena placement, not {placement:?}");
+            c.tensor_problem(PlacementKind, dst, msg);
+        }
+    }
+}
+
+/// True when the rules' arithmetic on this tensor cannot overflow.
+fn sane(t: &PlanTensor) -> bool {
+    let elems = t.ne.iter().try_fold(1u64, |acc, &n| {
+        if n >= 1 {
+            acc.checked_mul(n as u64)
+        } else {
+            None
+        }
+    });
+    let offset = match t.placement {
+        Placement::View { offset, .. } => offset,
+        _ => 0,
+    };
+    elems.is_some_and(|e| e <= SANE) && t.nb.iter().all(|&b| b <= SANE) && offset <= SANE
+}
+
+/// The plan tensor as the shape rules see an operand: its layout, role and view.
+fn as_graph_tensor(t: &PlanTensor) -> Tensor {
+    let view = match t.placement {
+        Placement::View { of, offset } => Some(ViewOf {
+            root: TensorId(of),
+            offset,
+        }),
+        _ => None,
+    };
+    Tensor {
+        name: t.name.clone(),
+        layout: Layout {
+            dtype: t.dtype,
+            ne: t.ne,
+            nb: t.nb,
+        },
+        role: t.role,
+        op: None,
+        srcs: Vec::new(),
+        view,
+        init: None,
+    }
+}

@@ -1,0 +1,122 @@
+//! Family 5, support (with a target): every op step and every fused
+//! expression runs on a device that supports it.
+//!
+//! Plan devices are matched with target devices by name. A fused expression
+//! stands for the elementwise op of its [`OpKind`]; its src0 dtype is the dtype
+//! of its first argument (an `Input`'s tensor's, passed through unary and
+//! binary nodes; a norm's input's).
+
+use super::Checker;
+use super::ViolationKind::Support;
+use crate::target::{Device, Target};
+use ir::plan::{BinaryFn, Expr, FusedKernel, Step, UnaryFn};
+use ir::{DType, OpKind};
+
+pub(super) fn check(c: &mut Checker<'_>, target: &Target) {
+    let plan = c.plan;
+    for (d, dev) in plan.devices.iter().enumerate() {
+        if target.device(&dev.name).is_none() {
+            let msg = format!("is not a device of target '{}'", target.name);
+            c.problem(Support, format!("device '{}' (d{d})", dev.name), msg);
+        }
+    }
+    for (s, split) in plan.splits.iter().enumerate() {
+        let Some(dev) = plan
+            .devices
+            .get(split.device.index())
+            .and_then(|d| target.device(&d.name))
+        else {
+            continue; // reported above, or by the format family
+        };
+        for (k, step) in split.steps.iter().enumerate() {
+            match step {
+                Step::Op { op, dst, srcs } => {
+                    let Some(src0) = srcs.first().and_then(|&s| c.tensor(s)) else {
+                        continue; // format
+                    };
+                    if !dev.supports(op, src0.dtype) {
+                        let msg = format!(
+                            "split {s} step {k} runs {op} with a {} src0 on {}, which does not support it",
+                            src0.dtype, dev.name
+                        );
+                        c.tensor_problem(Support, *dst, msg);
+                    }
+                }
+                Step::Fused { kernel } => {
+                    if let Some(kn) = plan.kernels.get(*kernel as usize) {
+                        fused(c, dev, *kernel, kn, s, k);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn fused(c: &mut Checker<'_>, dev: &Device, index: u32, kn: &FusedKernel, s: usize, k: usize) {
+    let dtypes = expr_dtypes(c, kn);
+    let mut missing: Vec<(OpKind, DType)> = Vec::new();
+    for (e, expr) in kn.body.iter().enumerate() {
+        let Some(kind) = op_kind(expr) else { continue };
+        // An expression's value has its first argument's dtype.
+        let Some(src0) = dtypes.get(e).copied().flatten() else {
+            continue; // malformed body: the fused family
+        };
+        if !dev.supports_kind(kind, src0) && !missing.contains(&(kind, src0)) {
+            missing.push((kind, src0));
+        }
+    }
+    for (kind, dtype) in missing {
+        let msg = format!(
+            "split {s} step {k}: fused kernel {index} computes {kind} of {dtype}, which {} does not support",
+            dev.name
+        );
+        c.tensor_problem(Support, kn.output, msg);
+    }
+}
+
+/// The elementwise op an expression stands for (`None` for an input).
+fn op_kind(expr: &Expr) -> Option<OpKind> {
+    Some(match expr {
+        Expr::Input(_) => return None,
+        Expr::Unary(f, _) => match f {
+            UnaryFn::Scale { .. } => OpKind::Scale,
+            UnaryFn::Sqr => OpKind::Sqr,
+            UnaryFn::Sqrt => OpKind::Sqrt,
+            UnaryFn::Silu => OpKind::Silu,
+            UnaryFn::Gelu => OpKind::Gelu,
+            UnaryFn::GeluErf => OpKind::GeluErf,
+            UnaryFn::Relu => OpKind::Relu,
+            UnaryFn::Tanh => OpKind::Tanh,
+        },
+        Expr::Binary(f, _, _) => match f {
+            BinaryFn::Add => OpKind::Add,
+            BinaryFn::Sub => OpKind::Sub,
+            BinaryFn::Mul => OpKind::Mul,
+            BinaryFn::Div => OpKind::Div,
+        },
+        Expr::RmsNorm { .. } => OpKind::RmsNorm,
+        Expr::Norm { .. } => OpKind::Norm,
+    })
+}
+
+/// The dtype of every expression's value (`None` where the body is malformed).
+fn expr_dtypes(c: &Checker<'_>, kn: &FusedKernel) -> Vec<Option<DType>> {
+    let input = |i: u32| {
+        kn.inputs
+            .get(i as usize)
+            .and_then(|&t| c.tensor(t))
+            .map(|t| t.dtype)
+    };
+    let mut out: Vec<Option<DType>> = Vec::with_capacity(kn.body.len());
+    for expr in &kn.body {
+        let earlier = |a: u32| out.get(a as usize).copied().flatten();
+        let dtype = match *expr {
+            Expr::Input(i) | Expr::RmsNorm { input: i, .. } | Expr::Norm { input: i, .. } => {
+                input(i)
+            }
+            Expr::Unary(_, a) | Expr::Binary(_, a, _) => earlier(a),
+        };
+        out.push(dtype);
+    }
+    out
+}

@@ -1,0 +1,71 @@
+//! The plan as a flat list of accesses over a global step counter: split by
+//! split, its copies, then its steps. Families 3 (order) and 4 (lifetime) read it.
+
+use ir::plan::{Plan, Step};
+
+/// What one global step reads and writes (only tensor indices in range).
+pub(super) struct Access {
+    /// The split's device index.
+    pub device: u32,
+    /// `split S copy K`, `split S step K (op)`, for messages.
+    pub label: String,
+    /// True for a copy.
+    pub is_copy: bool,
+    /// The fused kernel a step runs.
+    pub kernel: Option<u32>,
+    /// Tensors read.
+    pub reads: Vec<u32>,
+    /// Tensors written.
+    pub writes: Vec<u32>,
+}
+
+/// Every copy and step of `plan`, in execution order.
+pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
+    let n = plan.tensors.len();
+    let in_range = |t: &u32| (*t as usize) < n;
+    let mut out = Vec::new();
+    for (s, split) in plan.splits.iter().enumerate() {
+        for (k, copy) in split.copies.iter().enumerate() {
+            out.push(Access {
+                device: split.device.0,
+                label: format!("split {s} copy {k}"),
+                is_copy: true,
+                kernel: None,
+                reads: [copy.src].into_iter().filter(in_range).collect(),
+                writes: [copy.dst].into_iter().filter(in_range).collect(),
+            });
+        }
+        for (k, step) in split.steps.iter().enumerate() {
+            let (label, reads, writes) = match step {
+                Step::Op { op, dst, srcs } => (
+                    format!("split {s} step {k} ({op})"),
+                    srcs.iter().copied().filter(in_range).collect(),
+                    [*dst].into_iter().filter(in_range).collect(),
+                ),
+                Step::Fused { kernel } => {
+                    let label = format!("split {s} step {k} (fused kernel {kernel})");
+                    match plan.kernels.get(*kernel as usize) {
+                        Some(kn) => (
+                            label,
+                            kn.inputs.iter().copied().filter(in_range).collect(),
+                            [kn.output].into_iter().filter(in_range).collect(),
+                        ),
+                        None => (label, Vec::new(), Vec::new()),
+                    }
+                }
+            };
+            out.push(Access {
+                device: split.device.0,
+                label,
+                is_copy: false,
+                kernel: match step {
+                    Step::Fused { kernel } => Some(*kernel),
+                    Step::Op { .. } => None,
+                },
+                reads,
+                writes,
+            });
+        }
+    }
+    out
+}

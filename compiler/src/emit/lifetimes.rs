@@ -1,0 +1,213 @@
+//! Lifetimes of compute buffers over the plan's global step order, with
+//! in-place reuse.
+//!
+//! Steps are numbered globally: split 0's copies, split 0's steps, split 1's
+//! copies, ... A buffer lives from the step writing it to the last step reading
+//! it (reads through views count for the owner); graph outputs live to the end.
+//!
+//! In-place (invariant): a step's result takes over the bytes of one operand
+//! only when `liveness::in_place_operand` allows the op (for fused kernels: an
+//! input no row normalisation reads), that operand's owner is an intermediate
+//! compute buffer dying at this step, it is read as the owner itself or a view
+//! at offset 0 with the result's exact packed layout, and no other operand reads
+//! the same owner.
+
+use super::tensors::TensorTable;
+use crate::liveness::{Lifetime, in_place_operand};
+use crate::target::DeviceId;
+use ir::layout::contiguous_strides;
+use ir::plan::{Expr, FusedKernel, Placement, Split, Step};
+use ir::{Graph, Role, TensorId};
+
+/// One compute buffer: its lifetime and the tensors sharing its bytes.
+pub(super) struct Buffer {
+    /// Lifetime with aligned size (`tensor` = the first member).
+    pub lifetime: Lifetime,
+    /// Plan tensors placed at this buffer's offset.
+    pub members: Vec<u32>,
+}
+
+/// First and last step of every owner, and in-place merges.
+pub(super) struct Live {
+    first: Vec<usize>,
+    last: Vec<usize>,
+    parent: Vec<u32>,
+    needs_compute: Vec<bool>,
+    /// Owners of outputs: their bytes must survive the run, so they donate nothing.
+    keep: Vec<bool>,
+}
+
+/// One step's accesses.
+struct Access {
+    writes: u32,
+    reads: Vec<u32>,
+    /// Operand positions that may donate their bytes to `writes`.
+    donors: Vec<usize>,
+}
+
+fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
+    let mut out = Vec::new();
+    for split in splits {
+        for c in &split.copies {
+            out.push(Access {
+                writes: c.dst,
+                reads: vec![c.src],
+                donors: vec![],
+            });
+        }
+        for step in &split.steps {
+            out.push(match step {
+                Step::Op { op, dst, srcs } => Access {
+                    writes: *dst,
+                    reads: srcs.clone(),
+                    donors: in_place_operand(op, srcs.len()).into_iter().collect(),
+                },
+                Step::Fused { kernel } => {
+                    let k = &kernels[*kernel as usize];
+                    let normed: Vec<u32> = k
+                        .body
+                        .iter()
+                        .filter_map(|e| match e {
+                            Expr::RmsNorm { input, .. } | Expr::Norm { input, .. } => Some(*input),
+                            _ => None,
+                        })
+                        .collect();
+                    let donors = (0..k.inputs.len())
+                        .filter(|&j| !normed.contains(&(j as u32)))
+                        .collect();
+                    Access {
+                        writes: k.output,
+                        reads: k.inputs.clone(),
+                        donors,
+                    }
+                }
+            });
+        }
+    }
+    out
+}
+
+/// Computes lifetimes and in-place merges.
+pub(super) fn compute(
+    table: &TensorTable,
+    splits: &[Split],
+    kernels: &[FusedKernel],
+    graph: &Graph,
+) -> Live {
+    let n = table.tensors.len();
+    let n_graph = graph.len();
+    let needs_compute: Vec<bool> = (0..n)
+        .map(|t| {
+            let pt = &table.tensors[t];
+            table.owner[t] as usize == t
+                && pt.placement != Placement::Fused
+                && (t >= n_graph
+                    || matches!(pt.role, Role::Intermediate | Role::Output)
+                        && !graph.tensor(TensorId(t as u32)).is_leaf())
+        })
+        .collect();
+    let steps = accesses(splits, kernels);
+    let end = steps.len().saturating_sub(1);
+    let mut first = vec![usize::MAX; n];
+    let mut last = vec![0usize; n];
+    for (s, a) in steps.iter().enumerate() {
+        let w = table.owner[a.writes as usize] as usize;
+        first[w] = first[w].min(s);
+        last[w] = last[w].max(s);
+        for &r in &a.reads {
+            let o = table.owner[r as usize] as usize;
+            last[o] = last[o].max(s);
+        }
+    }
+    let mut keep = vec![false; n];
+    for f in first.iter_mut().filter(|f| **f == usize::MAX) {
+        *f = 0;
+    }
+    // An output (or a view that is an output) keeps its owner's bytes to the end.
+    for (t, pt) in table.tensors.iter().enumerate().take(n_graph) {
+        if pt.role == Role::Output {
+            let o = table.owner[t] as usize;
+            last[o] = end;
+            keep[o] = true;
+        }
+    }
+    let mut live = Live {
+        first,
+        last,
+        parent: (0..n as u32).collect(),
+        needs_compute,
+        keep,
+    };
+    for (s, a) in steps.iter().enumerate() {
+        if let Some(donor) = a.donors.iter().find_map(|&j| live.donor(table, a, j, s)) {
+            let root = live.find(donor);
+            live.parent[a.writes as usize] = root;
+        }
+    }
+    live
+}
+
+impl Live {
+    fn find(&self, mut t: u32) -> u32 {
+        while self.parent[t as usize] != t {
+            t = self.parent[t as usize];
+        }
+        t
+    }
+
+    /// The owner operand `j` of step `a` (at step `s`) can donate, if any.
+    fn donor(&self, table: &TensorTable, a: &Access, j: usize, s: usize) -> Option<u32> {
+        let dst = a.writes as usize;
+        let src = *a.reads.get(j)? as usize;
+        let o = table.owner[src] as usize;
+        let (ts, td) = (&table.tensors[src], &table.tensors[dst]);
+        let packed = contiguous_strides(td.dtype, td.ne) == Some(td.nb);
+        let ok = self.needs_compute[o]
+            && self.needs_compute[dst]
+            && o != dst
+            && !self.keep[o]
+            && self.last[o] == s
+            && table.view_offset[src] == 0
+            && (ts.dtype, ts.ne, ts.nb) == (td.dtype, td.ne, td.nb)
+            && packed
+            && (table.tensors[o].dtype, table.tensors[o].ne) == (td.dtype, td.ne)
+            && a.reads
+                .iter()
+                .enumerate()
+                .all(|(k, &r)| k == j || table.owner[r as usize] as usize != o);
+        ok.then_some(o as u32)
+    }
+
+    /// The compute buffers of `device`, merged members together, in id order.
+    pub fn buffers_on(&self, device: DeviceId, alignment: u64, table: &TensorTable) -> Vec<Buffer> {
+        let mut by_root: std::collections::BTreeMap<u32, Buffer> =
+            std::collections::BTreeMap::new();
+        for t in 0..table.tensors.len() {
+            if !self.needs_compute[t] || table.tensors[t].device != device {
+                continue;
+            }
+            let root = self.find(t as u32);
+            let pt = &table.tensors[t];
+            let layout = ir::Layout {
+                dtype: pt.dtype,
+                ne: pt.ne,
+                nb: pt.nb,
+            };
+            let size = layout.span_bytes().div_ceil(alignment.max(1)) * alignment.max(1);
+            let b = by_root.entry(root).or_insert_with(|| Buffer {
+                lifetime: Lifetime {
+                    tensor: TensorId(root),
+                    size,
+                    first: self.first[t],
+                    last: self.last[t],
+                },
+                members: vec![],
+            });
+            b.lifetime.size = b.lifetime.size.max(size);
+            b.lifetime.first = b.lifetime.first.min(self.first[t]);
+            b.lifetime.last = b.lifetime.last.max(self.last[t]);
+            b.members.push(t as u32);
+        }
+        by_root.into_values().collect()
+    }
+}

@@ -1,0 +1,200 @@
+//! Pass `emit`: turns the passes' decisions into the [`Plan`] the runtime executes.
+//!
+//! Inputs: the graph, the target, the assignment, the split drafts (with their
+//! copies) and the fusion groups. Output: a plan whose invariants are listed in
+//! `ir::plan` and re-proved by `compiler::check`.
+//!
+//! Invariants this pass establishes:
+//! - plan tensors `0..n` are the graph's, in id order; copies and views re-created
+//!   over copies follow, in the order splits first need them;
+//! - every tensor read by a step lives on the step's device (a cross-device read
+//!   goes through the copy the split pass placed);
+//! - views are not steps: they are `Placement::View` of the tensor owning the bytes;
+//! - compute memory is planned per device over the global step order (copies
+//!   count as steps), with in-place reuse where `liveness::in_place_operand` allows.
+
+mod lifetimes;
+mod resident;
+mod stats;
+mod tensors;
+
+use crate::Error;
+use crate::fuse::Fusion;
+use crate::split::SplitDraft;
+use crate::target::Target;
+use crate::{assign::Assignment, memory};
+use ir::Graph;
+use ir::plan::{Arena, Copy, FusedKernel, Placement, Plan, PlanDevice, Split, Step, Usage};
+use std::collections::BTreeMap;
+
+/// What the plan records about how it was made.
+#[derive(Clone, Debug)]
+pub struct Header {
+    /// The compiler's version.
+    pub compiler_version: String,
+    /// Fingerprint of the graph's canonical text.
+    pub graph_hash: String,
+    /// The target's name.
+    pub target_name: String,
+    /// The options as the command line spelled them.
+    pub options: Vec<String>,
+}
+
+/// Builds the plan.
+pub fn emit_plan(
+    graph: &Graph,
+    target: &Target,
+    assignment: &Assignment,
+    splits: &[SplitDraft],
+    fusion: &Fusion,
+    header: Header,
+) -> Result<Plan, Error> {
+    let mut table = tensors::TensorTable::new(graph, assignment);
+    for split in splits {
+        for c in &split.copies {
+            table.add_copy(graph, c.tensor, c.to);
+        }
+    }
+    let mut kernels = Vec::new();
+    let mut plan_splits = Vec::with_capacity(splits.len());
+    for split in splits {
+        let d = split.device;
+        let copies = split
+            .copies
+            .iter()
+            .map(|c| Copy {
+                src: c.tensor.0,
+                dst: table.copy_id(c.tensor, c.to),
+                bytes: c.bytes,
+            })
+            .collect();
+        let mut steps = Vec::new();
+        for &node in &split.nodes {
+            let t = graph.tensor(node);
+            let Some(op) = t.op else { continue };
+            if op.is_view() {
+                continue;
+            }
+            match fusion.group_of(node).map(|g| &fusion.groups[g]) {
+                Some(group) if group.nodes.last() != Some(&node) => continue,
+                Some(group) => {
+                    let inputs = group
+                        .inputs
+                        .iter()
+                        .map(|&i| table.local(graph, i, d))
+                        .collect::<Result<_, _>>()?;
+                    steps.push(Step::Fused {
+                        kernel: kernels.len() as u32,
+                    });
+                    kernels.push(FusedKernel {
+                        inputs,
+                        output: node.0,
+                        nodes: group.nodes.iter().map(|n| n.0).collect(),
+                        body: group.body.clone(),
+                    });
+                }
+                None => {
+                    let srcs = t
+                        .srcs
+                        .iter()
+                        .map(|&s| table.local(graph, s, d))
+                        .collect::<Result<_, _>>()?;
+                    steps.push(Step::Op {
+                        op,
+                        dst: node.0,
+                        srcs,
+                    });
+                }
+            }
+        }
+        plan_splits.push(Split {
+            device: d,
+            copies,
+            steps,
+        });
+    }
+    for group in &fusion.groups {
+        for &member in &group.nodes[..group.nodes.len() - 1] {
+            table.tensors[member.index()].placement = Placement::Fused;
+        }
+    }
+
+    let mut arenas = Vec::new();
+    let mut device_memory = BTreeMap::new();
+    let live = lifetimes::compute(&table, &plan_splits, &kernels, graph);
+    for device in target.device_ids() {
+        let dev = target.get(device).expect("ids come from the target");
+        for usage in [Usage::Weights, Usage::State, Usage::Io] {
+            let (size, offsets) = resident::pack(&table, device, usage, dev.alignment);
+            if size > 0 {
+                let arena = arenas.len() as u32;
+                arenas.push(Arena {
+                    device,
+                    usage,
+                    size,
+                });
+                for (t, offset) in offsets {
+                    table.tensors[t as usize].placement = Placement::Arena { arena, offset };
+                }
+            }
+        }
+        let buffers = live.buffers_on(device, dev.alignment, &table);
+        let lifetimes: Vec<_> = buffers.iter().map(|b| b.lifetime).collect();
+        let mem = memory::plan_memory(&lifetimes, dev.alignment).map_err(|e| Error::Memory {
+            device: dev.name.clone(),
+            problem: e.to_string(),
+        })?;
+        if mem.size > 0 {
+            let arena = arenas.len() as u32;
+            arenas.push(Arena {
+                device,
+                usage: Usage::Compute,
+                size: mem.size,
+            });
+            for (b, &offset) in buffers.iter().zip(&mem.offsets) {
+                for &t in &b.members {
+                    table.tensors[t as usize].placement = Placement::Arena { arena, offset };
+                }
+            }
+        }
+        device_memory.insert(device, mem);
+    }
+    table.place_views();
+
+    let devices = target
+        .devices
+        .iter()
+        .map(|d| PlanDevice {
+            name: d.name.clone(),
+            kind: d.kind,
+            memory_bytes: d.memory_bytes,
+            alignment: d.alignment,
+            max_buffer_bytes: d.max_buffer_bytes,
+        })
+        .collect();
+    let stats = stats::compute(
+        graph,
+        target,
+        &table,
+        &plan_splits,
+        &kernels,
+        &arenas,
+        &device_memory,
+    );
+    let n_graph_tensors = graph.len() as u32;
+    Ok(Plan {
+        format_version: ir::plan::PLAN_FORMAT_VERSION,
+        compiler_version: header.compiler_version,
+        graph_name: graph.name.clone(),
+        graph_hash: header.graph_hash,
+        target_name: header.target_name,
+        options: header.options,
+        devices,
+        n_graph_tensors,
+        tensors: table.tensors,
+        arenas,
+        kernels,
+        splits: plan_splits,
+        stats,
+    })
+}

@@ -1,0 +1,70 @@
+//! The plan's summary figures, derived from the plan itself.
+
+use super::tensors::TensorTable;
+use crate::cost;
+use crate::memory::MemoryPlan;
+use crate::target::{DeviceId, Target};
+use ir::plan::{Arena, DeviceStats, FusedKernel, LinkStats, Split, Stats, Step, Usage};
+use ir::{Graph, TensorId};
+use std::collections::BTreeMap;
+
+/// Stats of a plan under construction.
+pub(super) fn compute(
+    graph: &Graph,
+    target: &Target,
+    table: &TensorTable,
+    splits: &[Split],
+    kernels: &[FusedKernel],
+    arenas: &[Arena],
+    memory: &BTreeMap<DeviceId, MemoryPlan>,
+) -> Stats {
+    let devices = memory
+        .iter()
+        .map(|(&device, m)| DeviceStats {
+            device,
+            compute_bytes: m.size,
+            compute_lower_bound: m.lower_bound,
+            resident_bytes: arenas
+                .iter()
+                .filter(|a| a.device == device && a.usage != Usage::Compute)
+                .map(|a| a.size)
+                .sum(),
+            algorithm: m.algorithm.to_string(),
+        })
+        .collect();
+    let mut links: BTreeMap<(DeviceId, DeviceId), (u32, u64)> = BTreeMap::new();
+    let mut estimated_us = 0.0;
+    for split in splits {
+        for c in &split.copies {
+            let from = table.tensors[c.src as usize].device;
+            let e = links.entry((from, split.device)).or_default();
+            e.0 += 1;
+            e.1 += c.bytes;
+            estimated_us += cost::copy_time_us(target, from, split.device, c.bytes);
+        }
+        for step in &split.steps {
+            let nodes: Vec<u32> = match step {
+                Step::Op { dst, .. } => vec![*dst],
+                Step::Fused { kernel } => kernels[*kernel as usize].nodes.clone(),
+            };
+            for n in nodes {
+                estimated_us += cost::op_time_us(target, split.device, graph, TensorId(n));
+            }
+        }
+    }
+    Stats {
+        devices,
+        n_splits: splits.len() as u32,
+        links: links
+            .into_iter()
+            .map(|((from, to), (copies, bytes))| LinkStats {
+                from,
+                to,
+                copies,
+                bytes,
+            })
+            .collect(),
+        fused_nodes: kernels.iter().map(|k| k.nodes.len() as u32).sum(),
+        estimated_us: (estimated_us * 1000.0).round() / 1000.0,
+    }
+}

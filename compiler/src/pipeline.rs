@@ -1,0 +1,115 @@
+//! The compiler's pipeline, visible in one function with a timing per pass.
+//!
+//! verify graph -> assign -> schedule -> split + copies -> fuse -> emit
+//! (liveness + memory per device) -> check. Each pass reads its inputs and
+//! returns a new artifact; none mutates another's output.
+//!
+//! Invariant: the plan is a pure function of (graph, target, options): timings
+//! are returned beside it, never written into it.
+
+use crate::assign::{Policy, assign_devices};
+use crate::emit::{Header, emit_plan};
+use crate::placement::PlacementOptions;
+use crate::target::Target;
+use crate::{Error, check, fuse, schedule, split};
+use ir::Graph;
+use ir::plan::Plan;
+use std::time::Instant;
+
+/// Everything besides the graph and target that shapes a plan.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// Placement algorithm.
+    pub policy: Policy,
+    /// Weight placement rules.
+    pub placement: PlacementOptions,
+    /// The options as the user spelled them (recorded in the plan).
+    pub spelled: Vec<String>,
+}
+
+/// How long one pass took.
+#[derive(Clone, Debug)]
+pub struct PassTiming {
+    /// The pass.
+    pub pass: &'static str,
+    /// Wall time in microseconds.
+    pub micros: f64,
+}
+
+/// A plan and how long each pass took to make it.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The plan.
+    pub plan: Plan,
+    /// Per-pass wall times, in pipeline order.
+    pub timings: Vec<PassTiming>,
+}
+
+/// Compiles `graph` for `target`.
+pub fn compile(
+    graph: &Graph,
+    target: &Target,
+    options: &CompileOptions,
+) -> Result<Compiled, Error> {
+    let mut timings = Vec::new();
+    let mut timed = |pass: &'static str, start: Instant| {
+        timings.push(PassTiming {
+            pass,
+            micros: start.elapsed().as_secs_f64() * 1e6,
+        });
+    };
+
+    let t = Instant::now();
+    let violations = ir::verify::verify(graph);
+    if !violations.is_empty() {
+        return Err(Error::InvalidGraph {
+            graph: graph.name.clone(),
+            violations,
+        });
+    }
+    target.validate()?;
+    options.placement.validate(target)?;
+    timed("verify", t);
+
+    let t = Instant::now();
+    let assignment = assign_devices(graph, target, &options.placement, options.policy)?;
+    timed("assign", t);
+
+    let t = Instant::now();
+    let schedule = schedule::schedule_nodes(graph, &assignment);
+    timed("schedule", t);
+
+    let t = Instant::now();
+    let splits =
+        split::split_and_copy(graph, &assignment, &schedule).map_err(|e| Error::Internal {
+            pass: "split",
+            problem: e.to_string(),
+        })?;
+    timed("split", t);
+
+    let t = Instant::now();
+    let fusion = fuse::fuse_elementwise(graph, &assignment, &schedule.order);
+    timed("fuse", t);
+
+    let t = Instant::now();
+    let header = Header {
+        compiler_version: env!("CARGO_PKG_VERSION").to_string(),
+        graph_hash: ir::plan::fingerprint(ir::text::to_ron(graph).as_bytes()),
+        target_name: target.name.clone(),
+        options: options.spelled.clone(),
+    };
+    let plan = emit_plan(graph, target, &assignment, &splits, &fusion, header)?;
+    timed("emit", t);
+
+    let t = Instant::now();
+    let problems = check::check_plan(&plan, Some(target));
+    timed("check", t);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+        return Err(Error::Internal {
+            pass: "check",
+            problem: format!("the plan fails its checker:\n{}", list.join("\n")),
+        });
+    }
+    Ok(Compiled { plan, timings })
+}

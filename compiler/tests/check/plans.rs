@@ -1,0 +1,281 @@
+//! Hand-made plans for the checker tests, built as `Plan` structs, and the
+//! helpers that build them.
+
+use compiler::Target;
+use ir::plan::{
+    Arena, BinaryFn, Copy, DeviceId, DeviceStats, Expr, FusedKernel, LinkStats,
+    PLAN_FORMAT_VERSION, Placement, Plan, PlanDevice, PlanTensor, Split, Stats, Step, UnaryFn,
+    Usage,
+};
+use ir::{DType, Op, Role};
+
+pub const CPU: DeviceId = DeviceId(0);
+/// In `cpu+cuda0` (the preset's device order), cuda0 is d0 and the cpu d1.
+pub const GPU2: DeviceId = DeviceId(0);
+/// The cpu of `cpu+cuda0`.
+pub const CPU2: DeviceId = DeviceId(1);
+
+pub fn cpu_cuda() -> Target {
+    Target::preset("cpu+cuda0").expect("preset")
+}
+
+/// The plan devices of a preset target.
+pub fn devices(target: &str) -> Vec<PlanDevice> {
+    let t = Target::preset(target).expect("preset");
+    let dev = |d: &compiler::Device| PlanDevice {
+        name: d.name.clone(),
+        kind: d.kind,
+        memory_bytes: d.memory_bytes,
+        alignment: d.alignment,
+        max_buffer_bytes: d.max_buffer_bytes,
+    };
+    t.devices.iter().map(dev).collect()
+}
+
+/// A packed tensor, placed in `arena` at `offset`.
+pub fn at(
+    name: &str,
+    dtype: DType,
+    ne: [i64; 4],
+    role: Role,
+    dev: DeviceId,
+    arena: u32,
+    offset: u64,
+) -> PlanTensor {
+    let (bb, row) = (
+        dtype.block_bytes(),
+        ne[0] as u64 / dtype.block_elems() * dtype.block_bytes(),
+    );
+    let nb = [bb, row, row * ne[1] as u64, row * (ne[1] * ne[2]) as u64];
+    let placement = Placement::Arena { arena, offset };
+    let reason = "hand-made".to_string();
+    let (name, copy_of, init) = (name.to_string(), None, None);
+    PlanTensor {
+        name,
+        dtype,
+        ne,
+        nb,
+        role,
+        device: dev,
+        placement,
+        copy_of,
+        init,
+        reason,
+    }
+}
+
+/// An f32 [16, 4] tensor on the cpu of a one-device plan.
+pub fn f32x(name: &str, role: Role, arena: u32, offset: u64) -> PlanTensor {
+    at(name, DType::F32, [16, 4, 1, 1], role, CPU, arena, offset)
+}
+
+pub fn with(mut t: PlanTensor, placement: Placement) -> PlanTensor {
+    t.placement = placement;
+    t
+}
+
+pub fn copy_of(mut t: PlanTensor, of: u32) -> PlanTensor {
+    t.copy_of = Some(of);
+    t
+}
+
+pub fn op(op: Op, dst: u32, srcs: &[u32]) -> Step {
+    Step::Op {
+        op,
+        dst,
+        srcs: srcs.to_vec(),
+    }
+}
+
+pub fn split(device: DeviceId, copies: Vec<Copy>, steps: Vec<Step>) -> Split {
+    Split {
+        device,
+        copies,
+        steps,
+    }
+}
+
+pub fn scale(scale: f32) -> Op {
+    Op::Scale { scale, bias: 0.0 }
+}
+
+/// A plan; stats are filled from `splits`, links and per-device compute bytes.
+pub fn plan(
+    devices: Vec<PlanDevice>,
+    n_graph: u32,
+    tensors: Vec<PlanTensor>,
+    arenas: &[(DeviceId, Usage, u64)],
+    splits: Vec<Split>,
+) -> Plan {
+    let arenas: Vec<Arena> = arenas
+        .iter()
+        .map(|&(device, usage, size)| Arena {
+            device,
+            usage,
+            size,
+        })
+        .collect();
+    let compute = arenas.iter().filter(|a| a.usage == Usage::Compute);
+    let stats = |a: &Arena| DeviceStats {
+        device: a.device,
+        compute_bytes: a.size,
+        compute_lower_bound: a.size / 2,
+        resident_bytes: 0,
+        algorithm: "greedy_by_size".to_string(),
+    };
+    let stats = Stats {
+        devices: compute.map(stats).collect(),
+        n_splits: splits.len() as u32,
+        links: vec![],
+        fused_nodes: 0,
+        estimated_us: 1.0,
+    };
+    Plan {
+        format_version: PLAN_FORMAT_VERSION,
+        compiler_version: "0.1.0".to_string(),
+        graph_name: "hand".to_string(),
+        graph_hash: "0000000000000000".to_string(),
+        target_name: "hand".to_string(),
+        options: vec![],
+        devices,
+        n_graph_tensors: n_graph,
+        tensors,
+        arenas,
+        kernels: vec![],
+        splits,
+        stats,
+    }
+}
+
+/// One device, two tensors, one op: y = scale(x).
+pub fn minimal_plan() -> Plan {
+    let tensors = vec![f32x("x", Role::Input, 0, 0), f32x("y", Role::Output, 1, 0)];
+    let arenas = [(CPU, Usage::Io, 256), (CPU, Usage::Compute, 256)];
+    let steps = vec![op(scale(2.0), 1, &[0])];
+    plan(
+        devices("cpu"),
+        2,
+        tensors,
+        &arenas,
+        vec![split(CPU, vec![], steps)],
+    )
+}
+
+/// One device: a = x * w, av = view(a), b = silu(av), y = b + a written in
+/// place over a (a dies there). Compute arena: a and y at 0, b at 512.
+pub fn chain_plan() -> Plan {
+    let tensors = vec![
+        f32x("x", Role::Input, 0, 0),
+        at("w", DType::F32, [16, 1, 1, 1], Role::Weight, CPU, 1, 0),
+        f32x("a", Role::Intermediate, 2, 0),
+        with(
+            f32x("av", Role::Intermediate, 0, 0),
+            Placement::View { of: 2, offset: 0 },
+        ),
+        f32x("b", Role::Intermediate, 2, 512),
+        f32x("y", Role::Output, 2, 0),
+    ];
+    let arenas = [
+        (CPU, Usage::Io, 256),
+        (CPU, Usage::Weights, 64),
+        (CPU, Usage::Compute, 1024),
+    ];
+    let steps = vec![
+        op(Op::Mul, 2, &[0, 1]),
+        op(Op::Silu, 4, &[3]),
+        op(Op::Add, 5, &[4, 2]),
+    ];
+    plan(
+        devices("cpu"),
+        6,
+        tensors,
+        &arenas,
+        vec![split(CPU, vec![], steps)],
+    )
+}
+
+/// `cpu+cuda0`: h = relu(x) on cpu; copy h to cuda0; y = mul_mat(w q4_0,
+/// h@cuda0) on cuda0; yv = view(y); copy y to cpu, where yv is re-created
+/// over the copy; z = scale(yv@cpu) in place over y@cpu.
+pub fn two_device_plan() -> Plan {
+    let x4 = |name, role, dev, arena, offset| {
+        at(name, DType::F32, [32, 4, 1, 1], role, dev, arena, offset)
+    };
+    let y4 = |name, role, dev, arena, offset| {
+        at(name, DType::F32, [8, 4, 1, 1], role, dev, arena, offset)
+    };
+    let yv = y4("yv", Role::Intermediate, GPU2, 0, 0);
+    let yv_cpu = copy_of(y4("yv@cpu", Role::Intermediate, CPU2, 0, 0), 5);
+    let tensors = vec![
+        x4("x", Role::Input, CPU2, 0, 0),
+        at("w", DType::Q4_0, [32, 8, 1, 1], Role::Weight, GPU2, 1, 0),
+        x4("h", Role::Intermediate, CPU2, 2, 0),
+        y4("y", Role::Intermediate, GPU2, 3, 512),
+        y4("z", Role::Output, CPU2, 2, 0),
+        with(yv, Placement::View { of: 3, offset: 0 }),
+        copy_of(x4("h@cuda0", Role::Intermediate, GPU2, 3, 0), 2),
+        copy_of(y4("y@cpu", Role::Intermediate, CPU2, 2, 0), 3),
+        with(yv_cpu, Placement::View { of: 7, offset: 0 }),
+    ];
+    let arenas = [
+        (CPU2, Usage::Io, 512),
+        (GPU2, Usage::Weights, 256),
+        (CPU2, Usage::Compute, 512),
+        (GPU2, Usage::Compute, 768),
+    ];
+    let copy = |src, dst, bytes| vec![Copy { src, dst, bytes }];
+    let splits = vec![
+        split(CPU2, vec![], vec![op(Op::Relu, 2, &[0])]),
+        split(GPU2, copy(2, 6, 512), vec![op(Op::MulMat, 3, &[1, 6])]),
+        split(CPU2, copy(3, 7, 128), vec![op(scale(0.5), 4, &[8])]),
+    ];
+    let mut p = plan(devices("cpu+cuda0"), 6, tensors, &arenas, splits);
+    let link = |from, to, bytes| LinkStats {
+        from,
+        to,
+        copies: 1,
+        bytes,
+    };
+    p.stats.links = vec![link(CPU2, GPU2, 512), link(GPU2, CPU2, 128)];
+    p
+}
+
+/// One device, one fused kernel: y = silu(rms_norm(x) * w); n and m take no memory.
+pub fn fused_plan() -> Plan {
+    let tensors = vec![
+        f32x("x", Role::Input, 0, 0),
+        at("w", DType::F32, [16, 1, 1, 1], Role::Weight, CPU, 1, 0),
+        with(f32x("n", Role::Intermediate, 0, 0), Placement::Fused),
+        with(f32x("m", Role::Intermediate, 0, 0), Placement::Fused),
+        f32x("y", Role::Output, 2, 0),
+    ];
+    let arenas = [
+        (CPU, Usage::Io, 256),
+        (CPU, Usage::Weights, 64),
+        (CPU, Usage::Compute, 256),
+    ];
+    let steps = vec![Step::Fused { kernel: 0 }];
+    let mut p = plan(
+        devices("cpu"),
+        5,
+        tensors,
+        &arenas,
+        vec![split(CPU, vec![], steps)],
+    );
+    let body = vec![
+        Expr::RmsNorm {
+            input: 0,
+            eps: 1e-5,
+        },
+        Expr::Input(1),
+        Expr::Binary(BinaryFn::Mul, 0, 1),
+        Expr::Unary(UnaryFn::Silu, 2),
+    ];
+    p.kernels = vec![FusedKernel {
+        inputs: vec![0, 1],
+        output: 4,
+        nodes: vec![2, 3, 4],
+        body,
+    }];
+    p
+}

@@ -1,0 +1,238 @@
+//! The reference plan evaluator: runs a compiled plan's steps, in its order,
+//! over its own arenas and offsets, with the reference kernels.
+//!
+//! It is the oracle for the compiler's decisions: if the memory plan let two
+//! live tensors share bytes, or a step read a copy before it was made, the
+//! outputs differ from [`super::evaluate`]'s on the same graph. Devices are all
+//! simulated in host memory; a copy moves bytes between two arenas.
+//!
+//! Invariant: every byte range it touches is bounds-checked against its arena;
+//! a plan pointing outside is an [`EvalError::InvalidPlan`], never a panic.
+
+use super::bind::{Leaf, bind_leaf};
+use super::{Bindings, EvalError};
+use crate::reference::fused::eval_fused;
+use crate::reference::{Dense, compute, gather, scatter};
+use ir::plan::{Placement, Plan, Step};
+use ir::{Layout, Op, Role};
+
+/// The arenas of an evaluated plan.
+pub struct PlanMemory<'p> {
+    plan: &'p Plan,
+    arenas: Vec<Vec<u8>>,
+}
+
+fn invalid(problem: String) -> EvalError {
+    EvalError::InvalidPlan { problem }
+}
+
+fn layout_of(plan: &Plan, t: u32) -> Layout {
+    let pt = &plan.tensors[t as usize];
+    Layout {
+        dtype: pt.dtype,
+        ne: pt.ne,
+        nb: pt.nb,
+    }
+}
+
+/// (arena, byte offset) of tensor `t`, following views; checked against the arena.
+fn location(plan: &Plan, arenas: &[Vec<u8>], t: u32) -> Result<(usize, usize), EvalError> {
+    let mut at = t;
+    let mut extra = 0u64;
+    for _ in 0..plan.tensors.len() + 1 {
+        let pt = plan
+            .tensors
+            .get(at as usize)
+            .ok_or_else(|| invalid(format!("tensor {at} does not exist")))?;
+        match pt.placement {
+            Placement::Arena { arena, offset } => {
+                let arena = arena as usize;
+                let start = offset + extra;
+                let span = layout_of(plan, t).span_bytes();
+                let len = arenas
+                    .get(arena)
+                    .map(Vec::len)
+                    .ok_or_else(|| invalid(format!("arena {arena} does not exist")))?;
+                if start + span > len as u64 {
+                    return Err(invalid(format!(
+                        "'{}' ends past its arena",
+                        plan.tensors[t as usize].name
+                    )));
+                }
+                return Ok((arena, start as usize));
+            }
+            Placement::View { of, offset } => {
+                at = of;
+                extra += offset;
+            }
+            Placement::Fused => {
+                return Err(invalid(format!(
+                    "'{}' is inside a fused kernel and has no bytes",
+                    pt.name
+                )));
+            }
+        }
+    }
+    Err(invalid(format!(
+        "view chain of '{}' loops",
+        plan.tensors[t as usize].name
+    )))
+}
+
+impl PlanMemory<'_> {
+    /// The values of plan tensor `t`.
+    pub fn read(&self, t: u32) -> Result<Dense, EvalError> {
+        let (arena, offset) = location(self.plan, &self.arenas, t)?;
+        Ok(gather(
+            &self.arenas[arena][offset..],
+            &layout_of(self.plan, t),
+        ))
+    }
+
+    /// The values of the graph tensor called `name`.
+    pub fn read_name(&self, name: &str) -> Option<Dense> {
+        let t = self.plan.tensors[..self.plan.n_graph_tensors as usize]
+            .iter()
+            .position(|t| t.name == name)?;
+        self.read(t as u32).ok()
+    }
+
+    fn write(&mut self, t: u32, values: &Dense) -> Result<(), EvalError> {
+        let (arena, offset) = location(self.plan, &self.arenas, t)?;
+        scatter(
+            values,
+            &mut self.arenas[arena][offset..],
+            &layout_of(self.plan, t),
+        );
+        Ok(())
+    }
+}
+
+/// The graph tensor a plan tensor stands for (copies name their original).
+fn original(plan: &Plan, mut t: u32) -> u32 {
+    for _ in 0..plan.tensors.len() {
+        match plan.tensors.get(t as usize).and_then(|x| x.copy_of) {
+            Some(src) => t = src,
+            None => break,
+        }
+    }
+    t
+}
+
+/// For an I32 leaf used as row indices (directly or through its copies): the
+/// row count of the tensors it indexes.
+fn index_bound(plan: &Plan, t: u32) -> Option<i64> {
+    let rows = |table: u32| plan.tensors.get(table as usize).map(|x| x.ne[1]);
+    let is_t = |s: Option<&u32>| s.is_some_and(|&s| original(plan, s) == t);
+    plan.splits
+        .iter()
+        .flat_map(|s| &s.steps)
+        .filter_map(|step| match step {
+            Step::Op {
+                op: Op::GetRows,
+                srcs,
+                ..
+            } if is_t(srcs.get(1)) => rows(srcs[0]),
+            Step::Op {
+                op: Op::SetRows,
+                srcs,
+                ..
+            } if is_t(srcs.get(2)) => rows(srcs[0]),
+            _ => None,
+        })
+        .min()
+}
+
+/// Runs `plan` and returns its arenas after the last step.
+pub fn evaluate_plan<'p>(
+    plan: &'p Plan,
+    bindings: &Bindings<'_>,
+) -> Result<PlanMemory<'p>, EvalError> {
+    let graph_tensors = &plan.tensors[..(plan.n_graph_tensors as usize).min(plan.tensors.len())];
+    for name in bindings.inputs.keys() {
+        if !graph_tensors
+            .iter()
+            .any(|t| &t.name == name && matches!(t.role, Role::Input | Role::State))
+        {
+            return Err(EvalError::NotAnInput {
+                name: name.clone(),
+                hint: String::new(),
+            });
+        }
+    }
+    let mut memory = PlanMemory {
+        plan,
+        arenas: plan
+            .arenas
+            .iter()
+            .map(|a| vec![0u8; a.size as usize])
+            .collect(),
+    };
+    for (t, pt) in graph_tensors.iter().enumerate() {
+        if !pt.role.is_leaf_role() || !matches!(pt.placement, Placement::Arena { .. }) {
+            continue;
+        }
+        let bound = index_bound(plan, t as u32);
+        let leaf = Leaf {
+            name: &pt.name,
+            layout: layout_of(plan, t as u32),
+            role: pt.role,
+            init: pt.init.as_ref(),
+            index_bound: bound,
+        };
+        let bytes = bind_leaf(&leaf, bindings)?;
+        if let Some(bound) = bound {
+            let values = gather(&bytes, &leaf.layout);
+            if let Some((index, &value)) = values
+                .data
+                .iter()
+                .enumerate()
+                .find(|&(_, &v)| !(v >= 0.0 && v < bound as f64 && v.fract() == 0.0))
+            {
+                return Err(EvalError::IndexOutOfRange {
+                    name: pt.name.clone(),
+                    value,
+                    index,
+                    bound,
+                    table: String::new(),
+                });
+            }
+        }
+        let (arena, offset) = location(plan, &memory.arenas, t as u32)?;
+        memory.arenas[arena][offset..offset + bytes.len()].copy_from_slice(&bytes);
+    }
+    for split in &plan.splits {
+        for c in &split.copies {
+            let values = memory.read(c.src)?;
+            memory.write(c.dst, &values)?;
+        }
+        for step in &split.steps {
+            match step {
+                Step::Op { op, dst, srcs } => {
+                    let values: Vec<Dense> = srcs
+                        .iter()
+                        .map(|&s| memory.read(s))
+                        .collect::<Result<_, _>>()?;
+                    let refs: Vec<&Dense> = values.iter().collect();
+                    let out = compute(op, &refs, &layout_of(plan, *dst));
+                    memory.write(*dst, &out)?;
+                }
+                Step::Fused { kernel } => {
+                    let k = plan
+                        .kernels
+                        .get(*kernel as usize)
+                        .ok_or_else(|| invalid(format!("kernel {kernel} does not exist")))?;
+                    let values: Vec<Dense> = k
+                        .inputs
+                        .iter()
+                        .map(|&s| memory.read(s))
+                        .collect::<Result<_, _>>()?;
+                    let refs: Vec<&Dense> = values.iter().collect();
+                    let out = eval_fused(&k.body, &refs, layout_of(plan, k.output).ne);
+                    memory.write(k.output, &out)?;
+                }
+            }
+        }
+    }
+    Ok(memory)
+}

@@ -1,0 +1,176 @@
+//! Property test: random valid graphs -> compile for several targets and both
+//! policies -> the checker passes, compiling twice gives identical bytes, and
+//! the plan evaluator (the plan's order, arenas, copies, fused kernels) gives
+//! the graph evaluator's outputs.
+
+use compiler::assign::Policy;
+use compiler::pipeline::{CompileOptions, compile};
+use compiler::placement::PlacementOptions;
+use compiler::target::Target;
+use ggplan_tests::{TestRng, workspace_root};
+use ir::{DType, Graph, GraphBuilder, Op, TensorId};
+use kernels::evaluate::{Bindings, Weights, evaluate, evaluate_plan};
+use std::collections::BTreeMap;
+
+/// A random graph of `[d, rows]` activations: unary, binary (also with a
+/// broadcast bias), mul_mat with per-layer weights, norms, soft_max, layout
+/// round trips through reshape/permute/transpose/cont, and glu over a concat.
+fn random_graph(rng: &mut TestRng, case: usize) -> Graph {
+    let mut b = GraphBuilder::new(format!("random{case}"));
+    let d = [32i64, 64][rng.below(2)];
+    let rows = 1 + rng.below(7) as i64;
+    let x = b.input("x", DType::F32, [d, rows, 1, 1]).unwrap();
+    let mut pool: Vec<TensorId> = vec![x];
+    let n_ops = 3 + rng.below(14);
+    for i in 0..n_ops {
+        let layer = i / 3;
+        let a = pool[rng.below(pool.len())];
+        let name = |s: &str| format!("n{i}.{s}");
+        let out = match rng.below(8) {
+            0 => {
+                let op = [
+                    Op::Silu,
+                    Op::Relu,
+                    Op::Tanh,
+                    Op::Sqr,
+                    Op::Scale {
+                        scale: 0.5,
+                        bias: 0.1,
+                    },
+                ][rng.below(5)];
+                b.unary(name("unary"), op, a).unwrap()
+            }
+            1 => {
+                let other = if rng.below(2) == 0 {
+                    pool[rng.below(pool.len())]
+                } else {
+                    b.weight(format!("blk.{layer}.bias{i}"), DType::F32, [d, 1, 1, 1])
+                        .unwrap()
+                };
+                let op = [Op::Add, Op::Mul, Op::Sub][rng.below(3)];
+                b.node(name("binary"), op, &[a, other], None).unwrap()
+            }
+            2 => {
+                let w = b
+                    .weight(format!("blk.{layer}.w{i}"), DType::F32, [d, d, 1, 1])
+                    .unwrap();
+                b.mul_mat(name("mm"), w, a).unwrap()
+            }
+            3 => {
+                if rng.below(2) == 0 {
+                    b.rms_norm(name("rms"), a, 1e-5).unwrap()
+                } else {
+                    b.norm(name("norm"), a, 1e-5).unwrap()
+                }
+            }
+            4 => b.soft_max(name("softmax"), a, None, 0.25, 0.0).unwrap(),
+            5 => {
+                let r = b.reshape(name("r3"), a, [d / 2, 2, rows, 1]).unwrap();
+                let p = b.permute(name("perm"), r, [1, 0, 2, 3]).unwrap();
+                let c = b.cont(name("cont"), p).unwrap();
+                b.reshape(name("r2"), c, [d, rows, 1, 1]).unwrap()
+            }
+            6 => {
+                let t = b.transpose(name("t"), a).unwrap();
+                let c = b.cont(name("tc"), t).unwrap();
+                let t2 = b.transpose(name("t2"), c).unwrap();
+                b.cont(name("tc2"), t2).unwrap()
+            }
+            _ => {
+                let other = pool[rng.below(pool.len())];
+                let cat = b.concat(name("cat"), a, other, 0).unwrap();
+                b.glu(name("glu"), ir::GluKind::SwiGlu, cat, rng.below(2) == 0)
+                    .unwrap()
+            }
+        };
+        pool.push(out);
+    }
+    let last = *pool.last().unwrap();
+    if last != x {
+        b.mark_output(last).unwrap();
+    }
+    let extra = pool[rng.below(pool.len())];
+    if extra != x && b.tensor(extra).view.is_none() {
+        b.mark_output(extra).unwrap();
+    }
+    b.finish().unwrap()
+}
+
+fn nmse(a: &[f64], b: &[f64]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = a.iter().map(|x| x * x).sum();
+    if den == 0.0 { num } else { num / den }
+}
+
+#[test]
+fn random_graphs_compile_check_and_compute_the_same_outputs() {
+    let small =
+        Target::read(&workspace_root().join("examples/targets/cpu+2gpu-small.ron")).unwrap();
+    let setups = [
+        (Target::preset("cpu").unwrap(), PlacementOptions::default()),
+        (
+            Target::preset("cpu+cuda0").unwrap(),
+            PlacementOptions {
+                offload_layers: Some(1),
+                ..Default::default()
+            },
+        ),
+        (
+            Target::preset("cpu+cuda0+cuda1").unwrap(),
+            PlacementOptions::default(),
+        ),
+        (
+            small,
+            PlacementOptions {
+                fit: true,
+                ..Default::default()
+            },
+        ),
+    ];
+    let mut rng = TestRng::new(0xC0FFEE);
+    for case in 0..40 {
+        let graph = random_graph(&mut rng, case);
+        let bindings = Bindings {
+            weights: Weights::Random { seed: case as u64 },
+            inputs: BTreeMap::new(),
+            random_inputs: Some(1),
+        };
+        let reference = evaluate(&graph, &bindings).unwrap();
+        for (target, placement) in &setups {
+            for policy in [Policy::Ggml, Policy::Cost] {
+                let label = format!("case {case} on {} ({policy:?})", target.name);
+                let opts = CompileOptions {
+                    policy,
+                    placement: placement.clone(),
+                    spelled: vec![],
+                };
+                let plan = match compile(&graph, target, &opts) {
+                    Ok(c) => c.plan,
+                    Err(e) => panic!("{label}: {e}\n{}", ir::text::to_ron(&graph)),
+                };
+                let twice = compile(&graph, target, &opts).unwrap().plan;
+                assert_eq!(
+                    ir::plan::plan_to_ron(&plan),
+                    ir::plan::plan_to_ron(&twice),
+                    "{label}: not deterministic"
+                );
+                let problems = compiler::check::check_plan(&plan, Some(target));
+                assert!(problems.is_empty(), "{label}: {problems:?}");
+                let run =
+                    evaluate_plan(&plan, &bindings).unwrap_or_else(|e| panic!("{label}: {e}"));
+                for out in graph.with_role(ir::Role::Output) {
+                    let name = &graph.tensor(out).name;
+                    let e = nmse(
+                        &reference.read(out).data,
+                        &run.read_name(name).unwrap().data,
+                    );
+                    assert!(
+                        e <= 1e-10,
+                        "{label}: output '{name}' NMSE {e}\n{}",
+                        ir::text::to_ron(&graph)
+                    );
+                }
+            }
+        }
+    }
+}

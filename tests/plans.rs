@@ -1,0 +1,111 @@
+//! Compiled plans of the example graphs: insta snapshots (under the top-level
+//! `snapshots/`), checker, determinism, and equality of outputs between the
+//! graph evaluator and the plan evaluator (which runs the plan's own order,
+//! arenas, offsets, copies and fused kernels).
+
+use compiler::assign::Policy;
+use compiler::pipeline::{CompileOptions, compile};
+use compiler::placement::PlacementOptions;
+use compiler::target::Target;
+use ggplan_tests::{example_graph_files, workspace_root};
+use ir::Graph;
+use kernels::evaluate::{Bindings, Weights, evaluate, evaluate_plan};
+use std::collections::BTreeMap;
+
+/// The targets every example is snapshotted on, with their options.
+fn setups(graph: &Graph) -> Vec<(&'static str, Target, PlacementOptions)> {
+    let n_layers = compiler::placement::n_layers(graph);
+    let small = Target::read(&workspace_root().join("examples/targets/cpu+2gpu-small.ron"))
+        .expect("small target");
+    vec![
+        (
+            "cpu",
+            Target::preset("cpu").unwrap(),
+            PlacementOptions::default(),
+        ),
+        (
+            "cpu+cuda0.half",
+            Target::preset("cpu+cuda0").unwrap(),
+            PlacementOptions {
+                offload_layers: Some(n_layers / 2),
+                ..Default::default()
+            },
+        ),
+        (
+            "cpu+2gpu-small.fit",
+            small,
+            PlacementOptions {
+                fit: true,
+                ..Default::default()
+            },
+        ),
+    ]
+}
+
+fn options(policy: Policy, placement: PlacementOptions) -> CompileOptions {
+    CompileOptions {
+        policy,
+        placement,
+        spelled: vec![],
+    }
+}
+
+fn bindings() -> Bindings<'static> {
+    Bindings {
+        weights: Weights::Random { seed: 3 },
+        inputs: BTreeMap::new(),
+        random_inputs: Some(4),
+    }
+}
+
+/// NMSE of `b` against `a`.
+fn nmse(a: &[f64], b: &[f64]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = a.iter().map(|x| x * x).sum();
+    if den == 0.0 { num } else { num / den }
+}
+
+#[test]
+fn example_plans_are_checked_deterministic_snapshotted_and_compute_the_graph() {
+    for path in example_graph_files() {
+        let graph = ir::text::read_graph(&path).unwrap();
+        let reference = evaluate(&graph, &bindings()).unwrap();
+        for (setup, target, placement) in setups(&graph) {
+            for (policy, pname) in [(Policy::Ggml, "ggml"), (Policy::Cost, "cost")] {
+                let name = format!("{}.{setup}.{pname}", graph.name);
+                let opts = options(policy, placement.clone());
+                let plan = compile(&graph, &target, &opts)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"))
+                    .plan;
+                let text = ir::plan::plan_to_ron(&plan);
+                let again = ir::plan::plan_to_ron(&compile(&graph, &target, &opts).unwrap().plan);
+                assert_eq!(text, again, "{name}: two compilations differ");
+                assert_eq!(
+                    ir::plan::parse_plan(&text, &name).unwrap(),
+                    plan,
+                    "{name}: text round trip"
+                );
+                let problems = compiler::check::check_plan(&plan, Some(&target));
+                assert!(problems.is_empty(), "{name}: {problems:?}");
+
+                let run =
+                    evaluate_plan(&plan, &bindings()).unwrap_or_else(|e| panic!("{name}: {e}"));
+                for out in graph.with_role(ir::Role::Output) {
+                    let want = reference.read(out);
+                    let have = run
+                        .read_name(&graph.tensor(out).name)
+                        .expect("output in plan");
+                    let e = nmse(&want.data, &have.data);
+                    assert!(
+                        e <= 1e-10,
+                        "{name}: output '{}' NMSE {e}",
+                        graph.tensor(out).name
+                    );
+                }
+                insta::with_settings!({ snapshot_path => workspace_root().join("snapshots"), prepend_module_to_snapshot => false }, {
+                    insta::assert_snapshot!(name, text);
+                });
+            }
+        }
+    }
+}
