@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 fn random_graph(rng: &mut TestRng, case: usize) -> Graph {
     let mut b = GraphBuilder::new(format!("random{case}"));
     let d = [32i64, 64][rng.below(2)];
-    let rows = 1 + rng.below(7) as i64;
+    let rows = 1 + rng.below(24) as i64;
     let x = b.input("x", DType::F32, [d, rows, 1, 1]).unwrap();
     let mut pool: Vec<TensorId> = vec![x];
     let n_ops = 3 + rng.below(14);
@@ -106,8 +106,14 @@ fn nmse(a: &[f64], b: &[f64]) -> f64 {
 fn random_graphs_compile_check_and_compute_the_same_outputs() {
     let small =
         Target::read(&workspace_root().join("examples/targets/cpu+2gpu-small.ron")).unwrap();
+    // Buffers of at most 16 KiB (the largest random tensor is a 64x64 f32
+    // weight, exactly 16 KiB) force arenas to be chunked.
+    let mut tiny_buffers = Target::preset("cpu").unwrap();
+    tiny_buffers.name = "cpu-16k-buffers".into();
+    tiny_buffers.devices[0].max_buffer_bytes = 16 << 10;
     let setups = [
         (Target::preset("cpu").unwrap(), PlacementOptions::default()),
+        (tiny_buffers, PlacementOptions::default()),
         (
             Target::preset("cpu+cuda0").unwrap(),
             PlacementOptions {
@@ -128,6 +134,7 @@ fn random_graphs_compile_check_and_compute_the_same_outputs() {
         ),
     ];
     let mut rng = TestRng::new(0xC0FFEE);
+    let (mut chunked_compute, mut chunked_weights) = (0, 0);
     for case in 0..40 {
         let graph = random_graph(&mut rng, case);
         let bindings = Bindings {
@@ -156,6 +163,12 @@ fn random_graphs_compile_check_and_compute_the_same_outputs() {
                 );
                 let problems = compiler::check::check_plan(&plan, Some(target));
                 assert!(problems.is_empty(), "{label}: {problems:?}");
+                let count =
+                    |u: ir::plan::Usage| plan.arenas.iter().filter(|a| a.usage == u).count();
+                chunked_compute +=
+                    usize::from(count(ir::plan::Usage::Compute) > plan.devices.len());
+                chunked_weights +=
+                    usize::from(count(ir::plan::Usage::Weights) > plan.devices.len());
                 let run =
                     evaluate_plan(&plan, &bindings).unwrap_or_else(|e| panic!("{label}: {e}"));
                 for out in graph.with_role(ir::Role::Output) {
@@ -173,4 +186,8 @@ fn random_graphs_compile_check_and_compute_the_same_outputs() {
             }
         }
     }
+    assert!(
+        chunked_compute > 0 && chunked_weights > 0,
+        "chunking was exercised: {chunked_compute} compute, {chunked_weights} weights"
+    );
 }

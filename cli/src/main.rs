@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module; `main` only parses arguments and
 //! turns errors into a message and exit code 1 (clap uses 2 for usage errors).
 
+mod cmd_bench_compile;
 mod cmd_compile;
 mod cmd_demo;
 mod cmd_diff;
@@ -40,6 +41,8 @@ enum Command {
     Diff(cmd_diff::DiffArgs),
     /// Draw a plan with Graphviz.
     Dot(cmd_dot::DotArgs),
+    /// Time compiling a 32-layer llama-7B-shaped graph, per pass.
+    BenchCompile(cmd_bench_compile::BenchCompileArgs),
     /// Run the bundled example end to end (needs no files).
     Demo(cmd_demo::DemoArgs),
     /// Evaluate a graph with the reference kernels and summarise its outputs.
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd_verify::run(args),
         Command::Diff(args) => cmd_diff::run(args),
         Command::Dot(args) => cmd_dot::run(args),
+        Command::BenchCompile(args) => cmd_bench_compile::run(args),
         Command::Demo(args) => cmd_demo::run(args),
         Command::Eval(args) => cmd_eval::run(args),
         Command::Fmt(args) => cmd_fmt::run(args),

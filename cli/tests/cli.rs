@@ -129,9 +129,202 @@ fn eval_errors_name_what_is_wrong() {
 
 #[test]
 fn every_subcommand_has_help_with_an_example() {
-    for sub in ["demo", "eval", "fmt"] {
+    for sub in [
+        "demo",
+        "eval",
+        "fmt",
+        "compile",
+        "show",
+        "explain",
+        "verify",
+        "diff",
+        "dot",
+        "bench-compile",
+    ] {
         let out = ggplan(&[sub, "--help"]);
         assert!(out.status.success());
         assert!(text(&out).contains("Example"), "{sub}: {}", text(&out));
     }
+}
+
+#[test]
+fn compile_show_explain_verify_diff_dot_work_together() {
+    let dir = scratch_dir("plan");
+    let p = |name: &str| dir.join(name).display().to_string();
+    let graph = example("llama2l.ron");
+    for (policy, file) in [("ggml", "ggml.ron"), ("cost", "cost.ron")] {
+        let out = ggplan(&[
+            "compile",
+            &graph,
+            "--target",
+            "cpu+cuda0",
+            "--offload-layers",
+            "1",
+            "--policy",
+            policy,
+            "-o",
+            &p(file),
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(
+            text(&out).contains("splits") && text(&out).contains("compiled in"),
+            "{}",
+            text(&out)
+        );
+    }
+    // Byte-identical output for the same inputs.
+    let again = ggplan(&[
+        "compile",
+        &graph,
+        "--target",
+        "cpu+cuda0",
+        "--offload-layers",
+        "1",
+        "--policy",
+        "cost",
+        "-o",
+        &p("again.ron"),
+    ]);
+    assert!(again.status.success());
+    assert_eq!(
+        std::fs::read(p("cost.ron")).unwrap(),
+        std::fs::read(p("again.ron")).unwrap()
+    );
+
+    let out = ggplan(&["show", &p("cost.ron"), "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("show --json prints JSON");
+    for key in ["n_splits", "n_copies", "copy_bytes"] {
+        assert!(json[key].is_u64(), "{key} in {json}");
+    }
+    assert!(
+        json["devices"]["cuda0"]["arena_bytes"].is_u64()
+            && json["devices"]["cpu"]["lower_bound_bytes"].is_u64(),
+        "{json}"
+    );
+
+    let out = ggplan(&["explain", &p("cost.ron"), "l1.kq"]);
+    assert!(
+        out.status.success() && text(&out).contains("written by mul_mat"),
+        "{}",
+        text(&out)
+    );
+    let out = ggplan(&["explain", &p("cost.ron"), "no_such"]);
+    assert_eq!(out.status.code(), Some(1));
+
+    let out = ggplan(&["verify", &p("cost.ron")]);
+    assert!(
+        out.status.success() && text(&out).contains("valid"),
+        "{}",
+        text(&out)
+    );
+
+    let out = ggplan(&["diff", &p("ggml.ron"), &p("cost.ron")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = ggplan(&["diff", &p("cost.ron"), &p("again.ron")]);
+    assert!(text(&out).contains("no differences"), "{}", text(&out));
+
+    let out = ggplan(&["dot", &p("cost.ron"), "-o", &p("plan.dot")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dot = std::fs::read_to_string(p("plan.dot")).unwrap();
+    assert!(
+        dot.starts_with("digraph plan") && dot.contains("cluster_0") && dot.contains("copy "),
+        "{dot}"
+    );
+}
+
+#[test]
+fn verify_lists_every_violation_of_a_corrupted_plan() {
+    let dir = scratch_dir("verify");
+    let plan = dir.join("p.ron").display().to_string();
+    let out = ggplan(&[
+        "compile",
+        &example("mlp.ron"),
+        "--target",
+        "cpu",
+        "-o",
+        &plan,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Put every compute tensor at offset 0 and claim a wrong split count.
+    let text_in = std::fs::read_to_string(&plan).unwrap();
+    let mut corrupted = String::new();
+    for line in text_in.lines() {
+        let line = if line.contains("role: Intermediate") || line.contains("role: Output") {
+            let start = line.find("offset: ").map(|i| i + 8);
+            match start {
+                Some(s) => {
+                    let end = s + line[s..].find(')').unwrap();
+                    format!("{}0{}", &line[..s], &line[end..])
+                }
+                None => line.to_string(),
+            }
+        } else {
+            line.replace("n_splits: 1,", "n_splits: 7,")
+        };
+        corrupted.push_str(&line);
+        corrupted.push('\n');
+    }
+    std::fs::write(&plan, corrupted).unwrap();
+    let out = ggplan(&["verify", &plan]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("overlap bytes") && t.contains("both are alive"),
+        "{t}"
+    );
+    assert!(t.contains("n_splits is 7, the plan has 1 splits"), "{t}");
+
+    // An unknown plan version is refused before anything else.
+    std::fs::write(
+        &plan,
+        text_in.replacen("format_version: 1", "format_version: 9", 1),
+    )
+    .unwrap();
+    let out = ggplan(&["verify", &plan]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("format_version 9"), "{}", text(&out));
+}
+
+#[test]
+fn compile_errors_name_what_is_wrong() {
+    let dir = scratch_dir("compile-errors");
+    let out_path = dir.join("p.ron");
+    let o = out_path.display().to_string();
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu",
+        "--offload-layers",
+        "1",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("no accelerator"), "{}", text(&out));
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "tpu9",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("tpu9"), "{}", text(&out));
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu+cuda0",
+        "--pin",
+        "blk=gpu7",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("gpu7"), "{}", text(&out));
+    assert!(!out_path.exists(), "no plan file is written on error");
 }

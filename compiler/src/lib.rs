@@ -1,19 +1,18 @@
-//! The ahead-of-time compiler (issue 3): so far, its inputs only.
+//! The ahead-of-time compiler: graph + target + options -> plan.
 //!
-//! What exists now:
-//! - [`target`]: target descriptions as plain data (devices in priority order,
-//!   their op support, memory, alignment, throughput; links between them), with
-//!   validation, built-in presets and the RON files of `examples/targets/`;
-//! - [`placement`]: weight placement options (`--pin REGEX=DEVICE`,
-//!   `--offload-layers N`, `--fit`) and the rule that says which weights they pin;
-//! - [`liveness`]: lifetimes of compute tensors over an execution order, views
-//!   keeping their root alive, in-place reuse where the op allows it;
-//! - [`memory`]: arena offsets from several algorithms (the smallest wins) and
-//!   the lower bound, for one arena.
+//! The pipeline is [`pipeline::compile`], in pass order:
+//! - [`assign`]: a device for every tensor (policy `ggml` reproduces
+//!   ggml_backend_sched's passes; policy `cost` is an exact min cut for two
+//!   devices, alpha-expansion beyond), using [`placement`] rules and [`cost`];
+//! - [`schedule`]: a topological order grouping nodes per device;
+//! - [`split`]: maximal same-device runs and deduplicated, early copies;
+//! - [`fuse`]: elementwise chains and norm-then-mul as expression kernels;
+//! - [`emit`]: the plan: copies, views, lifetimes with in-place reuse, arenas
+//!   from [`memory`], stats;
+//! - [`check`]: an independent checker that re-proves the plan.
 //!
-//! What does not exist yet: the passes assign, schedule, split and copies and
-//! fuse, the pipeline that joins them, the plan checker and plan writing. Nothing
-//! here produces a plan.
+//! Also: [`target`] (target descriptions and presets) and [`liveness`] (the
+//! graph-level lifetime analysis and the in-place rules `emit` shares).
 //!
 //! Invariant: this crate never opens a device or LLVM. A target is a
 //! description, so a plan for `cpu+cuda0` can be made on a machine without a GPU.

@@ -32,8 +32,8 @@
 //!    ends inside the arena (span = ggml_nbytes, computed here); a view names a
 //!    tensor with an arena placement on the same device and stays inside its
 //!    span; `Fused` placements are exactly the non-last members of fused
-//!    kernels; an arena (the runtime chunks it past `max_buffer_bytes`) and the
-//!    sum of a device's arenas fit the device's `memory_bytes`; the result of
+//!    kernels; an arena fits the device's `max_buffer_bytes` (the compiler
+//!    chunks arenas) and the sum of a device's arenas its `memory_bytes`; the result of
 //!    a write-into op (`cpy`, `set_rows`) is a view of its destination's bytes.
 //! 3. `order` — [`ViolationKind::Order`] and [`ViolationKind::Device`]: walking
 //!    the splits in order (copies, then steps), every tensor read already holds

@@ -125,10 +125,10 @@ fn arenas(c: &mut Checker<'_>) {
         let Some(dev) = plan.devices.get(arena.device.index()) else {
             continue; // format
         };
-        if arena.size > dev.memory_bytes {
+        if arena.size > dev.max_buffer_bytes {
             let msg = format!(
-                "{} bytes exceed device {}'s memory of {} bytes",
-                arena.size, dev.name, dev.memory_bytes
+                "{} bytes exceed device {}'s largest buffer of {} bytes (the compiler chunks arenas)",
+                arena.size, dev.name, dev.max_buffer_bytes
             );
             c.problem(Bounds, format!("arena {a}"), msg);
         }

@@ -27,6 +27,51 @@ use ir::Graph;
 use ir::plan::{Arena, Copy, FusedKernel, Placement, Plan, PlanDevice, Split, Step, Usage};
 use std::collections::BTreeMap;
 
+type PlanOf<'a> = dyn Fn(&[&'a lifetimes::Buffer]) -> Result<memory::MemoryPlan, Error> + 'a;
+
+/// Splits compute buffers into arenas of at most `max_buffer` bytes: one
+/// arena when the whole plan fits; otherwise buffers in order of their first
+/// step join the current chunk while its plan still fits, then a new chunk starts.
+fn chunk_buffers<'a>(
+    all: &[&'a lifetimes::Buffer],
+    whole_size: u64,
+    max_buffer: u64,
+    plan_of: &PlanOf<'a>,
+    device: &str,
+) -> Result<Vec<(Vec<&'a lifetimes::Buffer>, memory::MemoryPlan)>, Error> {
+    if whole_size <= max_buffer {
+        return Ok(vec![(all.to_vec(), plan_of(all)?)]);
+    }
+    let mut order: Vec<&lifetimes::Buffer> = all.to_vec();
+    order.sort_by_key(|b| (b.lifetime.first, b.lifetime.tensor));
+    let mut chunks = Vec::new();
+    let mut current: Vec<&lifetimes::Buffer> = Vec::new();
+    for b in order {
+        if b.lifetime.size > max_buffer {
+            return Err(Error::Memory {
+                device: device.to_string(),
+                problem: format!(
+                    "tensor t{} needs {} bytes, more than the largest buffer ({max_buffer} bytes)",
+                    b.lifetime.tensor.0, b.lifetime.size
+                ),
+            });
+        }
+        current.push(b);
+        if plan_of(&current)?.size > max_buffer {
+            current.pop();
+            let done = std::mem::take(&mut current);
+            let plan = plan_of(&done)?;
+            chunks.push((done, plan));
+            current.push(b);
+        }
+    }
+    if !current.is_empty() {
+        let plan = plan_of(&current)?;
+        chunks.push((current, plan));
+    }
+    Ok(chunks)
+}
+
 /// What the plan records about how it was made.
 #[derive(Clone, Debug)]
 pub struct Header {
@@ -125,33 +170,46 @@ pub fn emit_plan(
     for device in target.device_ids() {
         let dev = target.get(device).expect("ids come from the target");
         for usage in [Usage::Weights, Usage::State, Usage::Io] {
-            let (size, offsets) = resident::pack(&table, device, usage, dev.alignment);
-            if size > 0 {
+            for chunk in resident::pack(
+                &table,
+                device,
+                usage,
+                dev.alignment,
+                dev.max_buffer_bytes,
+                &dev.name,
+            )? {
                 let arena = arenas.len() as u32;
                 arenas.push(Arena {
                     device,
                     usage,
-                    size,
+                    size: chunk.size,
                 });
-                for (t, offset) in offsets {
+                for (t, offset) in chunk.offsets {
                     table.tensors[t as usize].placement = Placement::Arena { arena, offset };
                 }
             }
         }
         let buffers = live.buffers_on(device, dev.alignment, &table);
-        let lifetimes: Vec<_> = buffers.iter().map(|b| b.lifetime).collect();
-        let mem = memory::plan_memory(&lifetimes, dev.alignment).map_err(|e| Error::Memory {
-            device: dev.name.clone(),
-            problem: e.to_string(),
-        })?;
-        if mem.size > 0 {
+        let plan_of = |bufs: &[&lifetimes::Buffer]| {
+            let lifetimes: Vec<_> = bufs.iter().map(|b| b.lifetime).collect();
+            memory::plan_memory(&lifetimes, dev.alignment).map_err(|e| Error::Memory {
+                device: dev.name.clone(),
+                problem: e.to_string(),
+            })
+        };
+        let all: Vec<&lifetimes::Buffer> = buffers.iter().collect();
+        let mem = plan_of(&all)?;
+        for chunk in chunk_buffers(&all, mem.size, dev.max_buffer_bytes, &plan_of, &dev.name)? {
+            if chunk.1.size == 0 {
+                continue;
+            }
             let arena = arenas.len() as u32;
             arenas.push(Arena {
                 device,
                 usage: Usage::Compute,
-                size: mem.size,
+                size: chunk.1.size,
             });
-            for (b, &offset) in buffers.iter().zip(&mem.offsets) {
+            for (b, &offset) in chunk.0.iter().zip(&chunk.1.offsets) {
                 for &t in &b.members {
                     table.tensors[t as usize].placement = Placement::Arena { arena, offset };
                 }

@@ -22,7 +22,11 @@ pub(super) fn compute(
         .iter()
         .map(|(&device, m)| DeviceStats {
             device,
-            compute_bytes: m.size,
+            compute_bytes: arenas
+                .iter()
+                .filter(|a| a.device == device && a.usage == Usage::Compute)
+                .map(|a| a.size)
+                .sum(),
             compute_lower_bound: m.lower_bound,
             resident_bytes: arenas
                 .iter()
