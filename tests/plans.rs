@@ -71,6 +71,7 @@ fn example_plans_are_checked_deterministic_snapshotted_and_compute_the_graph() {
         let graph = ir::text::read_graph(&path).unwrap();
         let reference = evaluate(&graph, &bindings()).unwrap();
         for (setup, target, placement) in setups(&graph) {
+            let mut copies = Vec::new();
             for (policy, pname) in [(Policy::Ggml, "ggml"), (Policy::Cost, "cost")] {
                 let name = format!("{}.{setup}.{pname}", graph.name);
                 let opts = options(policy, placement.clone());
@@ -87,6 +88,8 @@ fn example_plans_are_checked_deterministic_snapshotted_and_compute_the_graph() {
                 );
                 let problems = compiler::check::check_plan(&plan, Some(&target));
                 assert!(problems.is_empty(), "{name}: {problems:?}");
+                let bytes: u64 = plan.stats.links.iter().map(|l| l.bytes).sum();
+                copies.push((plan.stats.n_splits, bytes));
 
                 let run =
                     evaluate_plan(&plan, &bindings()).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -106,6 +109,13 @@ fn example_plans_are_checked_deterministic_snapshotted_and_compute_the_graph() {
                     insta::assert_snapshot!(name, text);
                 });
             }
+            // Issue 3's promise: cost never makes more splits or copies more bytes than ggml.
+            let (ggml, cost) = (copies[0], copies[1]);
+            assert!(
+                cost.0 <= ggml.0 && cost.1 <= ggml.1,
+                "{} {setup}: cost {cost:?} vs ggml {ggml:?}",
+                graph.name
+            );
         }
     }
 }

@@ -326,5 +326,29 @@ fn compile_errors_name_what_is_wrong() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("gpu7"), "{}", text(&out));
+    // A device too small for the plan.
+    let small = dir.join("small.ron");
+    let cpu = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/targets/cpu.ron"),
+    )
+    .unwrap();
+    let cpu = cpu
+        .replace("memory_bytes: 25769803776", "memory_bytes: 8000000")
+        .replace("max_buffer_bytes: 25769803776", "max_buffer_bytes: 8000000");
+    std::fs::write(&small, cpu).unwrap();
+    let out = ggplan(&[
+        "compile",
+        &example("bert2l.ron"),
+        "--target",
+        small.to_str().unwrap(),
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("the weights need 7870464 bytes but cpu has"),
+        "{}",
+        text(&out)
+    );
     assert!(!out_path.exists(), "no plan file is written on error");
 }

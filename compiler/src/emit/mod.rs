@@ -215,6 +215,32 @@ pub fn emit_plan(
                 }
             }
         }
+        let total: u64 = arenas
+            .iter()
+            .filter(|a| a.device == device)
+            .map(|a| a.size)
+            .sum();
+        if total > dev.memory_bytes {
+            let by_usage: Vec<String> = [Usage::Weights, Usage::State, Usage::Io, Usage::Compute]
+                .iter()
+                .map(|&u| {
+                    let bytes: u64 = arenas
+                        .iter()
+                        .filter(|a| a.device == device && a.usage == u)
+                        .map(|a| a.size)
+                        .sum();
+                    format!("{u:?} {bytes}")
+                })
+                .collect();
+            return Err(Error::Memory {
+                device: dev.name.clone(),
+                problem: format!(
+                    "the plan needs {total} bytes ({}) but the device has {} bytes; try --fit, --offload-layers or --pin",
+                    by_usage.join(", "),
+                    dev.memory_bytes
+                ),
+            });
+        }
         device_memory.insert(device, mem);
     }
     table.place_views();
