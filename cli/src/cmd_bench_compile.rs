@@ -6,8 +6,9 @@
 //! (single-thread memcpy bandwidth, measured in the same run) is there so runs
 //! on different machines can be put side by side.
 
+use crate::cmd_compile::PolicyArg;
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::PlacementOptions;
@@ -17,12 +18,6 @@ use models::llama::{LlamaConfig, LlamaNames, build_prefill};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
-
-#[derive(Clone, Copy, ValueEnum)]
-enum PolicyArg {
-    Ggml,
-    Cost,
-}
 
 /// Arguments of `ggplan bench-compile`.
 #[derive(Args)]
@@ -90,10 +85,7 @@ pub fn run(args: BenchCompileArgs) -> Result<ExitCode> {
     let graph = build_prefill(&llama7b_shape())?;
     let target = Target::parse(&args.target)?;
     let options = CompileOptions {
-        policy: match args.policy {
-            PolicyArg::Ggml => Policy::Ggml,
-            PolicyArg::Cost => Policy::Cost,
-        },
+        policy: Policy::from(args.policy),
         placement: PlacementOptions {
             offload_layers: args.offload_layers,
             ..Default::default()

@@ -11,11 +11,20 @@ use std::process::ExitCode;
 
 /// Placement policy names on the command line.
 #[derive(Clone, Copy, ValueEnum)]
-enum PolicyArg {
+pub enum PolicyArg {
     /// Reproduce ggml_backend_sched's greedy decisions.
     Ggml,
     /// Minimise estimated time (default).
     Cost,
+}
+
+impl From<PolicyArg> for Policy {
+    fn from(p: PolicyArg) -> Policy {
+        match p {
+            PolicyArg::Ggml => Policy::Ggml,
+            PolicyArg::Cost => Policy::Cost,
+        }
+    }
 }
 
 /// Arguments of `ggplan compile`.
@@ -57,10 +66,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         .map(|p| PinRule::parse(p, &target))
         .collect::<Result<Vec<_>, _>>()?;
     let mut spelled = vec![format!("--target {}", args.target)];
-    let policy = match args.policy {
-        PolicyArg::Ggml => Policy::Ggml,
-        PolicyArg::Cost => Policy::Cost,
-    };
+    let policy = Policy::from(args.policy);
     spelled.push(format!(
         "--policy {}",
         if policy == Policy::Ggml {

@@ -59,7 +59,7 @@ fn is_intermediate(r: &Role) -> bool {
 
 /// `implicit_some` drops `Some(..)` around optional fields and
 /// `unwrap_variant_newtypes` writes `Rope(mode: ..)` instead of `Rope((mode: ..))`.
-fn extensions() -> ron::extensions::Extensions {
+pub(crate) fn extensions() -> ron::extensions::Extensions {
     ron::extensions::Extensions::IMPLICIT_SOME
         | ron::extensions::Extensions::UNWRAP_VARIANT_NEWTYPES
 }
@@ -154,9 +154,14 @@ fn tensor_text(graph: &Graph, t: &Tensor) -> TensorText {
     }
 }
 
-/// Parses graph text; `path` names the source in errors. The result is verified:
-/// every violation is reported at once, with the line of the offending tensor.
-pub fn parse(text: &str, path: &str) -> Result<Graph, Error> {
+/// Parses a versioned RON file into `T`: the `format_version` field is read
+/// first and must equal `supported`, so a file of another version is refused
+/// before anything else in it is interpreted. Syntax errors carry line and column.
+pub(crate) fn parse_versioned<T: serde::de::DeserializeOwned>(
+    text: &str,
+    path: &str,
+    supported: u32,
+) -> Result<T, Error> {
     let syntax = |e: ron::error::SpannedError| Error::Syntax {
         path: path.to_string(),
         line: e.span.start.line,
@@ -165,14 +170,20 @@ pub fn parse(text: &str, path: &str) -> Result<Graph, Error> {
     };
     let options = ron::Options::default().with_default_extension(extensions());
     let probe: VersionProbe = options.from_str(text).map_err(syntax)?;
-    if probe.format_version != FORMAT_VERSION {
+    if probe.format_version != supported {
         return Err(Error::FormatVersion {
             path: path.to_string(),
             found: probe.format_version,
-            supported: FORMAT_VERSION,
+            supported,
         });
     }
-    let file: GraphText = options.from_str(text).map_err(syntax)?;
+    options.from_str(text).map_err(syntax)
+}
+
+/// Parses graph text; `path` names the source in errors. The result is verified:
+/// every violation is reported at once, with the line of the offending tensor.
+pub fn parse(text: &str, path: &str) -> Result<Graph, Error> {
+    let file: GraphText = parse_versioned(text, path, FORMAT_VERSION)?;
     let lines = tensor_lines(text, &file.tensors);
     let (graph, mut violations) = resolve(file);
     violations.extend(verify::verify(&graph));

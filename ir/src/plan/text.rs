@@ -5,21 +5,11 @@
 
 use super::Plan;
 use crate::error::Error;
-use serde::Deserialize;
+use crate::text::extensions;
 use std::path::Path;
 
 /// The plan format version this build reads and writes.
 pub const PLAN_FORMAT_VERSION: u32 = 1;
-
-#[derive(Deserialize)]
-struct VersionProbe {
-    format_version: u32,
-}
-
-fn extensions() -> ron::extensions::Extensions {
-    ron::extensions::Extensions::IMPLICIT_SOME
-        | ron::extensions::Extensions::UNWRAP_VARIANT_NEWTYPES
-}
 
 /// One value as single-line RON (implicit `Some`, no header).
 fn line<T: serde::Serialize>(value: &T) -> String {
@@ -81,22 +71,7 @@ pub fn plan_to_ron(plan: &Plan) -> String {
 
 /// Parses plan text; `path` names the source in errors.
 pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
-    let syntax = |e: ron::error::SpannedError| Error::Syntax {
-        path: path.to_string(),
-        line: e.span.start.line,
-        col: e.span.start.col,
-        message: e.code.to_string(),
-    };
-    let options = ron::Options::default().with_default_extension(extensions());
-    let probe: VersionProbe = options.from_str(text).map_err(syntax)?;
-    if probe.format_version != PLAN_FORMAT_VERSION {
-        return Err(Error::FormatVersion {
-            path: path.to_string(),
-            found: probe.format_version,
-            supported: PLAN_FORMAT_VERSION,
-        });
-    }
-    options.from_str(text).map_err(syntax)
+    crate::text::parse_versioned(text, path, PLAN_FORMAT_VERSION)
 }
 
 /// Reads and parses a plan file.
