@@ -39,3 +39,36 @@ impl Rng {
         (0..n).map(|_| self.uniform(lo, hi)).collect()
     }
 }
+
+/// The error metric of ggml's test-backend-ops: sum((a-b)^2) / sum(a^2), with
+/// `a` the reference. Any NaN (or a length mismatch) gives infinity, so it fails
+/// every threshold.
+pub fn nmse(reference: &[f64], actual: &[f64]) -> f64 {
+    if reference.len() != actual.len() {
+        return f64::INFINITY;
+    }
+    let mut err = 0.0;
+    let mut norm = 0.0;
+    for (&a, &b) in reference.iter().zip(actual) {
+        if a.is_nan() || b.is_nan() {
+            return f64::INFINITY;
+        }
+        err += (a - b) * (a - b);
+        norm += a * a;
+    }
+    if norm == 0.0 {
+        if err == 0.0 { 0.0 } else { f64::INFINITY }
+    } else {
+        err / norm
+    }
+}
+
+/// DESIGN.md's NMSE thresholds: 5e-4 for mul_mat and attention, 1e-6 for
+/// soft_max, 1e-7 otherwise.
+pub fn nmse_threshold(op_name: &str) -> f64 {
+    match op_name {
+        "mul_mat" => 5e-4,
+        "soft_max" => 1e-6,
+        _ => 1e-7,
+    }
+}

@@ -1,5 +1,10 @@
-//! The plan runtime: not built yet (issue 4).
+//! The plan runtime: loads a [`ir::plan::Plan`] and weights, checks the plan,
+//! allocates one arena per (device, usage) and executes the steps on the CPU
+//! (LLVM-JIT fused kernels, `gemm` matmuls, SIMD quantized kernels).
 //!
-//! It will load a plan (and weights), check it, allocate arenas and execute it
-//! on CPU (LLVM-JIT fused kernels) and CUDA. It will never depend on the
-//! compiler crate. Nothing here works yet, so nothing is exported.
+//! Layering: depends on `ir` only, never on the compiler.
+
+pub mod cpu;
+pub mod error;
+
+pub use error::RuntimeError;

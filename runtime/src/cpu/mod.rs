@@ -1,0 +1,9 @@
+//! The CPU device: thread pool, prepared kernels, and the kernels themselves.
+
+pub mod kernel;
+pub mod pool;
+pub mod tensor;
+
+pub use kernel::CpuKernel;
+pub use pool::{ThreadCtx, ThreadPool};
+pub use tensor::RawTensor;
