@@ -4,6 +4,7 @@
 //!
 //! Layering: depends on `ir` only, never on the compiler.
 
+pub mod ceiling;
 pub mod cpu;
 pub mod error;
 
