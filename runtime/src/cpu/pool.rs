@@ -25,7 +25,7 @@ const SPIN_ITERATIONS: u32 = 200_000;
 /// with more threads than cores still makes progress.
 fn relax(spins: &mut u32) {
     *spins += 1;
-    if *spins % 1024 == 0 {
+    if spins.is_multiple_of(1024) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
