@@ -9,7 +9,8 @@
 //! - [`fuse`]: elementwise chains and norm-then-mul as expression kernels;
 //! - [`emit`]: the plan: copies, views, lifetimes with in-place reuse, arenas
 //!   from [`memory`], stats;
-//! - [`check`]: an independent checker that re-proves the plan.
+//! - [`check`]: the independent checker (`ir::plan::check`) plus op support
+//!   on the target.
 //!
 //! Also: [`target`] (target descriptions and presets) and [`liveness`] (the
 //! graph-level lifetime analysis and the in-place rules `emit` shares).

@@ -2,7 +2,7 @@
 //! and people read. This is the one stable serialized contract between
 //! `compiler` (which writes plans) and `runtime` (which only reads them).
 //!
-//! Invariants of a plan the compiler emits (re-proved by `compiler::check`,
+//! Invariants of a plan the compiler emits (re-proved by [`check`],
 //! which shares no code with the passes):
 //! - `tensors[i]` for `i < n_graph_tensors` are the graph's tensors in id order;
 //!   later entries are copies of a tensor on another device (`copy_of`);
@@ -15,6 +15,7 @@
 //! - the text form is canonical: the same graph, target and options give the
 //!   same bytes.
 
+pub mod check;
 mod fused;
 mod text;
 

@@ -11,8 +11,8 @@
 use super::ViolationKind::Lifetime;
 use super::trace::Access;
 use super::{Checker, is_leaf_role, span_of};
-use ir::Role;
-use ir::plan::Placement;
+use crate::Role;
+use crate::plan::Placement;
 
 /// One tensor with bytes in an arena, alive over `first..=last`.
 #[derive(Clone, Copy)]

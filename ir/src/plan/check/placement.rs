@@ -3,7 +3,7 @@
 
 use super::ViolationKind::{Bounds, Placement as PlacementKind};
 use super::{Checker, span_of};
-use ir::plan::{Placement, Usage};
+use crate::plan::{Placement, Usage};
 use std::collections::BTreeSet;
 
 pub(super) fn check(c: &mut Checker<'_>) {

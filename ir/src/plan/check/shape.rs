@@ -1,5 +1,5 @@
 //! Family 1 (format), shapes: every op step's destination has the dtype and
-//! extents its op's rule ([`ir::rules::derive`]) gives for its sources; a
+//! extents its op's rule ([`crate::rules::derive`]) gives for its sources; a
 //! write-into op (`cpy`, `set_rows`) writes a view of its destination's bytes,
 //! every other op a tensor with arena bytes (family 2, placement).
 //!
@@ -8,8 +8,8 @@
 
 use super::Checker;
 use super::ViolationKind::{Format, Placement as PlacementKind};
-use ir::plan::{Placement, PlanTensor, Step};
-use ir::{Layout, Op, Tensor, TensorId, ViewOf};
+use crate::plan::{Placement, PlanTensor, Step};
+use crate::{Layout, Op, Tensor, TensorId, ViewOf};
 
 /// Largest extent product, stride and offset handed to the shape rules.
 const SANE: u64 = 1 << 48;
@@ -25,7 +25,7 @@ pub(super) fn check(c: &mut Checker<'_>) {
 }
 
 fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32]) {
-    if op.is_view() || !ir::rules::arity(op).contains(&srcs.len()) {
+    if op.is_view() || !crate::rules::arity(op).contains(&srcs.len()) {
         return; // reported by the format family
     }
     let Some(out) = c.tensor(dst) else { return };
@@ -47,7 +47,7 @@ fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32]) {
         ne: out.ne,
         nb: out.nb,
     };
-    let derived = match ir::rules::derive(op, &pairs, Some(&declared)) {
+    let derived = match crate::rules::derive(op, &pairs, Some(&declared)) {
         Ok(d) => d,
         Err(reason) => {
             let operands: Vec<String> = srcs.iter().map(|&s| c.describe(s)).collect();

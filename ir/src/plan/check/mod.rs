@@ -1,8 +1,8 @@
 //! The plan checker: re-proves a [`Plan`] from the plan alone.
 //!
 //! It shares no code with the passes that make plans (assign, schedule, split,
-//! fuse, liveness, memory): it reads only `ir` types (the plan, [`ir::Op`], the
-//! shape rules of [`ir::rules`]) and, when given one, the [`Target`]. Lifetimes,
+//! fuse, liveness, memory): it reads only `ir` types (the plan, [`crate::Op`], the
+//! shape rules of [`crate::rules`]) and, when given one, the [`Target`]. Lifetimes,
 //! spans and validity are recomputed here from scratch. It never stops at the
 //! first problem: [`check_plan`] returns every violation, each with its
 //! [`ViolationKind`], the tensor to blame when there is one, and a sentence. It
@@ -25,7 +25,7 @@
 //!    of a tensor of the same original into a copy tensor, `bytes` = its span; an
 //!    op step has its op's arity, is not a view op (views run no kernel), and
 //!    its destination's dtype and extents follow the op's shape rule
-//!    (`shape`, through [`ir::rules::derive`]).
+//!    (`shape`, through [`crate::rules::derive`]).
 //! 2. `placement` — [`ViolationKind::Placement`] and [`ViolationKind::Bounds`]:
 //!    an arena placement is in an arena of the tensor's device and of the usage
 //!    its role asks for, at an offset aligned to the device's alignment, and
@@ -54,10 +54,8 @@
 //!    reuse: the step that writes one reads the other (directly or through a
 //!    view), that other dies there and is neither a leaf nor kept to the end,
 //!    and both have the same offset and span.
-//! 5. `support` — [`ViolationKind::Support`] (only with a target): every op
-//!    step's (op, src0 dtype) is supported by its device, and every expression
-//!    of a fused kernel maps to an elementwise op kind its device supports for
-//!    the dtype of its first argument; every plan device is in the target.
+//! 5. `support` — [`ViolationKind::Support`]: not here; the compiler's family
+//!    (which knows targets) runs at this point through [`check_plan_with`].
 //! 6. `fused` — [`ViolationKind::Fused`]: a kernel's `nodes` end with its
 //!    `output`, no node belongs to two kernels, one step runs each kernel; its
 //!    body is non-empty and topologically ordered, every `Input`, `RmsNorm` and
@@ -76,12 +74,10 @@ mod order;
 mod placement;
 mod shape;
 mod stats;
-mod support;
 mod trace;
 
-use crate::target::Target;
-use ir::plan::{Placement, Plan, PlanTensor};
-use ir::{DType, Role};
+use crate::plan::{Placement, Plan, PlanTensor};
+use crate::{DType, Role};
 
 /// Which family of invariants a violation breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -144,10 +140,16 @@ impl std::fmt::Display for PlanViolation {
     }
 }
 
-/// Re-proves every invariant of the module doc for `plan`; with a `target`,
-/// also op support. Returns every violation found (empty when the plan is
-/// valid), family by family in the order of the module doc.
-pub fn check_plan(plan: &Plan, target: Option<&Target>) -> Vec<PlanViolation> {
+/// Re-proves every invariant of the module doc for `plan`. Returns every
+/// violation found (empty when the plan is valid), family by family in the
+/// order of the module doc.
+pub fn check_plan(plan: &Plan) -> Vec<PlanViolation> {
+    check_plan_with(plan, |_| {})
+}
+
+/// [`check_plan`], with `extra` run in family 5's place (after lifetimes,
+/// before fused kernels), reporting through the same [`Checker`].
+pub fn check_plan_with(plan: &Plan, extra: impl FnOnce(&mut Checker<'_>)) -> Vec<PlanViolation> {
     let mut c = Checker {
         plan,
         out: Vec::new(),
@@ -158,28 +160,27 @@ pub fn check_plan(plan: &Plan, target: Option<&Target>) -> Vec<PlanViolation> {
     let accesses = trace::accesses(plan);
     order::check(&mut c, &accesses);
     lifetime::check(&mut c, &accesses);
-    if let Some(target) = target {
-        support::check(&mut c, target);
-    }
+    extra(&mut c);
     fused::check(&mut c);
     stats::check(&mut c);
     c.out
 }
 
 /// The plan under check and the violations found so far.
-struct Checker<'p> {
-    plan: &'p Plan,
+pub struct Checker<'p> {
+    /// The plan.
+    pub plan: &'p Plan,
     out: Vec<PlanViolation>,
 }
 
 impl<'p> Checker<'p> {
     /// Tensor `i`, if in range.
-    fn tensor(&self, i: u32) -> Option<&'p PlanTensor> {
+    pub fn tensor(&self, i: u32) -> Option<&'p PlanTensor> {
         self.plan.tensors.get(i as usize)
     }
 
     /// Reports a problem of tensor `i` (named from the plan when in range).
-    fn tensor_problem(&mut self, what: ViolationKind, i: u32, message: String) {
+    pub fn tensor_problem(&mut self, what: ViolationKind, i: u32, message: String) {
         let name = self.tensor(i).map(|t| t.name.clone()).unwrap_or_default();
         self.out.push(PlanViolation {
             what,
@@ -190,7 +191,7 @@ impl<'p> Checker<'p> {
     }
 
     /// Reports a problem of something other than a tensor.
-    fn problem(&mut self, what: ViolationKind, name: impl Into<String>, message: String) {
+    pub fn problem(&mut self, what: ViolationKind, name: impl Into<String>, message: String) {
         self.out.push(PlanViolation {
             what,
             tensor: None,

@@ -1,7 +1,7 @@
 //! The plan as a flat list of accesses over a global step counter: split by
 //! split, its copies, then its steps. Families 3 (order) and 4 (lifetime) read it.
 
-use ir::plan::{Plan, Step};
+use crate::plan::{Plan, Step};
 
 /// What one global step reads and writes (only tensor indices in range).
 pub(super) struct Access {

@@ -2,8 +2,8 @@
 //! Later families skip what this one reports as out of range.
 
 use super::{Checker, ViolationKind::Format, span_of};
-use ir::plan::{Copy, PLAN_FORMAT_VERSION, Placement, PlanTensor, Step};
-use ir::{ConstInit, Role};
+use crate::plan::{Copy, PLAN_FORMAT_VERSION, Placement, PlanTensor, Step};
+use crate::{ConstInit, Role};
 
 pub(super) fn check(c: &mut Checker<'_>) {
     let plan = c.plan;
@@ -267,7 +267,7 @@ fn check_step(c: &mut Checker<'_>, s: usize, k: usize, step: &Step) {
                 let msg = format!("{op} is a view op: views run no kernel and are not steps");
                 c.tensor_problem(Format, *dst, msg);
             }
-            let arity = ir::rules::arity(op);
+            let arity = crate::rules::arity(op);
             if !arity.contains(&srcs.len()) {
                 let msg = format!(
                     "{op} takes {}..={} sources, the step has {}",

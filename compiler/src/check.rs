@@ -1,4 +1,4 @@
-//! Family 5, support (with a target): every op step and every fused
+//! The plan checker's family 5, support (with a target): every op step and every fused
 //! expression runs on a device that supports it.
 //!
 //! Plan devices are matched with target devices by name. A fused expression
@@ -6,13 +6,25 @@
 //! of its first argument (an `Input`'s tensor's, passed through unary and
 //! binary nodes; a norm's input's).
 
-use super::Checker;
-use super::ViolationKind::Support;
 use crate::target::{Device, Target};
+use ir::plan::Plan;
+use ir::plan::check::Checker;
+use ir::plan::check::ViolationKind::Support;
+pub use ir::plan::check::{PlanViolation, ViolationKind};
 use ir::plan::{BinaryFn, Expr, FusedKernel, Step, UnaryFn};
 use ir::{DType, OpKind};
 
-pub(super) fn check(c: &mut Checker<'_>, target: &Target) {
+/// Every violation of `plan`: `ir`'s checker, with this family (op support on
+/// `target`) in its place when a target is given.
+pub fn check_plan(plan: &Plan, target: Option<&Target>) -> Vec<PlanViolation> {
+    ir::plan::check::check_plan_with(plan, |c| {
+        if let Some(target) = target {
+            check(c, target);
+        }
+    })
+}
+
+fn check(c: &mut Checker<'_>, target: &Target) {
     let plan = c.plan;
     for (d, dev) in plan.devices.iter().enumerate() {
         if target.device(&dev.name).is_none() {

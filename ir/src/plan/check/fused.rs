@@ -7,7 +7,7 @@
 
 use super::Checker;
 use super::ViolationKind::Fused;
-use ir::plan::{Expr, FusedKernel, Placement, Step};
+use crate::plan::{Expr, FusedKernel, Placement, Step};
 use std::collections::BTreeMap;
 
 pub(super) fn check(c: &mut Checker<'_>) {

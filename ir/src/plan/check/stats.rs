@@ -2,7 +2,7 @@
 
 use super::Checker;
 use super::ViolationKind::Stats;
-use ir::plan::Usage;
+use crate::plan::Usage;
 use std::collections::BTreeMap;
 
 pub(super) fn check(c: &mut Checker<'_>) {

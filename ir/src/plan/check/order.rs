@@ -4,7 +4,7 @@
 use super::ViolationKind::{Device, Order};
 use super::trace::Access;
 use super::{Checker, is_leaf_role};
-use ir::plan::Placement;
+use crate::plan::Placement;
 
 /// What the walk knows so far.
 struct Walk {
