@@ -131,14 +131,14 @@ fn read_inputs(
             .with_context(|| {
                 format!("--input {name}: the graph has no input or state tensor named '{name}'")
             })?;
-        let values = npy_values::read_values(Path::new(path), graph.tensor(id))?;
+        let values = npy_values::read_values(Path::new(path), name, &graph.tensor(id).layout)?;
         inputs.insert(name.to_string(), values);
     }
     Ok(inputs)
 }
 
 /// A tensor name made safe as a file name (`l0.attn/q` -> `l0.attn_q`).
-fn file_stem(name: &str) -> String {
+pub fn file_stem(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "._-".contains(c) {

@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module; `main` only parses arguments and
 //! turns errors into a message and exit code 1 (clap uses 2 for usage errors).
 
+mod check_run;
 mod cmd_bench_compile;
 mod cmd_compile;
 mod cmd_demo;
@@ -10,6 +11,7 @@ mod cmd_diff;
 mod cmd_dot;
 mod cmd_eval;
 mod cmd_fmt;
+mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
 mod npy_values;
@@ -47,6 +49,8 @@ enum Command {
     Demo(cmd_demo::DemoArgs),
     /// Evaluate a graph with the reference kernels and summarise its outputs.
     Eval(cmd_eval::EvalArgs),
+    /// Run a plan on this machine's CPU (optionally checked against the reference).
+    Run(cmd_run::RunArgs),
     /// Rewrite a graph file in canonical form (or check that it is).
     Fmt(cmd_fmt::FmtArgs),
 }
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cmd_demo::run(args),
         Command::Eval(args) => cmd_eval::run(args),
         Command::Fmt(args) => cmd_fmt::run(args),
+        Command::Run(args) => cmd_run::run(args),
     };
     match result {
         Ok(code) => code,

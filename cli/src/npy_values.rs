@@ -5,12 +5,12 @@
 
 use anyhow::{Result, bail};
 use ir::files::npy::{NpyArray, NpyData, read_npy, write_npy_f32, write_npy_i32};
-use ir::{DType, Tensor};
+use ir::{DType, Layout};
 use kernels::reference::Dense;
 use std::path::Path;
 
-/// Reads `path` as values for tensor `t`, checking shape and kind.
-pub fn read_values(path: &Path, t: &Tensor) -> Result<Dense> {
+/// Reads `path` as values for tensor `name` with `layout`, checking shape and kind.
+pub fn read_values(path: &Path, name: &str, layout: &Layout) -> Result<Dense> {
     let arr: NpyArray = read_npy(path)?;
     let ne = ne_from_shape(&arr.shape).ok_or_else(|| {
         anyhow::anyhow!(
@@ -19,17 +19,17 @@ pub fn read_values(path: &Path, t: &Tensor) -> Result<Dense> {
             arr.shape
         )
     })?;
-    if ne != t.layout.ne {
+    if ne != layout.ne {
         bail!(
             "{}: shape {:?} does not fit input '{}' (expects numpy shape {:?}, ggml ne {:?})",
             path.display(),
             arr.shape,
-            t.name,
-            shape_from_ne(&t.layout.ne),
-            t.layout.ne
+            name,
+            shape_from_ne(&layout.ne),
+            layout.ne
         );
     }
-    let int_tensor = t.layout.dtype == DType::I32;
+    let int_tensor = layout.dtype == DType::I32;
     let data: Vec<f64> = match (&arr.data, int_tensor) {
         (NpyData::F32(v), false) => v.iter().map(|&x| f64::from(x)).collect(),
         (NpyData::F64(v), false) => v.clone(),
@@ -39,8 +39,8 @@ pub fn read_values(path: &Path, t: &Tensor) -> Result<Dense> {
         _ => bail!(
             "{}: element type does not fit input '{}' of dtype {} (use {} arrays)",
             path.display(),
-            t.name,
-            t.layout.dtype,
+            name,
+            layout.dtype,
             if int_tensor {
                 "int32 or int64"
             } else {

@@ -2,10 +2,23 @@
 //! allocates one arena per (device, usage) and executes the steps on the CPU
 //! (LLVM-JIT fused kernels, `gemm` matmuls, SIMD quantized kernels).
 //!
-//! Layering: depends on `ir` only, never on the compiler.
+//! Layering: depends on `ir` and `kernels` only, never on the compiler.
+//! Entry point: [`Runtime::load`], then `set_input_*`, [`Runtime::run`],
+//! `output_*`.
 
+mod addresses;
 pub mod ceiling;
 pub mod cpu;
 pub mod error;
+pub mod fast;
+pub mod memory;
+pub mod runtime;
+pub mod state;
+pub mod steps;
+pub mod weights;
 
 pub use error::RuntimeError;
+pub use fast::FastKernels;
+pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Runtime, StepInfo};
+pub use state::StateStore;
+pub use weights::Weights;

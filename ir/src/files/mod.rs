@@ -58,7 +58,7 @@ impl std::fmt::Debug for StoredTensor<'_> {
 }
 
 /// A file of named tensors that can be looked up without copying their bytes.
-pub trait TensorSource {
+pub trait TensorSource: Send + Sync {
     /// The tensor called `name`, or `None` when the file has no usable tensor
     /// of that name (see [`TensorSource::require_tensor`] for the reason).
     fn tensor(&self, name: &str) -> Option<StoredTensor<'_>>;

@@ -67,23 +67,28 @@ pub(super) fn bind_leaf(t: &Leaf<'_>, b: &Bindings<'_>) -> Result<Vec<u8>, EvalE
         },
         Role::Constant => {
             let init = t.init.expect("verified constants have an init");
-            let mut values = Dense {
-                ne: layout.ne,
-                data: Vec::with_capacity(layout.n_elements() as usize),
-            };
-            for i3 in 0..layout.ne[3] {
-                for i2 in 0..layout.ne[2] {
-                    for i1 in 0..layout.ne[1] {
-                        for i0 in 0..layout.ne[0] {
-                            values.data.push(init.value_at(layout.ne, [i0, i1, i2, i3]));
-                        }
-                    }
-                }
-            }
-            Ok(pack(&values, &layout))
+            Ok(constant_leaf(init, &layout))
         }
         Role::Intermediate | Role::Output => unreachable!("verified leafs have leaf roles"),
     }
+}
+
+/// The bytes of a constant leaf with `layout`, from its definition.
+pub fn constant_leaf(init: &ConstInit, layout: &Layout) -> Vec<u8> {
+    let mut values = Dense {
+        ne: layout.ne,
+        data: Vec::with_capacity(layout.n_elements() as usize),
+    };
+    for i3 in 0..layout.ne[3] {
+        for i2 in 0..layout.ne[2] {
+            for i1 in 0..layout.ne[1] {
+                for i0 in 0..layout.ne[0] {
+                    values.data.push(init.value_at(layout.ne, [i0, i1, i2, i3]));
+                }
+            }
+        }
+    }
+    pack(&values, layout)
 }
 
 pub(super) fn pack(values: &Dense, layout: &Layout) -> Vec<u8> {

@@ -302,7 +302,7 @@ mod plan;
 #[cfg(test)]
 mod tests;
 
-pub use bind::random_leaf;
+pub use bind::{constant_leaf, random_leaf};
 pub use plan::{PlanMemory, evaluate_plan};
 
 /// The binding description of graph leaf `id`.

@@ -1,0 +1,209 @@
+//! Preparing plan steps into CPU kernels, and what each step costs.
+//!
+//! Dispatch, per step:
+//! - `mul_mat` → [`crate::cpu::matmul`] (gemm for f32/f16, SIMD integer dot
+//!   products for Q8_0/Q4_0/Q4_1, dequantize-then-gemm for other dtypes);
+//! - fused kernels, elementwise ops, norms and soft_max → the LLVM JIT;
+//! - every other op → [`crate::cpu::ops`];
+//! - whatever none of them supports → the reference kernels on one thread
+//!   (correct, slow, and listed in the load report).
+//!
+//! Copies between devices of the plan (all host memory here) are byte copies.
+
+use crate::RuntimeError;
+use crate::cpu::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
+use crate::cpu::{CpuKernel, RawTensor, ThreadCtx};
+use ir::Op;
+use ir::plan::{FusedKernel, Plan, Step};
+
+/// A step ready to run, with the figures a profile prints.
+pub struct PreparedStep {
+    /// The kernel.
+    pub kernel: Box<dyn CpuKernel>,
+    /// Split index.
+    pub split: usize,
+    /// What it is: an op name, `fused`, or `copy`.
+    pub kind: &'static str,
+    /// The op, for an op step.
+    pub op: Option<Op>,
+    /// The plan's kernel index, for a fused step.
+    pub fused_kernel: Option<u32>,
+    /// The plan tensor written.
+    pub dst: u32,
+    /// The plan tensors read.
+    pub srcs: Vec<u32>,
+    /// Bytes read and written (each operand's span once).
+    pub bytes: u64,
+    /// Floating-point operations (2 per multiply-add for mul_mat; one per
+    /// output element for the rest).
+    pub flops: u64,
+    /// True when the reference fallback runs it.
+    pub fallback: bool,
+}
+
+/// What the preparation needs: the plan, tensor addresses and the fast kernels.
+pub(crate) struct Preparer<'a> {
+    pub plan: &'a Plan,
+    pub addr: &'a [*mut u8],
+    pub fast: &'a crate::FastKernels,
+}
+
+impl Preparer<'_> {
+    fn raw(&self, t: u32) -> RawTensor {
+        let pt = &self.plan.tensors[t as usize];
+        RawTensor {
+            data: self.addr[t as usize],
+            dtype: pt.dtype,
+            ne: pt.ne,
+            nb: pt.nb,
+        }
+    }
+
+    fn span(&self, t: u32) -> u64 {
+        self.raw(t).span_bytes()
+    }
+
+    /// The steps of `plan`, in execution order (each split's copies first).
+    pub fn prepare_all(&self) -> Result<Vec<PreparedStep>, RuntimeError> {
+        let mut out = Vec::new();
+        for (s, split) in self.plan.splits.iter().enumerate() {
+            for c in &split.copies {
+                out.push(PreparedStep {
+                    kernel: Box::new(CopyKernel {
+                        src: self.addr[c.src as usize],
+                        dst: self.addr[c.dst as usize],
+                        bytes: c.bytes as usize,
+                    }),
+                    split: s,
+                    kind: "copy",
+                    op: None,
+                    fused_kernel: None,
+                    dst: c.dst,
+                    srcs: vec![c.src],
+                    bytes: 2 * c.bytes,
+                    flops: 0,
+                    fallback: false,
+                });
+            }
+            for step in &split.steps {
+                let index = out.len();
+                let prepared = self.prepare(s, step).map_err(|e| {
+                    let dst = match step {
+                        Step::Op { dst, .. } => *dst,
+                        Step::Fused { kernel } => self
+                            .plan
+                            .kernels
+                            .get(*kernel as usize)
+                            .map_or(0, |k| k.output),
+                    };
+                    RuntimeError::Step {
+                        step: index,
+                        tensor: self.plan.tensors[dst as usize].name.clone(),
+                        source: Box::new(e),
+                    }
+                })?;
+                out.push(prepared);
+            }
+        }
+        Ok(out)
+    }
+
+    fn prepare(&self, split: usize, step: &Step) -> Result<PreparedStep, RuntimeError> {
+        match step {
+            Step::Op { op, dst, srcs } => {
+                let d = self.raw(*dst);
+                let s: Vec<RawTensor> = srcs.iter().map(|&t| self.raw(t)).collect();
+                let (kernel, fallback) = self.op_kernel(op, d, &s)?;
+                let bytes = self.span(*dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
+                let flops = match op {
+                    Op::MulMat => 2 * s[0].ne[0] as u64 * d.n_elements() as u64,
+                    _ => d.n_elements() as u64,
+                };
+                Ok(PreparedStep {
+                    kernel,
+                    split,
+                    kind: op.name(),
+                    op: Some(*op),
+                    fused_kernel: None,
+                    dst: *dst,
+                    srcs: srcs.clone(),
+                    bytes,
+                    flops,
+                    fallback,
+                })
+            }
+            Step::Fused { kernel: index } => {
+                let k: &FusedKernel = &self.plan.kernels[*index as usize];
+                let out = self.raw(k.output);
+                let inputs: Vec<RawTensor> = k.inputs.iter().map(|&t| self.raw(t)).collect();
+                let (kernel, fallback) = match self.fast.fused(&k.body, out, &inputs) {
+                    Ok(kn) => (kn, false),
+                    Err(RuntimeError::Unsupported { .. }) => (
+                        Box::new(ReferenceFusedKernel::new(k.body.clone(), out, inputs))
+                            as Box<dyn CpuKernel>,
+                        true,
+                    ),
+                    Err(e) => return Err(e),
+                };
+                let bytes =
+                    self.span(k.output) + k.inputs.iter().map(|&t| self.span(t)).sum::<u64>();
+                Ok(PreparedStep {
+                    kernel,
+                    split,
+                    kind: "fused",
+                    op: None,
+                    fused_kernel: Some(*index),
+                    dst: k.output,
+                    srcs: k.inputs.clone(),
+                    bytes,
+                    flops: out.n_elements() as u64 * k.body.len() as u64,
+                    fallback,
+                })
+            }
+        }
+    }
+
+    fn op_kernel(
+        &self,
+        op: &Op,
+        dst: RawTensor,
+        srcs: &[RawTensor],
+    ) -> Result<(Box<dyn CpuKernel>, bool), RuntimeError> {
+        match self.fast.op(op, dst, srcs) {
+            Ok(k) => Ok((k, false)),
+            Err(RuntimeError::Unsupported { .. }) => Ok((
+                Box::new(ReferenceKernel::new(*op, dst, srcs.to_vec())),
+                true,
+            )),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A byte copy between two tensors of one layout (a cross-device copy; all
+/// devices are host memory here), split over threads.
+struct CopyKernel {
+    src: *mut u8,
+    dst: *mut u8,
+    bytes: usize,
+}
+
+// SAFETY: addresses of arena bytes; threads copy disjoint ranges.
+unsafe impl Send for CopyKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CopyKernel {}
+
+impl CpuKernel for CopyKernel {
+    unsafe fn run(&self, ctx: &ThreadCtx<'_>, _scratch: *mut u8) {
+        let r = ctx.share(self.bytes);
+        // SAFETY: both tensors hold `bytes` bytes (the checker proved the copy's
+        // size equals both spans) and do not overlap (different arenas).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.src.add(r.start), self.dst.add(r.start), r.len())
+        };
+    }
+
+    fn describe(&self) -> String {
+        format!("copy {} bytes", self.bytes)
+    }
+}
