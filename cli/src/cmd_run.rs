@@ -131,21 +131,14 @@ pub fn set_inputs(
         rt.set_input_bytes(name, &bytes)?;
         given.insert(name.to_string(), values);
     }
-    for pt in plan.tensors[..plan.n_graph_tensors as usize].iter() {
-        if pt.role != Role::Input || given.contains_key(&pt.name) {
-            continue;
+    if let Some(seed) = seed {
+        for name in rt.input_names() {
+            if !given.contains_key(&name) {
+                let values = rt.set_random_input(&name, seed)?;
+                println!("input '{name}': random (seeded)");
+                given.insert(name, values);
+            }
         }
-        let Some(seed) = seed else { continue };
-        let layout = ir::Layout {
-            dtype: pt.dtype,
-            ne: pt.ne,
-            nb: pt.nb,
-        };
-        let bound = rt.index_bound(&pt.name);
-        let bytes = kernels::evaluate::random_leaf(&pt.name, &layout, seed, bound);
-        rt.set_input_bytes(&pt.name, &bytes)?;
-        println!("input '{}': random (seeded)", pt.name);
-        given.insert(pt.name.clone(), kernels::reference::gather(&bytes, &layout));
     }
     Ok(given)
 }

@@ -4,6 +4,7 @@
 //! turns errors into a message and exit code 1 (clap uses 2 for usage errors).
 
 mod check_run;
+mod cmd_bench;
 mod cmd_bench_compile;
 mod cmd_compile;
 mod cmd_demo;
@@ -43,6 +44,8 @@ enum Command {
     Diff(cmd_diff::DiffArgs),
     /// Draw a plan with Graphviz.
     Dot(cmd_dot::DotArgs),
+    /// Time a plan on this machine: per run, per op kind, per split, beside the machine's ceilings.
+    Bench(cmd_bench::BenchArgs),
     /// Time compiling a 32-layer llama-7B-shaped graph, per pass.
     BenchCompile(cmd_bench_compile::BenchCompileArgs),
     /// Run the bundled example end to end (needs no files).
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd_verify::run(args),
         Command::Diff(args) => cmd_diff::run(args),
         Command::Dot(args) => cmd_dot::run(args),
+        Command::Bench(args) => cmd_bench::run(args),
         Command::BenchCompile(args) => cmd_bench_compile::run(args),
         Command::Demo(args) => cmd_demo::run(args),
         Command::Eval(args) => cmd_eval::run(args),

@@ -27,6 +27,17 @@ pub struct CompileOptions {
     pub spelled: Vec<String>,
 }
 
+impl Default for CompileOptions {
+    /// The cost policy, no placement rules (what `ggplan compile` does by default).
+    fn default() -> CompileOptions {
+        CompileOptions {
+            policy: Policy::Cost,
+            placement: PlacementOptions::default(),
+            spelled: Vec::new(),
+        }
+    }
+}
+
 /// How long one pass took.
 #[derive(Clone, Debug)]
 pub struct PassTiming {

@@ -131,6 +131,9 @@ pub enum RuntimeError {
         #[source]
         source: Box<RuntimeError>,
     },
+    /// The reference evaluator (for `--check`) failed.
+    #[error("reference evaluation: {0}")]
+    Reference(String),
     /// LLVM failed to set up or to compile a kernel.
     #[error("JIT: {0}")]
     Jit(String),

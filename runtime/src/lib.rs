@@ -8,6 +8,7 @@
 
 mod addresses;
 pub mod ceiling;
+pub mod check;
 pub mod cpu;
 pub mod error;
 pub mod fast;

@@ -418,6 +418,30 @@ impl Runtime {
         Ok(())
     }
 
+    /// Sets input `name` to seeded random values, the reference evaluator's
+    /// for the same seed (index inputs within the table they index); returns
+    /// the values set.
+    pub fn set_random_input(
+        &mut self,
+        name: &str,
+        seed: u64,
+    ) -> Result<kernels::reference::Dense, RuntimeError> {
+        let t = self.settable(name)?;
+        let layout = layout_of(&self.plan, t);
+        let bound = self.index_bounds.get(&t).map(|&(b, _)| b);
+        let bytes = kernels::evaluate::random_leaf(name, &layout, seed, bound);
+        self.set_input_bytes(name, &bytes)?;
+        Ok(kernels::reference::gather(&bytes, &layout))
+    }
+
+    /// The names of the graph's inputs, in tensor order.
+    pub fn input_names(&self) -> Vec<String> {
+        self.inputs
+            .keys()
+            .map(|&t| self.plan.tensors[t as usize].name.clone())
+            .collect()
+    }
+
     /// Sets an F32 input from values in ggml element order.
     pub fn set_input_f32(&mut self, name: &str, values: &[f32]) -> Result<(), RuntimeError> {
         self.check_dtype(name, DType::F32, &format!("{} f32 values", values.len()))?;

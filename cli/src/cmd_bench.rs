@@ -1,0 +1,142 @@
+//! `ggplan bench`: time a plan on this machine, beside the machine's ceilings
+//! measured in the same run.
+
+use crate::cmd_run::{WeightArgs, load, set_inputs};
+use anyhow::Result;
+use clap::Args;
+use ir::{DType, Role};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Arguments of `ggplan bench`.
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  ggplan bench llama2l.plan.ron --random-weights 7 --threads 1 --runs 20\n  \
+    ggplan bench plan.ron --weights model.gguf --input tokens=tokens.npy"
+)]
+pub struct BenchArgs {
+    /// The plan file (.ron).
+    plan: PathBuf,
+    #[command(flatten)]
+    source: WeightArgs,
+    /// Values for an input from a .npy file (others are seeded random).
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Timed runs (after one warm-up run).
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+}
+
+#[derive(Default)]
+struct Totals {
+    ns: f64,
+    bytes: u64,
+    flops: u64,
+    steps: usize,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs `ggplan bench`.
+pub fn run(args: BenchArgs) -> Result<ExitCode> {
+    let ceilings = runtime::ceiling::measure();
+    println!("{ceilings}");
+    let (plan, _weights, mut rt) = load(&args.plan, &args.source, args.threads)?;
+    set_inputs(
+        &mut rt,
+        &args.inputs,
+        Some(args.source.random_weights.unwrap_or(0)),
+    )?;
+    rt.run()?;
+    let runs = args.runs.max(1);
+    let n_steps = rt.steps().len();
+    let mut wall = Vec::with_capacity(runs);
+    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); n_steps];
+    for _ in 0..runs {
+        let t = Instant::now();
+        rt.run_profiled()?;
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+        for (i, &ns) in rt.last_profile().iter().enumerate() {
+            per_step[i].push(ns as f64);
+        }
+    }
+    let (min, max) = wall.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| {
+        (lo.min(x), hi.max(x))
+    });
+    let med = median(&mut wall.clone());
+    println!(
+        "\n{} runs on {} threads: median {med:.3} ms per run (min {min:.3}, max {max:.3}); the plan estimated {:.3} ms",
+        runs,
+        rt.pool().n_threads(),
+        plan.stats.estimated_us / 1e3
+    );
+    // Tokens: the first I32 input's element count (token ids), when there is one.
+    if let Some(tokens) = plan.tensors[..plan.n_graph_tensors as usize]
+        .iter()
+        .find(|t| t.role == Role::Input && t.dtype == DType::I32)
+    {
+        let n = tokens.ne.iter().product::<i64>();
+        println!(
+            "  {n} tokens per run ('{}'): {:.1} tokens/s",
+            tokens.name,
+            n as f64 / (med / 1e3)
+        );
+    }
+    let mut by_kind: BTreeMap<&str, Totals> = BTreeMap::new();
+    let mut by_split: BTreeMap<usize, Totals> = BTreeMap::new();
+    for (i, step) in rt.steps().iter().enumerate() {
+        let ns = median(&mut per_step[i]);
+        for t in [
+            by_kind.entry(step.kind).or_default(),
+            by_split.entry(step.split).or_default(),
+        ] {
+            t.ns += ns;
+            t.bytes += step.bytes;
+            t.flops += step.flops;
+            t.steps += 1;
+        }
+    }
+    let total_ns: f64 = by_kind.values().map(|t| t.ns).sum();
+    let line = |name: &str, t: &Totals| {
+        println!(
+            "  {name:<14} {:>5} steps {:>9.3} ms {:>5.1}%  {:>7.1} GB/s  {:>7.1} GFLOP/s",
+            t.steps,
+            t.ns / 1e6,
+            100.0 * t.ns / total_ns.max(1.0),
+            t.bytes as f64 / t.ns.max(1.0),
+            t.flops as f64 / t.ns.max(1.0)
+        );
+    };
+    println!("\nper op kind (median step times; bytes = operands read + result written):");
+    let mut kinds: Vec<_> = by_kind.iter().collect();
+    kinds.sort_by(|a, b| b.1.ns.total_cmp(&a.1.ns));
+    for (kind, t) in kinds {
+        line(kind, t);
+    }
+    println!("\nper split:");
+    for (s, t) in &by_split {
+        let dev = &plan.devices[plan.splits[*s].device.index()].name;
+        line(&format!("split {s} {dev}"), t);
+    }
+    println!(
+        "\nceiling for comparison: memcpy {:.1} GB/s, FMA {:.1} GFLOP/s per core x {} threads = {:.1} GFLOP/s",
+        ceilings.memcpy_gbps,
+        ceilings.fma_gflops_per_core,
+        rt.pool().n_threads(),
+        ceilings.fma_gflops_per_core * rt.pool().n_threads() as f64
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,166 @@
+//! Checking a run against the reference (`ggplan run --check`, and tests).
+//!
+//! - [`check_steps`]: every step in isolation, as ggml's test-backend-ops
+//!   does: the reference kernel runs on the very inputs the fast kernel read,
+//!   under the step's own NMSE threshold. A result stored as F16 or a
+//!   quantized type is compared after rounding the reference the same way.
+//! - [`check_outputs`]: the reference plan evaluator runs the same plan on the
+//!   same weights and inputs; each output must stay under the loosest
+//!   threshold of the ops the plan runs (errors accumulate through them).
+
+use crate::{Flow, Observer, Runtime, RuntimeError, StepInfo, Weights};
+use ir::Role;
+use ir::plan::Plan;
+use kernels::reference::{Dense, compute, gather, scatter};
+use kernels::testing::{nmse, nmse_threshold};
+use std::collections::BTreeMap;
+
+/// One comparison.
+#[derive(Clone, Debug)]
+pub struct Comparison {
+    /// Step index (for a step), or `None` (for an output).
+    pub step: Option<usize>,
+    /// Op name, `fused`, `copy`, or `output`.
+    pub kind: String,
+    /// The tensor compared.
+    pub tensor: String,
+    /// Its NMSE against the reference.
+    pub nmse: f64,
+    /// The threshold it must not exceed.
+    pub threshold: f64,
+}
+
+impl Comparison {
+    /// Within the threshold (NaN never is).
+    pub fn passed(&self) -> bool {
+        self.nmse <= self.threshold
+    }
+}
+
+fn layout_of(plan: &Plan, t: u32) -> ir::Layout {
+    let pt = &plan.tensors[t as usize];
+    ir::Layout {
+        dtype: pt.dtype,
+        ne: pt.ne,
+        nb: pt.nb,
+    }
+}
+
+/// `values` as they read back after being stored with `layout`.
+fn rounded(values: &Dense, layout: &ir::Layout) -> Dense {
+    let mut bytes = vec![0u8; layout.span_bytes() as usize];
+    scatter(values, &mut bytes, layout);
+    gather(&bytes, layout)
+}
+
+struct StepChecker<'a> {
+    inputs: Vec<Dense>,
+    out: Vec<Comparison>,
+    each: &'a mut dyn FnMut(&Comparison),
+}
+
+impl Observer for StepChecker<'_> {
+    fn before(&mut self, rt: &Runtime, step: &StepInfo<'_>) {
+        self.inputs = step
+            .step
+            .srcs
+            .iter()
+            .map(|&s| {
+                rt.tensor_values(s)
+                    .unwrap_or_else(|| Dense::zeros([1, 1, 1, 1]))
+            })
+            .collect();
+    }
+
+    fn after(&mut self, rt: &Runtime, step: &StepInfo<'_>) -> Flow {
+        let plan = rt.plan();
+        let s = step.step;
+        let layout = layout_of(plan, s.dst);
+        let refs: Vec<&Dense> = self.inputs.iter().collect();
+        let (expected, threshold) = match (s.op, s.fused_kernel) {
+            (Some(op), _) => (compute(&op, &refs, &layout), nmse_threshold(op.name())),
+            (None, Some(k)) => {
+                let body = &plan.kernels[k as usize].body;
+                let out = kernels::reference::fused::eval_fused(body, &refs, layout.ne);
+                (out, nmse_threshold("fused"))
+            }
+            (None, None) => (self.inputs[0].clone(), 0.0),
+        };
+        let expected = rounded(&expected, &layout);
+        let actual = rt
+            .tensor_values(s.dst)
+            .unwrap_or_else(|| Dense::zeros(layout.ne));
+        let c = Comparison {
+            step: Some(step.index),
+            kind: s.kind.to_string(),
+            tensor: plan.tensors[s.dst as usize].name.clone(),
+            nmse: nmse(&expected.data, &actual.data),
+            threshold,
+        };
+        (self.each)(&c);
+        self.out.push(c);
+        Flow::Continue
+    }
+}
+
+/// Runs `rt` observed, comparing every step with the reference in isolation;
+/// `each` sees every comparison as it is made.
+pub fn check_steps(
+    rt: &mut Runtime,
+    each: &mut dyn FnMut(&Comparison),
+) -> Result<Vec<Comparison>, RuntimeError> {
+    let mut checker = StepChecker {
+        inputs: Vec::new(),
+        out: Vec::new(),
+        each,
+    };
+    rt.run_observed(&mut checker)?;
+    Ok(checker.out)
+}
+
+/// The threshold for a whole plan's outputs: the loosest of its steps'.
+pub fn output_threshold(rt: &Runtime) -> f64 {
+    rt.steps()
+        .iter()
+        .map(|s| nmse_threshold(s.kind))
+        .fold(nmse_threshold("fused"), f64::max)
+}
+
+/// Compares every output of the last run with the reference plan evaluator
+/// on `weights` and `inputs` (every input's values, by name).
+pub fn check_outputs(
+    rt: &Runtime,
+    weights: &Weights,
+    inputs: BTreeMap<String, Dense>,
+) -> Result<Vec<Comparison>, RuntimeError> {
+    let plan = rt.plan();
+    let bindings = kernels::evaluate::Bindings {
+        weights: match weights {
+            Weights::File(f) => kernels::evaluate::Weights::File(f.as_ref()),
+            Weights::Random { seed } => kernels::evaluate::Weights::Random { seed: *seed },
+        },
+        inputs,
+        random_inputs: None,
+    };
+    let memory = kernels::evaluate::evaluate_plan(plan, &bindings)
+        .map_err(|e| RuntimeError::Reference(e.to_string()))?;
+    let threshold = output_threshold(rt);
+    let mut out = Vec::new();
+    for pt in plan.tensors[..plan.n_graph_tensors as usize].iter() {
+        if pt.role != Role::Output {
+            continue;
+        }
+        let (Some(expected), Ok(t)) = (memory.read_name(&pt.name), rt.tensor_id(&pt.name)) else {
+            continue;
+        };
+        let actual = rt.tensor_values(t).unwrap_or_else(|| Dense::zeros(pt.ne));
+        out.push(Comparison {
+            step: None,
+            kind: "output".to_string(),
+            tensor: pt.name.clone(),
+            nmse: nmse(&expected.data, &actual.data),
+            threshold,
+        });
+    }
+    Ok(out)
+}
