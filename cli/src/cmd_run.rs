@@ -133,10 +133,10 @@ pub fn set_inputs(
     }
     if let Some(seed) = seed {
         for name in rt.input_names() {
-            if !given.contains_key(&name) {
-                let values = rt.set_random_input(&name, seed)?;
-                println!("input '{name}': random (seeded)");
-                given.insert(name, values);
+            if let std::collections::btree_map::Entry::Vacant(slot) = given.entry(name) {
+                let values = rt.set_random_input(slot.key(), seed)?;
+                println!("input '{}': random (seeded)", slot.key());
+                slot.insert(values);
             }
         }
     }

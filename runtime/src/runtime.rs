@@ -403,16 +403,18 @@ impl Runtime {
         Ok(())
     }
 
-    fn check_dtype(&self, name: &str, dtype: DType, given: &str) -> Result<(), RuntimeError> {
+    fn check_values(&self, name: &str, dtype: DType, n: usize) -> Result<(), RuntimeError> {
         let t = self.settable(name)?;
         let pt = &self.plan.tensors[t as usize];
-        if pt.dtype != dtype {
+        let given = format!("{n} {dtype} values");
+        let count = pt.ne.iter().product::<i64>() as usize;
+        if pt.dtype != dtype || n != count {
             return Err(RuntimeError::Mismatch {
                 what: "input",
                 name: name.to_string(),
                 origin: String::new(),
-                found: given.to_string(),
-                expected: describe(pt.dtype, &pt.ne),
+                found: given,
+                expected: format!("{} ({count} values)", describe(pt.dtype, &pt.ne)),
             });
         }
         Ok(())
@@ -444,14 +446,14 @@ impl Runtime {
 
     /// Sets an F32 input from values in ggml element order.
     pub fn set_input_f32(&mut self, name: &str, values: &[f32]) -> Result<(), RuntimeError> {
-        self.check_dtype(name, DType::F32, &format!("{} f32 values", values.len()))?;
+        self.check_values(name, DType::F32, values.len())?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.set_input_bytes(name, &bytes)
     }
 
     /// Sets an I32 input (token ids, positions) from values in element order.
     pub fn set_input_i32(&mut self, name: &str, values: &[i32]) -> Result<(), RuntimeError> {
-        self.check_dtype(name, DType::I32, &format!("{} i32 values", values.len()))?;
+        self.check_values(name, DType::I32, values.len())?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.set_input_bytes(name, &bytes)
     }
