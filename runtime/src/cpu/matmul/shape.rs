@@ -77,7 +77,8 @@ impl Geometry {
             return Err(unsupported(format!("src0 is transposed: {}", shapes())));
         }
         if a.dtype.is_quantized()
-            && (!a.layout().rows_packed() || a.ne[0] as u64 % a.dtype.block_elems() != 0)
+            && (!a.layout().rows_packed()
+                || !(a.ne[0] as u64).is_multiple_of(a.dtype.block_elems()))
         {
             return Err(unsupported(format!(
                 "quantized src0 needs packed rows of whole blocks: {}",

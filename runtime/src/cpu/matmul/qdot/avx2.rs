@@ -20,19 +20,22 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// The f16 at `p` in all 8 lanes.
+/// The f16 at `p` in all 8 lanes, looked up in `table` (every f16 as f32):
+/// one load and a broadcast load, where F16C would add two shuffle-port uops
+/// per block and row (they made the Q4 matrix-vector kernels compute bound).
 ///
 /// # Safety
 /// `p` has two readable bytes.
-#[target_feature(enable = "avx2,f16c")]
+#[target_feature(enable = "avx2")]
 #[inline]
-pub(super) unsafe fn f16_splat(p: *const u8) -> __m256 {
+pub(super) unsafe fn f16_splat(table: &[f32; 65536], p: *const u8) -> __m256 {
     // SAFETY: forwarded.
-    let bits = unsafe { (p as *const i16).read_unaligned() };
-    _mm256_cvtph_ps(_mm_set1_epi16(bits))
+    let bits = unsafe { (p as *const u16).read_unaligned() };
+    _mm256_broadcast_ss(&table[bits as usize])
 }
 
 /// 16 bytes of nibbles as 32 bytes: low nibbles (values 0..16), then high ones.
+/// (A broadcast load and a blend rather than an insert: no shuffle-port uop.)
 ///
 /// # Safety
 /// `p` has 16 readable bytes.
@@ -40,8 +43,8 @@ pub(super) unsafe fn f16_splat(p: *const u8) -> __m256 {
 #[inline]
 pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     // SAFETY: forwarded.
-    let x = unsafe { _mm_loadu_si128(p as *const __m128i) };
-    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(x), x);
+    let x = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i)) };
+    let both = _mm256_blend_epi32::<0b1111_0000>(x, _mm256_srli_epi16::<4>(x));
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
 }
 
@@ -80,6 +83,7 @@ pub(super) unsafe fn tile_k<const K: u8, const R: usize, const C: usize>(
     nb: usize,
 ) -> [[f32; C]; R] {
     let bytes = kind::block_bytes(K);
+    let table = super::f16_table();
     let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     for b in b0..nb {
@@ -90,7 +94,7 @@ pub(super) unsafe fn tile_k<const K: u8, const R: usize, const C: usize>(
             let d1: [__m256; C] = std::array::from_fn(|c| _mm256_broadcast_ss(&*a[c].d.add(b)));
             for r in 0..R {
                 let blk = w[r].add(b * bytes);
-                let d0 = f16_splat(blk);
+                let d0 = f16_splat(table, blk);
                 match K {
                     kind::Q8_0 => {
                         let wq = _mm256_loadu_si256(blk.add(2) as *const __m256i);
@@ -113,13 +117,15 @@ pub(super) unsafe fn tile_k<const K: u8, const R: usize, const C: usize>(
                     }
                     _ => {
                         let u = nibbles(blk.add(4));
-                        let m0 = f16_splat(blk.add(2));
+                        let m0 = f16_splat(table, blk.add(2));
                         for c in 0..C {
                             let s8 = _mm256_broadcast_ss(&*a[c].s8.add(b));
                             let p = _mm256_maddubs_epi16(u, q[c]);
                             let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                            let t = _mm256_fmadd_ps(s, _mm256_mul_ps(d0, d1[c]), acc[r][c]);
-                            acc[r][c] = _mm256_fmadd_ps(m0, s8, t);
+                            // One add on the accumulator's dependency chain.
+                            let t =
+                                _mm256_fmadd_ps(m0, s8, _mm256_mul_ps(s, _mm256_mul_ps(d0, d1[c])));
+                            acc[r][c] = _mm256_add_ps(acc[r][c], t);
                         }
                     }
                 }

@@ -24,6 +24,19 @@ mod scalar;
 use super::q8::QRow;
 use ir::DType;
 
+/// Every f16 bit pattern as f32, built once (256 KiB; the scales of one
+/// model touch few entries, which stay in L1).
+pub(crate) fn f16_table() -> &'static [f32; 65536] {
+    static TABLE: std::sync::OnceLock<Box<[f32; 65536]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([0f32; 65536]);
+        for (bits, v) in t.iter_mut().enumerate() {
+            *v = half::f16::from_bits(bits as u16).to_f32();
+        }
+        t
+    })
+}
+
 /// Weight rows per full tile.
 pub const TILE_R: usize = 4;
 /// Activation rows per full tile.
@@ -160,7 +173,8 @@ unsafe fn simd_tile(
         }
     }
     let (nr, nc) = (w.len(), a.len());
-    // SAFETY (all calls below): forwarded from the caller.
+    // SAFETY: every call below is forwarded from the caller, with rows and
+    // columns taken from `w` and `a`.
     unsafe {
         if nr == TILE_R && nc == TILE_C {
             let t =
