@@ -1,6 +1,7 @@
 //! The CPU device: thread pool, prepared kernels, and the kernels themselves.
 
 pub mod kernel;
+pub mod matmul;
 pub mod pool;
 pub mod reference_kernel;
 pub mod tensor;

@@ -1,0 +1,183 @@
+//! mul_mat speed beside this machine's ceilings (measured in the same run).
+//!
+//! - f32 1024^3 (gemm): GFLOP/s and % of the FMA peak of the cores used;
+//! - Q8_0 / Q4_0 / Q4_1 4096 x 4096 matrix-vector (decode): GB/s of weight
+//!   bytes read and % of the memcpy ceiling (read + write, 1 thread). Several
+//!   weight copies, together larger than the L3 cache, are used in turn so
+//!   that each product reads its weights from memory;
+//! - Q4_1 prefill (N = 128) at a small model's FFN sizes: GFLOP/s.
+//!
+//! Run: `cargo bench -p ggplan-runtime --bench matmul`.
+
+use ir::{DType, Layout};
+use runtime::ceiling::{self, Ceilings};
+use runtime::cpu::matmul::prepare_mul_mat;
+use runtime::cpu::{CpuKernel, RawTensor, ThreadPool};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// 64-byte aligned bytes.
+struct Buf(Vec<[u64; 8]>);
+
+impl Buf {
+    fn new(bytes: usize) -> Buf {
+        Buf(vec![[0; 8]; bytes.div_ceil(64).max(1)])
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr() as *mut u8
+    }
+}
+
+/// A packed tensor of `dtype` with pseudo-random values in [-1, 1).
+fn tensor(dtype: DType, ne: [i64; 4], seed: u64) -> (Buf, RawTensor) {
+    let layout = Layout::contiguous(dtype, ne).unwrap();
+    let mut buf = Buf::new(layout.span_bytes() as usize);
+    let mut rng = kernels::testing::Rng::new(seed);
+    let k = ne[0] as usize;
+    let row_bytes = layout.row_bytes() as usize;
+    let mut x = vec![0f32; k];
+    for r in 0..layout.n_rows() as usize {
+        for v in &mut x {
+            *v = rng.uniform(-1.0, 1.0) as f32;
+        }
+        // SAFETY: row r of the packed buffer.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(buf.ptr().add(r * row_bytes), row_bytes) };
+        kernels::quant::quantize_row(dtype, &x, out);
+    }
+    let raw = RawTensor {
+        data: buf.ptr(),
+        dtype,
+        ne,
+        nb: layout.nb,
+    };
+    (buf, raw)
+}
+
+/// This thread's CPU time, seconds.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Seconds per run of `kernels` (used in turn) on a pool of `nth`: the best
+/// wall time, and the best over runs of the slowest thread's CPU time (what
+/// an otherwise idle machine would take: the CPU time excludes the slices
+/// when other processes had the core).
+fn time(kernels: &[Box<dyn CpuKernel>], nth: usize, runs: usize) -> (f64, f64) {
+    let pool = ThreadPool::new(nth);
+    let mut scratch = Buf::new(kernels.iter().map(|k| k.scratch_bytes()).max().unwrap());
+    let sp = scratch.ptr() as usize;
+    let (mut wall, mut cpu) = (f64::INFINITY, f64::INFINITY);
+    for i in 0..runs + kernels.len() {
+        let kernel = &kernels[i % kernels.len()];
+        let slowest = AtomicU64::new(0);
+        let t = Instant::now();
+        pool.run(&|ctx| {
+            let c = thread_cpu_seconds();
+            // SAFETY: tensors and scratch outlive the run.
+            unsafe { kernel.run(ctx, sp as *mut u8) };
+            slowest.fetch_max(((thread_cpu_seconds() - c) * 1e9) as u64, Relaxed);
+        });
+        if i >= kernels.len() {
+            wall = wall.min(t.elapsed().as_secs_f64());
+            cpu = cpu.min(slowest.load(Relaxed) as f64 * 1e-9);
+        }
+    }
+    (wall, cpu)
+}
+
+/// `copies` independent products dst = src0 x src1 (distinct src0 each).
+fn products(
+    t0: DType,
+    (k, m, n): (i64, i64, i64),
+    copies: usize,
+) -> (Vec<Buf>, Vec<Box<dyn CpuKernel>>, String) {
+    let mut keep = Vec::new();
+    let mut kernels = Vec::new();
+    for c in 0..copies {
+        let (b0, a) = tensor(t0, [k, m, 1, 1], 1 + c as u64);
+        let (b1, b) = tensor(DType::F32, [k, n, 1, 1], 1000 + c as u64);
+        let (b2, d) = tensor(DType::F32, [m, n, 1, 1], 2000 + c as u64);
+        let kernel = prepare_mul_mat(d, a, b).unwrap();
+        keep.extend([b0, b1, b2]);
+        kernels.push(kernel);
+    }
+    let what = kernels[0].describe();
+    (keep, kernels, what)
+}
+
+fn compute_bound(c: &Ceilings, t0: DType, kmn: (i64, i64, i64), runs: usize) {
+    let (_keep, kernels, what) = products(t0, kmn, 1);
+    let (k, m, n) = kmn;
+    let flops = 2.0 * (k * m * n) as f64;
+    for nth in [1, 2] {
+        let (wall, cpu) = time(&kernels, nth, runs);
+        let (g_wall, g_cpu) = (flops / wall / 1e9, flops / cpu / 1e9);
+        let peak = nth as f64 * c.fma_gflops_per_core;
+        println!(
+            "{what:36} K={k} M={m} N={n} {nth} thr: {g_cpu:6.1} GFLOP/s = {:5.1}% of {nth} x FMA peak {:.1} (CPU time; wall {g_wall:.1} = {:.1}%)",
+            100.0 * g_cpu / peak,
+            c.fma_gflops_per_core,
+            100.0 * g_wall / peak
+        );
+    }
+}
+
+fn memory_bound(c: &Ceilings, t0: DType, k: i64, m: i64) {
+    let weight_bytes = (Layout::contiguous(t0, [k, m, 1, 1]).unwrap().span_bytes()) as f64;
+    // Enough copies to exceed the L3 cache (at least 96 MB in all).
+    let copies = match std::env::var("MATMUL_BENCH_COPIES") {
+        Ok(v) => v.parse().unwrap(),
+        Err(_) => ((96e6 / weight_bytes).ceil() as usize).max(2),
+    };
+    let (_keep, kernels, what) = products(t0, (k, m, 1), copies);
+    for nth in [1, 2] {
+        let (wall, cpu) = time(&kernels, nth, 40);
+        let (g_wall, g_cpu) = (weight_bytes / wall / 1e9, weight_bytes / cpu / 1e9);
+        println!(
+            "{what:36} {k}x{m} matvec {nth} thr: {g_cpu:5.1} GB/s of weights = {:5.1}% of memcpy {:.1} GB/s (CPU time; wall {g_wall:.1} = {:.1}%)",
+            100.0 * g_cpu / c.memcpy_gbps,
+            c.memcpy_gbps,
+            100.0 * g_wall / c.memcpy_gbps
+        );
+    }
+}
+
+fn main() {
+    // Optional filters (`cargo bench ... -- f32 q4_0`): run only the cases
+    // whose label contains one of them.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let want =
+        |label: &str| filters.is_empty() || filters.iter().any(|f| label.contains(f.as_str()));
+    let c = ceiling::measure();
+    println!("{c}");
+    if want("f32") {
+        compute_bound(&c, DType::F32, (1024, 1024, 1024), 10);
+    }
+    for t in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::F16] {
+        if want(&format!("{t} matvec")) {
+            memory_bound(&c, t, 4096, 4096);
+        }
+    }
+    for (t, kmn, runs) in [
+        (DType::Q4_1, (576, 1536, 128), 20),
+        (DType::Q4_1, (1536, 576, 128), 20),
+        (DType::Q8_0, (1536, 576, 128), 20),
+        (DType::Q4_0, (1536, 576, 128), 20),
+        (DType::F16, (1024, 1024, 128), 10),
+    ] {
+        if want(&format!("{t} prefill")) {
+            compute_bound(&c, t, kmn, runs);
+        }
+    }
+    println!("{}", ceiling::measure());
+}

@@ -1,0 +1,58 @@
+//! mul_mat on the CPU: `dst[i, j, b2, b3] = dot(src0 row i of matrix
+//! (b2 / r2, b3 / r3), src1 row j of matrix (b2, b3))` with src0 `[K, M, ne02,
+//! ne03]`, src1 `[K, N, ne12, ne13]`, dst `[M, N, ne12, ne13]` f32, `r2 =
+//! ne12 / ne02`, `r3 = ne13 / ne03` (src0 broadcast over src1's batches).
+//!
+//! Two kernels, chosen once at prepare time by src0's dtype:
+//! - [`quantized`] (Q8_0, Q4_0, Q4_1 src0): src1 is quantized once per run to
+//!   8-bit blocks of 32 ([`q8`]) into the shared scratch (phase 1, rows split
+//!   over threads), then integer dot products in tiles of src0 rows x src1
+//!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
+//! - [`float`] (every other dtype): the `gemm` crate on f32, reading f32
+//!   operands in place through their strides (so permuted views cost no copy)
+//!   and converting anything else to f32 first ([`convert`]).
+//!
+//! Invariants:
+//! - shapes and dtypes are checked once in [`prepare_mul_mat`] (the same rule
+//!   as `ir::rules`); a prepared kernel never fails at run time;
+//! - every thread writes only its own dst elements, whose choice depends only
+//!   on `(ith, nth)` ([`split`]), so results do not depend on scheduling;
+//! - no kernel panics between barriers (all checks happen at prepare time).
+
+pub mod convert;
+pub mod float;
+pub mod q8;
+pub mod qdot;
+pub mod quantized;
+pub mod shape;
+pub mod split;
+
+#[cfg(test)]
+mod tests;
+
+use super::{CpuKernel, RawTensor};
+use crate::RuntimeError;
+use ir::DType;
+use shape::Geometry;
+
+/// Prepares `dst = mul_mat(src0, src1)` for one plan step (tensor addresses
+/// baked in). Errors name the dtypes or shapes that are not supported.
+pub fn prepare_mul_mat(
+    dst: RawTensor,
+    src0: RawTensor,
+    src1: RawTensor,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    let geo = Geometry::new(dst, src0, src1)?;
+    Ok(match src0.dtype {
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => Box::new(quantized::QuantMatMul::new(geo)),
+        _ => Box::new(float::GemmMatMul::new(geo)),
+    })
+}
+
+/// The error for anything [`prepare_mul_mat`] refuses.
+fn unsupported(detail: String) -> RuntimeError {
+    RuntimeError::Unsupported {
+        op: "mul_mat".into(),
+        detail,
+    }
+}

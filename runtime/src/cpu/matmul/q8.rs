@@ -1,0 +1,139 @@
+//! Activations (src1 rows) quantized to 8 bits for the integer kernels.
+//!
+//! A row of `k` values (k a multiple of 32) is `k / 32` blocks of 32; block b
+//! has an f32 scale `d[b] = amax / 127`, quants `qs = round_ties_even(x / d)`
+//! (computed as `x * (1 / d)`, 0 when d = 0) in -127..=127, and
+//! `s8[b] = d[b] * sum(qs of block b) / 8`: the block sum that Q4_0's offset
+//! and Q4_1's minimum need, divided by 8 so that adding it to each of a SIMD
+//! accumulator's 8 lanes sums to the whole.
+//!
+//! Row layout ([`row_bytes`] bytes, a multiple of 64 so rows stay aligned):
+//! `qs: [i8; k]`, then `d: [f32; k / 32]`, then `s8: [f32; k / 32]`.
+//!
+//! Invariant: the scalar and the AVX2 quantizers give identical bytes (same
+//! f32 operations, same rounding), so the dot kernels can be compared alone.
+
+use super::qdot::Isa;
+
+/// Values per block.
+pub const QK: usize = 32;
+
+/// Bytes of one quantized row of `k` values.
+pub fn row_bytes(k: usize) -> usize {
+    (k + 8 * (k / QK)).next_multiple_of(64)
+}
+
+/// A quantized row, as the dot kernels read it.
+#[derive(Clone, Copy, Debug)]
+pub struct QRow {
+    /// `k` quants.
+    pub qs: *const i8,
+    /// `k / 32` scales.
+    pub d: *const f32,
+    /// `k / 32` scaled block sums over 8.
+    pub s8: *const f32,
+}
+
+impl QRow {
+    /// The row of `k` values stored at `base`.
+    ///
+    /// # Safety
+    /// `base` points to [`row_bytes`]`(k)` bytes, aligned to 4.
+    pub unsafe fn at(base: *const u8, k: usize) -> QRow {
+        // SAFETY: the offsets are inside the row by its layout.
+        unsafe {
+            QRow {
+                qs: base as *const i8,
+                d: base.add(k) as *const f32,
+                s8: base.add(k + 4 * (k / QK)) as *const f32,
+            }
+        }
+    }
+}
+
+/// Quantizes `x` (a multiple of 32 values) into the row at `out`.
+///
+/// # Safety
+/// `out` points to [`row_bytes`]`(x.len())` writable bytes aligned to 4;
+/// `isa` is supported by the host.
+pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
+    let k = x.len();
+    // SAFETY: out has row_bytes(k) bytes (caller's contract).
+    let row = unsafe { QRow::at(out, k) };
+    for (b, block) in x.chunks_exact(QK).enumerate() {
+        // SAFETY: block b's 32 quants and its two scales lie inside the row;
+        // the host has AVX2 when `isa` says so.
+        unsafe {
+            let qs = row.qs.add(b * QK) as *mut i8;
+            let (d, sum) = match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 | Isa::Avx512 { .. } => x86::quantize_block(block, qs),
+                _ => quantize_block(block, qs),
+            };
+            *(row.d.add(b) as *mut f32) = d;
+            *(row.s8.add(b) as *mut f32) = d * sum as f32 * 0.125;
+        }
+    }
+}
+
+/// One block: writes 32 quants, returns (scale, sum of the quants).
+///
+/// # Safety
+/// `qs` has 32 writable bytes; `x` has 32 values.
+unsafe fn quantize_block(x: &[f32], qs: *mut i8) -> (f32, i32) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0;
+    for (i, &v) in x.iter().enumerate() {
+        let q = (v * id).round_ties_even() as i8;
+        sum += i32::from(q);
+        // SAFETY: i < 32.
+        unsafe { *qs.add(i) = q };
+    }
+    (d, sum)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// As the scalar `quantize_block`, 8 values per instruction.
+    ///
+    /// # Safety
+    /// `qs` has 32 writable bytes; `x` has 32 values.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_block(x: &[f32], qs: *mut i8) -> (f32, i32) {
+        let p = x.as_ptr();
+        // SAFETY: x has 32 values.
+        let v = unsafe { [0, 8, 16, 24].map(|o| _mm256_loadu_ps(p.add(o))) };
+        let sign = _mm256_set1_ps(-0.0);
+        let a = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        let amax = _mm_cvtss_f32(m);
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let q = v.map(|v| {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v, id),
+            );
+            _mm256_cvtps_epi32(r)
+        });
+        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        // packs interleave 128-bit lanes: undo with one cross-lane permute.
+        let w = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: qs has 32 writable bytes.
+        unsafe { _mm256_storeu_si256(qs as *mut __m256i, w) };
+        (d, _mm_cvtsi128_si32(s))
+    }
+}

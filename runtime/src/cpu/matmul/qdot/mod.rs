@@ -1,0 +1,202 @@
+//! Dot products of quantized weight rows (Q8_0, Q4_0, Q4_1) with activation
+//! rows quantized by [`super::q8`], in tiles of up to [`TILE_R`] weight rows x
+//! [`TILE_C`] activation rows: each weight block loaded (and its nibbles
+//! unpacked) serves `TILE_C` columns, each activation block `TILE_R` rows.
+//!
+//! Per block b of 32 (weights `w`, scale `d0`, Q4_1 minimum `m0`; activations
+//! `q`, scale `d1`, `s8 = d1 * sum(q) / 8`):
+//! - Q8_0: `d0 d1 sum(w q)`;
+//! - Q4_0 (w = u - 8, u the nibble): `d0 (d1 sum(u q) - 64 s8)`;
+//! - Q4_1 (value = u d0 + m0): `d0 d1 sum(u q) + 8 m0 s8`.
+//!
+//! The integer sums are exact; only the f32 accumulation over blocks rounds.
+//!
+//! Instruction sets, chosen at run time ([`Isa::detect`]): AVX-512 (BW, VNNI
+//! when present), AVX2 (+FMA, F16C), and a portable scalar path that is also
+//! the tests' oracle for the others.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod scalar;
+
+use super::q8::QRow;
+use ir::DType;
+
+/// Every f16 bit pattern as f32, built once (256 KiB; the scales of one
+/// model touch few entries, which stay in L1).
+pub(crate) fn f16_table() -> &'static [f32; 65536] {
+    static TABLE: std::sync::OnceLock<Box<[f32; 65536]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([0f32; 65536]);
+        for (bits, v) in t.iter_mut().enumerate() {
+            *v = half::f16::from_bits(bits as u16).to_f32();
+        }
+        t
+    })
+}
+
+/// Weight rows per full tile.
+pub const TILE_R: usize = 4;
+/// Activation rows per full tile.
+pub const TILE_C: usize = 2;
+
+/// Weight formats, as const generic parameters of the SIMD kernels.
+pub(crate) mod kind {
+    /// Q8_0: f16 d, 32 x i8.
+    pub const Q8_0: u8 = 0;
+    /// Q4_0: f16 d, 16 bytes of nibbles, value (u - 8) d.
+    pub const Q4_0: u8 = 1;
+    /// Q4_1: f16 d, f16 m, 16 bytes of nibbles, value u d + m.
+    pub const Q4_1: u8 = 2;
+
+    /// Bytes per block of `kind`.
+    pub const fn block_bytes(kind: u8) -> usize {
+        match kind {
+            Q8_0 => 34,
+            Q4_0 => 18,
+            _ => 20,
+        }
+    }
+}
+
+/// The weight format of a dtype with an integer kernel.
+pub fn weight_kind(dtype: DType) -> Option<u8> {
+    match dtype {
+        DType::Q8_0 => Some(kind::Q8_0),
+        DType::Q4_0 => Some(kind::Q4_0),
+        DType::Q4_1 => Some(kind::Q4_1),
+        _ => None,
+    }
+}
+
+/// An instruction set for the dot kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F + BW (and AVX2, FMA, F16C); `vnni`: use VPDPBUSD.
+    Avx512 {
+        /// AVX512-VNNI is present.
+        vnni: bool,
+    },
+}
+
+impl Isa {
+    /// The best the host supports.
+    pub fn detect() -> Isa {
+        *Isa::available().last().expect("scalar is always available")
+    }
+
+    /// Every set the host supports, weakest first (tests run them all).
+    pub fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") && has!("f16c") {
+                v.push(Isa::Avx2);
+                if has!("avx512f") && has!("avx512bw") {
+                    v.push(Isa::Avx512 { vnni: false });
+                    if has!("avx512vnni") {
+                        v.push(Isa::Avx512 { vnni: true });
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+/// `out[r][c] = dot(weight row w[r], activation row a[c])` over `nb` blocks,
+/// for `w.len() <= TILE_R` and `a.len() <= TILE_C`.
+///
+/// # Safety
+/// Each `w[r]` points to `nb` blocks of format `kind`; each `a[c]` to a
+/// quantized row of at least `nb` blocks; the host supports `isa`.
+pub unsafe fn tile(
+    isa: Isa,
+    kind: u8,
+    w: &[*const u8],
+    a: &[QRow],
+    nb: usize,
+    out: &mut [[f32; TILE_C]; TILE_R],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: forwarded; the host supports AVX2 (every non-scalar set includes it).
+        unsafe { simd_tile(isa, kind, w, a, nb, out) };
+        return;
+    }
+    for (r, &wr) in w.iter().enumerate() {
+        for (c, &ac) in a.iter().enumerate() {
+            // SAFETY: forwarded from the caller.
+            out[r][c] = unsafe { scalar::dot(kind, wr, ac, nb) };
+        }
+    }
+}
+
+/// [`tile`] for AVX2 and AVX-512: full tiles in one kernel call, partial ones
+/// as columns of rows or rows of columns.
+///
+/// # Safety
+/// As [`tile`]; `isa` is not scalar.
+#[cfg(target_arch = "x86_64")]
+unsafe fn simd_tile(
+    isa: Isa,
+    kind: u8,
+    w: &[*const u8],
+    a: &[QRow],
+    nb: usize,
+    out: &mut [[f32; TILE_C]; TILE_R],
+) {
+    /// One monomorphic tile of R x C.
+    ///
+    /// # Safety
+    /// As [`tile`].
+    unsafe fn one<const R: usize, const C: usize>(
+        isa: Isa,
+        kind: u8,
+        w: [*const u8; R],
+        a: [QRow; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        // SAFETY: forwarded from the caller, who checked the host's features.
+        unsafe {
+            match isa {
+                Isa::Avx512 { vnni } => avx512::tile::<R, C>(vnni, kind, w, a, nb),
+                _ => avx2::tile::<R, C>(kind, w, a, nb),
+            }
+        }
+    }
+    let (nr, nc) = (w.len(), a.len());
+    // SAFETY: every call below is forwarded from the caller, with rows and
+    // columns taken from `w` and `a`.
+    unsafe {
+        if nr == TILE_R && nc == TILE_C {
+            let t =
+                one::<TILE_R, TILE_C>(isa, kind, w.try_into().unwrap(), a.try_into().unwrap(), nb);
+            *out = t;
+        } else if nr == TILE_R {
+            for (c, &ac) in a.iter().enumerate() {
+                let t = one::<TILE_R, 1>(isa, kind, w.try_into().unwrap(), [ac], nb);
+                for r in 0..TILE_R {
+                    out[r][c] = t[r][0];
+                }
+            }
+        } else if nc == TILE_C {
+            for (r, &wr) in w.iter().enumerate() {
+                out[r] = one::<1, TILE_C>(isa, kind, [wr], a.try_into().unwrap(), nb)[0];
+            }
+        } else {
+            for (r, &wr) in w.iter().enumerate() {
+                for (c, &ac) in a.iter().enumerate() {
+                    out[r][c] = one::<1, 1>(isa, kind, [wr], [ac], nb)[0][0];
+                }
+            }
+        }
+    }
+}

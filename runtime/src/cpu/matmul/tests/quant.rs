@@ -1,0 +1,87 @@
+//! The integer route (Q8_0, Q4_0, Q4_1 weights) through every instruction set
+//! the host has, the scalar one included. The reference multiplies the same
+//! quantized weights in f64; the 8-bit activations are the only extra error.
+
+use super::{Buf, Route, Tensor, check};
+use crate::cpu::matmul::q8;
+use crate::cpu::matmul::qdot::Isa;
+use ir::DType;
+use kernels::testing::Rng;
+
+const QUANTS: [DType; 3] = [DType::Q8_0, DType::Q4_0, DType::Q4_1];
+
+fn routes() -> Vec<Route> {
+    let mut v: Vec<Route> = Isa::available().into_iter().map(Route::Quant).collect();
+    v.push(Route::Default);
+    v
+}
+
+#[test]
+fn quantized_odd_sizes_every_isa() {
+    let mut rng = Rng::new(10);
+    for t in QUANTS {
+        // At least ~15 outputs per case: the NMSE of a single output is the
+        // squared relative error of one sum, which 8-bit activations push
+        // past 5e-4 whenever that sum happens to cancel to near zero.
+        for (k, m, n) in [
+            (32, 1, 17),
+            (32, 17, 1),
+            (64, 3, 17),
+            (96, 17, 3),
+            (96, 783, 1),
+            (64, 17, 128),
+            (4096, 5, 3),
+        ] {
+            let mut a = Tensor::packed(&mut rng, t, [k, m, 1, 1]);
+            let mut b = Tensor::packed(&mut rng, DType::F32, [k, n, 1, 1]);
+            for route in routes() {
+                check(&mut a, &mut b, route);
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_offsets_broadcast_and_strided_src1() {
+    let mut rng = Rng::new(11);
+    for t in QUANTS {
+        // All-positive weights and activations: Q4_1's minimum and the block
+        // sums carry most of the result.
+        let mut a = Tensor::new(&mut rng, t, [96, 17, 1, 1], [0, 1, 2, 3], 0.5, 2.0);
+        let mut b = Tensor::new(&mut rng, DType::F32, [96, 5, 1, 1], [0, 1, 2, 3], 0.0, 1.0);
+        // Broadcast over dims 2 and 3.
+        let mut c = Tensor::packed(&mut rng, t, [64, 9, 2, 1]);
+        let mut d = Tensor::packed(&mut rng, DType::F32, [64, 3, 6, 2]);
+        // Transposed f32 and packed f16 activations.
+        let mut e = Tensor::packed(&mut rng, t, [32, 7, 1, 1]);
+        let mut f = Tensor::new(&mut rng, DType::F32, [3, 32, 1, 1], [1, 0, 2, 3], -1.0, 1.0);
+        let mut h = Tensor::packed(&mut rng, DType::F16, [32, 4, 1, 1]);
+        for route in routes() {
+            check(&mut a, &mut b, route);
+            check(&mut c, &mut d, route);
+            check(&mut e, &mut f, route);
+            check(&mut e, &mut h, route);
+        }
+    }
+}
+
+#[test]
+fn simd_quantizer_matches_scalar() {
+    let mut rng = Rng::new(12);
+    let k = 96;
+    let mut x: Vec<f32> = rng
+        .vec(k, -3.0, 3.0)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    x[32..64].fill(0.0); // an all-zero block: d = 0
+    let mut want = Buf::new(q8::row_bytes(k));
+    // SAFETY: the buffer holds row_bytes(k) bytes aligned to 64.
+    unsafe { q8::quantize_row(&x, want.ptr(), Isa::Scalar) };
+    for isa in Isa::available() {
+        let mut got = Buf::new(q8::row_bytes(k));
+        // SAFETY: as above; the host has `isa`.
+        unsafe { q8::quantize_row(&x, got.ptr(), isa) };
+        assert_eq!(want.bytes(), got.bytes(), "{isa:?}");
+    }
+}
