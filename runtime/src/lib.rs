@@ -19,6 +19,7 @@ pub mod steps;
 pub mod weights;
 
 pub use error::RuntimeError;
+pub use cpu::matmul::Precision;
 pub use fast::FastKernels;
 pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Runtime, StepInfo};
 pub use state::StateStore;

@@ -18,6 +18,7 @@
 use crate::RuntimeError;
 use crate::addresses::{original, owner, resolve};
 use crate::cpu::ThreadPool;
+use crate::cpu::matmul::Precision;
 use crate::fast::FastKernels;
 use crate::memory::{AlignedBuffer, available_bytes};
 use crate::state::StateStore;
@@ -42,6 +43,9 @@ pub struct LoadOptions {
     pub kernels: Option<Arc<FastKernels>>,
     /// A state store to share with other runtimes (their KV cache).
     pub state: Option<Arc<StateStore>>,
+    /// Quantized matmuls: fast (8-bit activations) or exact (f32); used when
+    /// `kernels` is not given.
+    pub precision: Precision,
 }
 
 impl Default for LoadOptions {
@@ -51,6 +55,7 @@ impl Default for LoadOptions {
             pool: None,
             kernels: None,
             state: None,
+            precision: Precision::Fast,
         }
     }
 }
@@ -253,7 +258,7 @@ impl Runtime {
         };
         let kernels = match &options.kernels {
             Some(k) => Arc::clone(k),
-            None => Arc::new(FastKernels::new()?),
+            None => Arc::new(FastKernels::new(options.precision)?),
         };
         let t1 = Instant::now();
         let steps = Preparer {

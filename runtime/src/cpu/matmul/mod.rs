@@ -42,9 +42,32 @@ pub fn prepare_mul_mat(
     src0: RawTensor,
     src1: RawTensor,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    prepare_mul_mat_with(dst, src0, src1, Precision::Fast)
+}
+
+/// How quantized weights meet f32 activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// Activations quantized to 8 bits, integer dot products (as llama.cpp).
+    #[default]
+    Fast,
+    /// Weights dequantized to f32 and multiplied in f32: the same function as
+    /// the dequantized model (what the fp64 references compute).
+    Exact,
+}
+
+/// [`prepare_mul_mat`] with the quantized route chosen by `precision`.
+pub fn prepare_mul_mat_with(
+    dst: RawTensor,
+    src0: RawTensor,
+    src1: RawTensor,
+    precision: Precision,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     let geo = Geometry::new(dst, src0, src1)?;
-    Ok(match src0.dtype {
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => Box::new(quantized::QuantMatMul::new(geo)),
+    Ok(match (src0.dtype, precision) {
+        (DType::Q8_0 | DType::Q4_0 | DType::Q4_1, Precision::Fast) => {
+            Box::new(quantized::QuantMatMul::new(geo))
+        }
         _ => Box::new(float::GemmMatMul::new(geo)),
     })
 }
