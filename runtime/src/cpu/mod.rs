@@ -1,6 +1,7 @@
 //! The CPU device: thread pool, prepared kernels, and the kernels themselves.
 
 pub mod kernel;
+pub mod ops;
 pub mod pool;
 pub mod tensor;
 
