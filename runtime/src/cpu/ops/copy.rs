@@ -87,12 +87,26 @@ fn linear(name: String, dst: RawTensor, src: RawTensor) -> Box<dyn CpuKernel> {
     })
 }
 
-/// Same row length: row r of src to row r of dst.
+/// Tile of the transposing path: [`TILE_ROWS`] source rows by [`TILE_COLS`]
+/// columns. Each source column of the tile is a contiguous run (a transposed
+/// source has `nb1` = the element size), read whole once, so power-of-two
+/// strides that alias one cache set cost nothing; each dst row then gets a
+/// contiguous run of [`TILE_COLS`] values.
+const TILE_ROWS: usize = 128;
+const TILE_COLS: usize = 128;
+
+/// Same row length: row r of src to row r of dst. A source with strided
+/// elements (transposed) goes through [`transposing`] unless dst is quantized
+/// (its rows are encoded whole).
 fn by_rows(name: String, dst: RawTensor, src: RawTensor) -> Box<dyn CpuKernel> {
     let (si, di) = (RowIo::new(&src), RowIo::new(&dst));
     let same = src.dtype == dst.dtype;
     let ne0 = src.ne[0] as usize;
-    unit_kernel(name, dst.n_rows(), move |rows| {
+    let n_rows = dst.n_rows();
+    if !si.packed && !dst.dtype.is_quantized() {
+        return transposing(name, dst, src);
+    }
+    unit_kernel(name, n_rows, move |rows| {
         let mut buf = scratch_row(!same, ne0);
         for r in rows {
             // SAFETY: r is a row of both (same row length and count); dst rows are ours.
@@ -106,6 +120,62 @@ fn by_rows(name: String, dst: RawTensor, src: RawTensor) -> Box<dyn CpuKernel> {
                 } else {
                     let v = si.view(s, ne0, &mut buf, d, di.span(ne0));
                     di.store(d, v);
+                }
+            }
+        }
+    })
+}
+
+/// Same row length, strided source elements, plain dst: tiles of
+/// [`TILE_ROWS`] consecutive i1 rows of one (i2, i3) (a uniform `nb1` apart)
+/// by [`TILE_COLS`] columns, staged through an f32 tile. Same-dtype I32 moves
+/// as F32 bits, which the round trip keeps exactly (as it keeps F16, BF16).
+fn transposing(name: String, dst: RawTensor, src: RawTensor) -> Box<dyn CpuKernel> {
+    let as_bits = |t: &RawTensor| {
+        let mut io = RowIo::new(t);
+        if t.dtype == DType::I32 {
+            io.dtype = DType::F32;
+        }
+        io
+    };
+    let di = as_bits(&dst);
+    // The source read along i1: a column of the tile is a strided run.
+    let mut col = as_bits(&src);
+    col.nb0 = src.nb[1] as usize;
+    col.packed = col.nb0 == elem_bytes(src.dtype);
+    let snb0 = src.nb[0] as usize;
+    let [ne0, ne1, ne2] = [0, 1, 2].map(|d| src.ne[d] as usize);
+    let blocks = ne1.div_ceil(TILE_ROWS);
+    let n_units = blocks * src.n_rows() / ne1;
+    unit_kernel(name, n_units, move |units| {
+        let mut tile = vec![0f32; TILE_ROWS * TILE_COLS];
+        let mut row = [0f32; TILE_COLS];
+        let mut d = [std::ptr::null_mut(); TILE_ROWS];
+        for u in units {
+            let (blk, outer) = (u % blocks, u / blocks);
+            let (i1, i2, i3) = (blk * TILE_ROWS, outer % ne2, outer / ne2);
+            let g = TILE_ROWS.min(ne1 - i1);
+            let r0 = i1 + ne1 * outer;
+            for (k, dk) in d.iter_mut().enumerate().take(g) {
+                // SAFETY: r0 + k is a row of both (same row length and count).
+                *dk = unsafe { dst.flat_row_ptr(r0 + k) };
+            }
+            // SAFETY: source rows i1..i1 + g of (i2, i3) are inside src.
+            let s0 = unsafe { src.row_ptr(i1, i2, i3) }.cast_const();
+            for c in (0..ne0).step_by(TILE_COLS) {
+                let len = TILE_COLS.min(ne0 - c);
+                for cc in 0..len {
+                    // SAFETY: column c + cc of the g source rows (plain dtype).
+                    unsafe {
+                        col.load(s0.add((c + cc) * snb0), &mut tile[cc * TILE_ROWS..][..g]);
+                    }
+                }
+                for (k, &dk) in d.iter().enumerate().take(g) {
+                    for (cc, v) in row[..len].iter_mut().enumerate() {
+                        *v = tile[cc * TILE_ROWS + k];
+                    }
+                    // SAFETY: columns c..c + len of a dst row this thread owns.
+                    unsafe { di.store(dk.add(c * di.nb0), &row[..len]) };
                 }
             }
         }

@@ -63,16 +63,26 @@ pub(super) fn prepare(
     }))
 }
 
-/// Index of the last maximum (`>=` keeps later ties; NaN compares false).
+/// Index of the last maximum, as the reference's `v >= best` scan (NaN never
+/// wins; an all -inf row gives its last index, an all-NaN row 0), in two
+/// vectorisable passes: the maximum, then the last element equal to it.
 fn last_max(x: &[f32]) -> usize {
-    let (mut best, mut best_v) = (0, f32::NEG_INFINITY);
-    for (i, &v) in x.iter().enumerate() {
-        if v >= best_v {
-            best = i;
-            best_v = v;
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            // `v > l` is false for NaN, so NaN never becomes the maximum.
+            *l = if v > *l { v } else { *l };
         }
     }
-    best
+    let mut max = lanes
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    for &v in tail {
+        max = if v > max { v } else { max };
+    }
+    x.iter().rposition(|&v| v == max).unwrap_or(0)
 }
 
 fn ne_str(ne: [i64; 4]) -> String {

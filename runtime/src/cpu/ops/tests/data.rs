@@ -157,6 +157,26 @@ fn cpy_between_every_dtype_into_views() {
             check(&what, Op::Cpy, vec![a, b], Dst::Into(1), Expect::Bytes);
         }
     }
+    // Transposed sources of the same shape (tiled walk; whole rows for quantized).
+    for dst in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_K,
+    ] {
+        let a = permuted(
+            &mut rng,
+            DType::F32,
+            [256, 37, 1, 1],
+            [1, 0, 2, 3],
+            -1.0,
+            1.0,
+        );
+        let b = filled(&mut rng, dst, [256, 37, 1, 1]);
+        let what = format!("cpy transposed f32 -> {dst}");
+        check(&what, Op::Cpy, vec![a, b], Dst::Into(1), Expect::Bytes);
+    }
     // A transposed destination (V cache written transposed).
     let a = filled(&mut rng, DType::F32, [5, 9, 1, 1]);
     let b = permuted(&mut rng, DType::F16, [5, 9, 1, 1], [1, 0, 2, 3], -1.0, 1.0);
@@ -173,7 +193,13 @@ fn cpy_between_every_dtype_into_views() {
 fn cont_packs_strided_tensors() {
     let mut rng = Rng::new(5);
     for dtype in [DType::F32, DType::F16, DType::BF16, DType::I32] {
-        for ne in [[3, 1, 1, 1], [7, 17, 3, 1], [5, 783, 1, 2], [3, 4096, 1, 1]] {
+        for ne in [
+            [3, 1, 1, 1],
+            [7, 17, 3, 1],
+            [5, 783, 1, 2],
+            [3, 4096, 1, 1],
+            [130, 37, 2, 1],
+        ] {
             let a = permuted(&mut rng, dtype, ne, [1, 2, 0, 3], -100.0, 100.0);
             let dst = poisoned(dtype, ne);
             let what = format!("cont {dtype} {ne:?}");
