@@ -2,6 +2,7 @@
 
 pub mod kernel;
 pub mod matmul;
+pub mod ops;
 pub mod pool;
 pub mod reference_kernel;
 pub mod tensor;
