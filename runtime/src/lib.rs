@@ -18,8 +18,8 @@ pub mod state;
 pub mod steps;
 pub mod weights;
 
-pub use error::RuntimeError;
 pub use cpu::matmul::Precision;
+pub use error::RuntimeError;
 pub use fast::FastKernels;
 pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Runtime, StepInfo};
 pub use state::StateStore;

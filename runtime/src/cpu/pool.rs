@@ -7,9 +7,9 @@
 //!   a job may borrow from the caller's stack;
 //! - thread `ith` of `nth` always gets the same share of a job
 //!   ([`ThreadCtx::share`]), so results do not depend on scheduling;
-//! - a panic on a worker is caught and re-raised on the calling thread after
-//!   all threads are done. Kernels must not panic between barriers: the other
-//!   threads would wait at the next barrier forever.
+//! - a panic on any thread is caught, poisons the job's barrier (threads
+//!   waiting there give up instead of waiting forever) and is re-raised on the
+//!   calling thread after all threads are done; the pool stays usable.
 
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -32,11 +32,22 @@ fn relax(spins: &mut u32) {
     }
 }
 
+/// The panic payload of a thread that left a barrier because another thread
+/// of its job panicked (never the panic to report).
+struct GaveUp;
+
+fn gave_up(payload: &(dyn std::any::Any + Send)) -> bool {
+    payload.is::<GaveUp>()
+}
+
 /// A barrier for the threads of one job (all `nth` of them must call it).
 pub struct SpinBarrier {
     n: usize,
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    /// Set when a thread of the job panicked: waiters give up instead of
+    /// waiting forever for it.
+    poisoned: AtomicBool,
 }
 
 impl SpinBarrier {
@@ -45,6 +56,7 @@ impl SpinBarrier {
             n,
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            poisoned: AtomicBool::new(false),
         }
     }
 
@@ -59,6 +71,9 @@ impl SpinBarrier {
         } else {
             let mut spins = 0u32;
             while self.generation.load(Acquire) == generation {
+                if self.poisoned.load(Relaxed) {
+                    std::panic::panic_any(GaveUp);
+                }
                 relax(&mut spins);
             }
         }
@@ -191,6 +206,8 @@ impl ThreadPool {
         });
         *shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(ptr);
         shared.finished.store(0, Relaxed);
+        shared.barrier.arrived.store(0, Relaxed);
+        shared.barrier.poisoned.store(false, Relaxed);
         shared.epoch.fetch_add(1, SeqCst);
         if shared.sleepers.load(SeqCst) > 0 {
             let _guard = shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -203,21 +220,24 @@ impl ThreadPool {
                 barrier: &shared.barrier,
             })
         }));
+        if result.is_err() {
+            shared.barrier.poisoned.store(true, Release);
+        }
         let mut spins = 0u32;
         while shared.finished.load(Acquire) != shared.n_threads - 1 {
             relax(&mut spins);
         }
         *shared.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        if let Err(payload) = result {
-            resume_unwind(payload);
-        }
-        if let Some(payload) = shared
+        let worker_panic = shared
             .panicked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            resume_unwind(payload);
+            .take();
+        match (result, worker_panic) {
+            (Err(own), _) if !gave_up(own.as_ref()) => resume_unwind(own),
+            (_, Some(worker)) => resume_unwind(worker),
+            (Err(own), None) => resume_unwind(own),
+            (Ok(()), None) => {}
         }
     }
 }
@@ -264,7 +284,12 @@ fn worker(shared: &Shared, ith: usize) {
             // SAFETY: `run` keeps the job alive until `finished` counts us.
             let job = unsafe { &*job };
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job(&ctx))) {
-                *shared.panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(payload);
+                shared.barrier.poisoned.store(true, Release);
+                let mut first = shared.panicked.lock().unwrap_or_else(|e| e.into_inner());
+                // Keep the original panic, not a barrier's "gave up" one.
+                if first.as_deref().is_none_or(gave_up) {
+                    *first = Some(payload);
+                }
             }
         }
         shared.finished.fetch_add(1, Release);
@@ -323,6 +348,29 @@ mod tests {
         for c in &counts {
             assert_eq!(c.load(Relaxed), 300);
         }
+    }
+
+    #[test]
+    fn a_panic_before_a_barrier_does_not_hang_the_others() {
+        let pool = ThreadPool::new(2);
+        for culprit in [0, 1] {
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                pool.run(&|ctx| {
+                    if ctx.ith == culprit {
+                        panic!("kernel bug");
+                    }
+                    ctx.barrier();
+                })
+            }));
+            let msg = r.unwrap_err();
+            assert_eq!(msg.downcast_ref::<&str>(), Some(&"kernel bug"));
+        }
+        let n = AtomicUsize::new(0);
+        pool.run(&|ctx| {
+            ctx.barrier();
+            n.fetch_add(1, Relaxed);
+        });
+        assert_eq!(n.load(Relaxed), 2);
     }
 
     #[test]
