@@ -109,7 +109,10 @@ impl<'m, 'ctx> Gen<'m, 'ctx> {
             );
         }
         let nounwind = inkwell::attributes::Attribute::get_named_enum_kind_id("nounwind");
-        func.add_attribute(AttributeLoc::Function, cx.create_enum_attribute(nounwind, 0));
+        func.add_attribute(
+            AttributeLoc::Function,
+            cx.create_enum_attribute(nounwind, 0),
+        );
         let b = cx.create_builder();
         b.position_at_end(cx.append_basic_block(func, "entry"));
         Ok(Gen {
@@ -158,9 +161,13 @@ impl<'m, 'ctx> Gen<'m, 'ctx> {
     /// `x` in every lane of a `<w x float>`.
     pub fn splat(&self, x: FloatValue<'ctx>, w: u32) -> R<VectorValue<'ctx>> {
         let v = self.vt(w).get_poison();
-        let v = self.b.build_insert_element(v, x, self.i32t.const_zero(), "")?;
+        let v = self
+            .b
+            .build_insert_element(v, x, self.i32t.const_zero(), "")?;
         let mask = self.i32t.vec_type(w).const_zero();
-        Ok(self.b.build_shuffle_vector(v, self.vt(w).get_poison(), mask, "")?)
+        Ok(self
+            .b
+            .build_shuffle_vector(v, self.vt(w).get_poison(), mask, "")?)
     }
 
     /// Lane 0 of a vector as a scalar float.
@@ -461,9 +468,7 @@ impl<'m, 'ctx> Gen<'m, 'ctx> {
         }
         let iv = i.as_basic_value().into_int_value();
         let next = self.b.build_int_add(iv, self.ci(step), "")?;
-        let go = self
-            .b
-            .build_int_compare(IntPredicate::SLE, next, end, "")?;
+        let go = self.b.build_int_compare(IntPredicate::SLE, next, end, "")?;
         self.b.build_conditional_branch(go, body_bb, exit)?;
         self.b.position_at_end(body_bb);
         let values: Vec<BasicValueEnum> = carried.iter().map(|p| p.as_basic_value()).collect();

@@ -53,7 +53,11 @@ pub(super) fn emit<'ctx>(
             let first = g.gep(out_row.base, g.b.build_int_mul(col0, g.ci(es), "")?)?;
             let addr = g.b.build_ptr_to_int(first, g.i64t, "")?;
             let mis = g.b.build_and(addr, g.ci(align - 1), "")?;
-            let gap = g.b.build_and(g.b.build_int_sub(g.ci(align), mis, "")?, g.ci(align - 1), "")?;
+            let gap = g.b.build_and(
+                g.b.build_int_sub(g.ci(align), mis, "")?,
+                g.ci(align - 1),
+                "",
+            )?;
             let peel = g.b.build_int_unsigned_div(gap, g.ci(es), "")?;
             let lim = g.b.build_int_add(col0, peel, "")?;
             let short = g.b.build_int_compare(IntPredicate::SLT, lim, col1, "")?;
@@ -85,7 +89,8 @@ fn norm_stats<'ctx>(
     let n = g.len_f32(n0)?;
     let inv_sqrt = |sum: FloatValue<'ctx>, eps: f32| -> R<FloatValue<'ctx>> {
         let mean = g.b.build_float_div(sum, n, "")?;
-        let v = g.b.build_float_add(mean, g.f32t.const_float(f64::from(eps)), "")?;
+        let v =
+            g.b.build_float_add(mean, g.f32t.const_float(f64::from(eps)), "")?;
         let root = g
             .intrinsic("llvm.sqrt", &[g.f32t.into()], &[v.into()])?
             .into_float_value();

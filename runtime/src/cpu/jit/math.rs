@@ -117,7 +117,11 @@ impl<'ctx> Gen<'_, 'ctx> {
         let q = self.div(self.cf(2.0, w), self.add(e, self.cf(1.0, w))?)?;
         let big = self.sub(self.cf(1.0, w), q)?;
         let big = self.vcall("llvm.copysign", &[big, x])?;
-        self.select(self.cmp(FloatPredicate::OLT, ax, self.cf(0.1, w))?, small, big)
+        self.select(
+            self.cmp(FloatPredicate::OLT, ax, self.cf(0.1, w))?,
+            small,
+            big,
+        )
     }
 
     /// erfc(|x|) given `ax` = |x|, with small relative error for all ax
@@ -149,8 +153,15 @@ impl<'ctx> Gen<'_, 'ctx> {
     /// 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320).
     fn erf_series(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
         let k = std::f64::consts::FRAC_2_SQRT_PI;
-        let c = [1.0, -1.0 / 3.0, 1.0 / 10.0, -1.0 / 42.0, 1.0 / 216.0, -1.0 / 1320.0]
-            .map(|c: f64| (c * k) as f32);
+        let c = [
+            1.0,
+            -1.0 / 3.0,
+            1.0 / 10.0,
+            -1.0 / 42.0,
+            1.0 / 216.0,
+            -1.0 / 1320.0,
+        ]
+        .map(|c: f64| (c * k) as f32);
         self.mul(x, self.poly(self.mul(x, x)?, &c)?)
     }
 
@@ -161,7 +172,11 @@ impl<'ctx> Gen<'_, 'ctx> {
         let big = self.sub(self.cf(1.0, w), self.erfc_abs(ax)?)?;
         let big = self.vcall("llvm.copysign", &[big, x])?;
         let small = self.erf_series(x)?;
-        self.select(self.cmp(FloatPredicate::OLT, ax, self.cf(0.5, w))?, small, big)
+        self.select(
+            self.cmp(FloatPredicate::OLT, ax, self.cf(0.5, w))?,
+            small,
+            big,
+        )
     }
 
     /// 1 + erf(x), without cancellation for negative x (erfc(|x|) there).
@@ -170,9 +185,17 @@ impl<'ctx> Gen<'_, 'ctx> {
         let ax = self.vcall("llvm.fabs", &[x])?;
         let erfc = self.erfc_abs(ax)?;
         let positive = self.sub(self.cf(2.0, w), erfc)?;
-        let big = self.select(self.cmp(FloatPredicate::OLT, x, self.cf(0.0, w))?, erfc, positive)?;
+        let big = self.select(
+            self.cmp(FloatPredicate::OLT, x, self.cf(0.0, w))?,
+            erfc,
+            positive,
+        )?;
         let small = self.add(self.cf(1.0, w), self.erf_series(x)?)?;
-        self.select(self.cmp(FloatPredicate::OLT, ax, self.cf(0.5, w))?, small, big)
+        self.select(
+            self.cmp(FloatPredicate::OLT, ax, self.cf(0.5, w))?,
+            small,
+            big,
+        )
     }
 
     /// x / (1 + e^(-k x)) for k = 1 (silu); the building block of gelu.

@@ -138,7 +138,10 @@ fn unsupported(op: &str, detail: impl Into<String>) -> RuntimeError {
 fn check_dtype(op: &str, what: &str, t: &RawTensor) -> Result<(), RuntimeError> {
     match t.dtype {
         DType::F32 | DType::F16 => Ok(()),
-        d => Err(unsupported(op, format!("{what} is {d}; the JIT takes F32 and F16"))),
+        d => Err(unsupported(
+            op,
+            format!("{what} is {d}; the JIT takes F32 and F16"),
+        )),
     }
 }
 
@@ -267,10 +270,7 @@ impl Jit {
         if flatten {
             for t in &mut tensors {
                 *t = if t.n_elements() == 1 {
-                    RawTensor {
-                        ne: [1; 4],
-                        ..*t
-                    }
+                    RawTensor { ne: [1; 4], ..*t }
                 } else {
                     flat(t)
                 };
@@ -346,7 +346,10 @@ impl Jit {
         if dst.ne != src.ne {
             return Err(unsupported(
                 "soft_max",
-                format!("output extents {:?} differ from the logits' {:?}", dst.ne, src.ne),
+                format!(
+                    "output extents {:?} differ from the logits' {:?}",
+                    dst.ne, src.ne
+                ),
             ));
         }
         if let Some(m) = &mask {

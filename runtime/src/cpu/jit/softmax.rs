@@ -65,10 +65,9 @@ pub(super) fn emit<'ctx>(
             g.f32t.const_float(f64::NEG_INFINITY),
             "",
         )?;
-        let max = g
-            .b
-            .build_select(is_inf, g.f32t.const_zero(), max, "")?
-            .into_float_value();
+        let max =
+            g.b.build_select(is_inf, g.f32t.const_zero(), max, "")?
+                .into_float_value();
         let store_e = out.dtype == DType::F32;
         let e_at = |i: IntValue<'ctx>, w: u32| -> R<VectorValue<'ctx>> {
             g.exp(g.sub(logits(i, w)?, g.splat(max, w)?)?)
@@ -91,7 +90,8 @@ pub(super) fn emit<'ctx>(
         let (_, acc) = sum_pass(i, 1, g.splat(sum.into_float_value(), 1)?)?;
         let sum = g.lane0(acc[0].into_vector_value())?;
         let zero = g.f32t.const_zero();
-        let empty = g.b.build_float_compare(FloatPredicate::OEQ, sum, zero, "")?;
+        let empty =
+            g.b.build_float_compare(FloatPredicate::OEQ, sum, zero, "")?;
         let inv = g.b.build_float_div(g.f32t.const_float(1.0), sum, "")?;
         let inv = g.b.build_select(empty, zero, inv, "")?.into_float_value();
         let scale_pass = |i0: IntValue<'ctx>, w: u32| {
@@ -123,7 +123,9 @@ fn reduce_max<'ctx>(
     let step = |acc: VectorValue<'ctx>, x: VectorValue<'ctx>| g.vcall("llvm.maxnum", &[acc, x]);
     let init = g.cf(f32::NEG_INFINITY, w);
     let (i, acc) = g.emit_loop(g.ci(0), n0, u64::from(w), &[init.into()], |i, acc| {
-        Ok(vec![step(acc[0].into_vector_value(), logits(i, w)?)?.into()])
+        Ok(vec![
+            step(acc[0].into_vector_value(), logits(i, w)?)?.into(),
+        ])
     })?;
     let max = g.intrinsic(
         "llvm.vector.reduce.fmax",
@@ -132,7 +134,9 @@ fn reduce_max<'ctx>(
     )?;
     let init = g.splat(max.into_float_value(), 1)?;
     let (_, acc) = g.emit_loop(i, n0, 1, &[init.into()], |i, acc| {
-        Ok(vec![step(acc[0].into_vector_value(), logits(i, 1)?)?.into()])
+        Ok(vec![
+            step(acc[0].into_vector_value(), logits(i, 1)?)?.into(),
+        ])
     })?;
     g.lane0(acc[0].into_vector_value())
 }

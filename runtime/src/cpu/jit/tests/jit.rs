@@ -29,7 +29,6 @@ fn rms_norm_mul() -> Vec<Expr> {
 #[test]
 fn thirty_identical_layers_compile_once() {
     let jit = Jit::new().unwrap();
-    let pool = ThreadPool::new(2);
     let mut kernels = Vec::new();
     let mut bufs = Vec::new();
     for layer in 0..30 {
@@ -51,7 +50,7 @@ fn thirty_identical_layers_compile_once() {
     assert_eq!(stats.cache_hits, 29, "{stats:?}");
     assert!(stats.compile_time > std::time::Duration::ZERO);
     for (k, (x, _, out)) in kernels.iter().zip(&bufs) {
-        run(&**k, &pool);
+        run(&**k, 2);
         let x = x.get();
         let got = out.get();
         for (xr, gr) in x.rows().zip(got.rows()) {
@@ -93,9 +92,15 @@ fn generated_code_uses_full_width_vectors() {
         _ => "xmm",
     };
     assert!(asm.contains(reg), "no {reg} registers in\n{asm}");
-    assert!(asm.contains("vmovntps") || asm.contains("movntps"), "no streaming stores in\n{asm}");
+    assert!(
+        asm.contains("vmovntps") || asm.contains("movntps"),
+        "no streaming stores in\n{asm}"
+    );
     if w == 8 {
-        assert!(asm.contains("vcvtph2ps"), "F16 loads should use F16C:\n{asm}");
+        assert!(
+            asm.contains("vcvtph2ps"),
+            "F16 loads should use F16C:\n{asm}"
+        );
         assert!(asm.contains("vfmadd"), "FMA expected:\n{asm}");
     }
 
@@ -141,7 +146,7 @@ fn dropping_the_jit_and_its_kernels_frees_the_context() {
     drop(jit);
     // The kernel keeps the context (and its code) alive and still runs.
     assert!(context.upgrade().is_some());
-    run(&*kernel, &ThreadPool::new(1));
+    run(&*kernel, 1);
     assert_eq!(out.get().get([7, 1, 0, 0]), 2.0);
     drop(kernel);
     assert!(context.upgrade().is_none(), "the LLVM context leaked");

@@ -74,7 +74,9 @@ impl Buf {
 
     fn bytes(&self) -> &[u8] {
         // SAFETY: the Vec<u64> is viewed as its bytes.
-        let all = unsafe { std::slice::from_raw_parts(self.mem.as_ptr().cast::<u8>(), self.mem.len() * 8) };
+        let all = unsafe {
+            std::slice::from_raw_parts(self.mem.as_ptr().cast::<u8>(), self.mem.len() * 8)
+        };
         &all[self.offset..]
     }
 
@@ -131,17 +133,24 @@ pub(super) fn rounded(values: &Dense, dtype: DType) -> Dense {
     buf.get()
 }
 
-/// Runs `kernel` once on a pool of `threads`.
-pub(super) fn run(kernel: &dyn CpuKernel, pool: &ThreadPool) {
-    pool.run(&|ctx| {
+/// Runs `kernel` once on a fresh pool of `threads` (dropped at once: idle
+/// pools spin, which would starve the tests on a small machine).
+pub(super) fn run(kernel: &dyn CpuKernel, threads: usize) {
+    ThreadPool::new(threads).run(&|ctx| {
         // SAFETY: the test keeps the kernel's tensors alive; no scratch is needed.
         unsafe { kernel.run(ctx, std::ptr::null_mut()) }
     });
 }
 
-/// Pools of 1, 2 and 3 threads.
-pub(super) fn pools() -> Vec<ThreadPool> {
-    [1, 2, 3].map(ThreadPool::new).into()
+/// One JIT for the correctness tests, so that they share compiled kernels.
+pub(super) fn shared_jit() -> &'static crate::cpu::jit::Jit {
+    static JIT: std::sync::OnceLock<crate::cpu::jit::Jit> = std::sync::OnceLock::new();
+    JIT.get_or_init(|| crate::cpu::jit::Jit::new().unwrap())
+}
+
+/// Pool sizes every kernel runs on.
+pub(super) fn pools() -> [usize; 3] {
+    [1, 2, 3]
 }
 
 /// Output shapes at odd sizes: rows 1, 3, 17, 783 and 4096, ne0 1, 7, 33, 1023.

@@ -25,7 +25,7 @@ fn mask(rng: &mut Rng, dtype: DType, ne: [i64; 4], rows_masked: bool) -> (Buf, D
 #[allow(clippy::too_many_arguments)]
 fn check(
     jit: &Jit,
-    pools: &[ThreadPool],
+    pools: &[usize],
     ne: [i64; 4],
     kind: Kind,
     out_dtype: DType,
@@ -53,13 +53,13 @@ fn check(
     } else {
         nmse_threshold("soft_max")
     };
-    for pool in pools {
+    for &threads in pools {
         out.poison();
-        run(&*kernel, pool);
+        run(&*kernel, threads);
         let what = format!(
             "soft_max {ne:?} {kind:?} -> {out_dtype} mask {mask_spec:?} scale {scale} \
              max_bias {max_bias} threads {}",
-            pool.n_threads()
+            threads
         );
         assert_close(&what, &reference, &out.get(), threshold);
     }
@@ -67,30 +67,50 @@ fn check(
 
 #[test]
 fn soft_max_matches_the_reference() {
-    let jit = Jit::new().unwrap();
+    let jit = shared_jit();
     let pools = pools();
     for (s, &ne) in SHAPES.iter().enumerate() {
         let seed = s as u64;
-        check(&jit, &pools, ne, Kind::Packed, DType::F32, None, 1.0, 0.0, seed);
-        check(&jit, &pools, ne, Kind::Transposed, DType::F16, None, 0.125, 0.0, seed);
+        check(
+            jit,
+            &pools,
+            ne,
+            Kind::Packed,
+            DType::F32,
+            None,
+            1.0,
+            0.0,
+            seed,
+        );
+        check(
+            jit,
+            &pools,
+            ne,
+            Kind::Transposed,
+            DType::F16,
+            None,
+            0.125,
+            0.0,
+            seed,
+        );
         for dtype in [DType::F32, DType::F16] {
             // Mask rows cover more rows than the logits; heads and batches broadcast.
             let mne = [ne[0], ne[1] + 2, 1, 1];
             let m = Some((dtype, mne, true));
-            check(&jit, &pools, ne, Kind::Packed, DType::F32, m, 0.3, 0.0, seed);
-            check(&jit, &pools, ne, Kind::Padded, DType::F32, m, 0.3, 8.0, seed);
+            check(jit, &pools, ne, Kind::Packed, DType::F32, m, 0.3, 0.0, seed);
+            check(jit, &pools, ne, Kind::Padded, DType::F32, m, 0.3, 8.0, seed);
             let mne = [ne[0], ne[1], ne[2], 1];
             let m = Some((dtype, mne, false));
-            check(&jit, &pools, ne, Kind::Packed, DType::F16, m, 1.7, 0.0, seed);
+            check(jit, &pools, ne, Kind::Packed, DType::F16, m, 1.7, 0.0, seed);
         }
     }
 }
 
 #[test]
 fn attention_sized_soft_max_with_alibi() {
-    let jit = Jit::new().unwrap();
+    let jit = shared_jit();
     let pools = pools();
     let ne = [128, 128, 8, 1];
     let m = Some((DType::F16, [128, 128, 1, 1], false));
-    check(&jit, &pools, ne, Kind::Packed, DType::F32, m, 0.088, 8.0, 7);
+    check(jit, &pools, ne, Kind::Packed, DType::F32, m, 0.088, 8.0, 7);
 }
