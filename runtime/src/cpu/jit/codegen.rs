@@ -312,8 +312,8 @@ impl<'m, 'ctx> Gen<'m, 'ctx> {
         at: [IntValue<'ctx>; 3],
     ) -> R<Row<'ctx>> {
         let mut off = self.ci(0);
-        for d in 0..3 {
-            let i = self.b.build_int_unsigned_rem(at[d], t.ne[d + 1], "")?;
+        for (d, &i) in at.iter().enumerate() {
+            let i = self.b.build_int_unsigned_rem(i, t.ne[d + 1], "")?;
             let o = self.b.build_int_mul(i, t.nb[d + 1], "")?;
             off = self.b.build_int_add(off, o, "")?;
         }

@@ -284,7 +284,8 @@ impl Jit {
         };
         let out_spec = spec_of(&out);
         let es = elem_bytes(out.dtype) as u64;
-        let aligned = out.data as u64 % es == 0 && out.nb[1..].iter().all(|b| b % es == 0);
+        let aligned = (out.data as u64).is_multiple_of(es)
+            && out.nb[1..].iter().all(|b| b.is_multiple_of(es));
         let eligible = out_spec.access == Access::Contig && aligned;
         let out_bytes = out.n_elements() as u64 * es;
         let stream = eligible
