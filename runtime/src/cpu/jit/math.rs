@@ -21,7 +21,8 @@
 //!   exact arithmetic, for every z >= 0). Absolute error of erf <= 2e-7.
 //!   gelu_erf uses erfc(|z|) directly for 1 + erf(z) at negative z, so its
 //!   negative tail keeps a small relative error.
-//! - `silu(x) = x / (1 + e^-x)`; `gelu(x) = x / (1 + e^(-2u))` with
+//! - `silu(x) = x / (1 + e^-x)`; `gelu(x) = x / (1 + e^(-2u))` with the
+//!   division by a reciprocal estimate refined by one Newton step;
 //!   u = sqrt(2/pi) (x + 0.044715 x^3), the same function as
 //!   0.5 x (1 + tanh u) without its cancellation for negative x;
 //!   `gelu_erf(x) = 0.5 x (1 + erf(x / sqrt 2))`. These have small relative
@@ -40,6 +41,9 @@ const LN2_LO: f32 = (std::f64::consts::LN_2 - 355.0 / 512.0) as f32;
 /// 1.5 * 2^23: adding it rounds a float of magnitude < 2^22 to an integer
 /// held in the low mantissa bits.
 const ROUND_MAGIC: f32 = 12_582_912.0;
+/// LLVM's fast-math flags `arcp | ninf` (LLVMFastMathAllowReciprocal,
+/// LLVMFastMathNoInfs): the backend uses the reciprocal estimate only with both.
+const ALLOW_RECIPROCAL: u32 = (1 << 4) | (1 << 2);
 /// Below this, e^x rounds to 0 in f32.
 const EXP_LO: f32 = -104.0;
 /// Above this, e^x overflows f32.
@@ -203,7 +207,19 @@ impl<'ctx> Gen<'_, 'ctx> {
         let w = x.get_type().get_size();
         let neg = self.b.build_float_neg(arg, "")?;
         let d = self.add(self.cf(1.0, w), self.exp(neg)?)?;
-        self.div(x, d)
+        // x / d by the reciprocal estimate and a Newton step (`arcp`; the
+        // function attributes ask for it): a vector divide costs several
+        // times more. d is capped so that the estimate never sees inf (its
+        // Newton step would make NaN, and `ninf` promises none); past the
+        // cap the result is below 1e-28 in magnitude either way. Infinite
+        // inputs to silu and gelu are thereby left undefined.
+        let cap = self.cf(1e30, w);
+        let d = self.select(self.cmp(FloatPredicate::OGT, d, cap)?, cap, d)?;
+        let q = self.div(x, d)?;
+        if let Some(inst) = q.as_instruction() {
+            inst.set_fast_math_flags(ALLOW_RECIPROCAL);
+        }
+        Ok(q)
     }
 
     /// A unary function of the body.
