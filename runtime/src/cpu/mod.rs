@@ -1,5 +1,6 @@
 //! The CPU device: thread pool, prepared kernels, and the kernels themselves.
 
+pub mod jit;
 pub mod kernel;
 pub mod matmul;
 pub mod ops;

@@ -1,0 +1,155 @@
+//! Code generation of a fused body (elementwise nodes and row norms).
+//!
+//! Per output row: the row pointers of every tensor (inputs broadcast by
+//! index modulo their extents), the broadcast scalars, the norms' statistics
+//! (a reduction over their input's row first), then the elements: an optional
+//! scalar prologue up to an aligned output address (streaming stores only),
+//! full-width vectors, and a scalar tail. The body is emitted once per width
+//! by the same code, so the three loops compute identical values.
+
+use super::codegen::{Gen, R, Row, TensorArgs};
+use super::spec::{Node, TensorSpec, elem_bytes};
+use inkwell::IntPredicate;
+use inkwell::values::{FloatValue, IntValue, VectorValue};
+
+/// A norm's per-row statistics: the mean subtracted (norm only) and 1/sqrt(.. + eps).
+#[derive(Clone, Copy)]
+struct Stats<'ctx> {
+    mean: Option<FloatValue<'ctx>>,
+    inv: FloatValue<'ctx>,
+}
+
+/// Emits the kernel of `nodes` writing tensor 0 (`out`) from tensors 1.. (`inputs`).
+pub(super) fn emit<'ctx>(
+    g: &Gen<'_, 'ctx>,
+    nodes: &[Node],
+    out: TensorSpec,
+    inputs: &[TensorSpec],
+    stream: bool,
+) -> R<()> {
+    let out_args = g.tensor(0)?;
+    let in_args: Vec<TensorArgs> = (0..inputs.len())
+        .map(|t| g.tensor(t + 1))
+        .collect::<R<_>>()?;
+    let (row0, row1, col0, col1) = (g.param(1), g.param(2), g.param(3), g.param(4));
+    g.emit_loop(row0, row1, 1, &[], |r, _| {
+        let at = g.row_coords(r, &out_args.ne)?;
+        let out_row = g.row(out, &out_args, at)?;
+        let rows: Vec<Row> = inputs
+            .iter()
+            .zip(&in_args)
+            .map(|(&spec, args)| g.row(spec, args, at))
+            .collect::<R<_>>()?;
+        let stats = norm_stats(g, nodes, &rows, out_args.ne[0])?;
+        let body = |i: IntValue<'ctx>, w: u32, nt: bool| -> R<()> {
+            let v = eval(g, nodes, &rows, &stats, i, w)?;
+            g.store(&out_row, i, v, nt)
+        };
+        let mut i = col0;
+        if stream {
+            // Scalar steps until the output address is aligned to a full vector.
+            let es = elem_bytes(out.dtype) as u64;
+            let align = es * u64::from(g.width);
+            let first = g.gep(out_row.base, g.b.build_int_mul(col0, g.ci(es), "")?)?;
+            let addr = g.b.build_ptr_to_int(first, g.i64t, "")?;
+            let mis = g.b.build_and(addr, g.ci(align - 1), "")?;
+            let gap = g.b.build_and(
+                g.b.build_int_sub(g.ci(align), mis, "")?,
+                g.ci(align - 1),
+                "",
+            )?;
+            let peel = g.b.build_int_unsigned_div(gap, g.ci(es), "")?;
+            let lim = g.b.build_int_add(col0, peel, "")?;
+            let short = g.b.build_int_compare(IntPredicate::SLT, lim, col1, "")?;
+            let lim = g.b.build_select(short, lim, col1, "")?.into_int_value();
+            i = g
+                .emit_loop(i, lim, 1, &[], |i, _| body(i, 1, false).map(|()| vec![]))?
+                .0;
+        }
+        let w = g.width;
+        i = g
+            .emit_loop(i, col1, u64::from(w), &[], |i, _| {
+                body(i, w, stream).map(|()| vec![])
+            })?
+            .0;
+        g.emit_loop(i, col1, 1, &[], |i, _| body(i, 1, false).map(|()| vec![]))?;
+        Ok(vec![])
+    })?;
+    g.b.build_return(None)?;
+    Ok(())
+}
+
+/// The statistics of every norm node over the current row (`None` for others).
+fn norm_stats<'ctx>(
+    g: &Gen<'_, 'ctx>,
+    nodes: &[Node],
+    rows: &[Row<'ctx>],
+    n0: IntValue<'ctx>,
+) -> R<Vec<Option<Stats<'ctx>>>> {
+    let n = g.len_f32(n0)?;
+    let inv_sqrt = |sum: FloatValue<'ctx>, eps: f32| -> R<FloatValue<'ctx>> {
+        let mean = g.b.build_float_div(sum, n, "")?;
+        let v =
+            g.b.build_float_add(mean, g.f32t.const_float(f64::from(eps)), "")?;
+        let root = g
+            .intrinsic("llvm.sqrt", &[g.f32t.into()], &[v.into()])?
+            .into_float_value();
+        Ok(g.b.build_float_div(g.f32t.const_float(1.0), root, "")?)
+    };
+    nodes
+        .iter()
+        .map(|node| match *node {
+            Node::RmsNorm(input, eps) => {
+                let row = &rows[input as usize];
+                let ss = g.row_sum(row, n0, |x| g.mul(x, x))?;
+                Ok(Some(Stats {
+                    mean: None,
+                    inv: inv_sqrt(ss, eps)?,
+                }))
+            }
+            Node::Norm(input, eps) => {
+                let row = &rows[input as usize];
+                let sum = g.row_sum(row, n0, Ok)?;
+                let mean = g.b.build_float_div(sum, n, "")?;
+                let ss = g.row_sum(row, n0, |x| {
+                    let d = g.sub(x, g.splat(mean, x.get_type().get_size())?)?;
+                    g.mul(d, d)
+                })?;
+                Ok(Some(Stats {
+                    mean: Some(mean),
+                    inv: inv_sqrt(ss, eps)?,
+                }))
+            }
+            Node::Input(_) | Node::Unary(..) | Node::Binary(..) => Ok(None),
+        })
+        .collect()
+}
+
+/// The body's output at elements `i .. i + w`.
+fn eval<'ctx>(
+    g: &Gen<'_, 'ctx>,
+    nodes: &[Node],
+    rows: &[Row<'ctx>],
+    stats: &[Option<Stats<'ctx>>],
+    i: IntValue<'ctx>,
+    w: u32,
+) -> R<VectorValue<'ctx>> {
+    let mut values: Vec<VectorValue> = Vec::with_capacity(nodes.len());
+    for (k, node) in nodes.iter().enumerate() {
+        let v = match *node {
+            Node::Input(t) => g.load(&rows[t as usize], i, w)?,
+            Node::Unary(f, a) => g.unary(f, values[a as usize])?,
+            Node::Binary(f, a, b) => g.binary(f, values[a as usize], values[b as usize])?,
+            Node::RmsNorm(t, _) | Node::Norm(t, _) => {
+                let s = stats[k].expect("computed per row");
+                let mut x = g.load(&rows[t as usize], i, w)?;
+                if let Some(mean) = s.mean {
+                    x = g.sub(x, g.splat(mean, w)?)?;
+                }
+                g.mul(x, g.splat(s.inv, w)?)?
+            }
+        };
+        values.push(v);
+    }
+    Ok(*values.last().expect("a body is non-empty"))
+}
