@@ -1,27 +1,48 @@
 //! The fast CPU kernels, chosen per step: the one place that knows which
 //! kernel family handles which op.
+//!
+//! - `mul_mat` → [`crate::cpu::matmul`];
+//! - fused kernels, elementwise ops (unary, binary, glu), rms_norm, norm and
+//!   soft_max → the LLVM JIT ([`crate::cpu::jit`]); where the JIT declines a
+//!   layout or dtype, the plain-Rust kernels of [`crate::cpu::ops`];
+//! - every other op → [`crate::cpu::ops`].
+//!
+//! What none of them supports comes back as `Unsupported`, and the runtime
+//! falls back to the reference kernels for that step (and says so).
 
 use crate::RuntimeError;
+use crate::cpu::jit::Jit;
 use crate::cpu::matmul::{Precision, prepare_mul_mat_with};
+use crate::cpu::ops::prepare_op;
 use crate::cpu::{CpuKernel, RawTensor};
 use ir::Op;
 use ir::plan::Expr;
 
-/// The fast kernel families (the JIT and its cache live here, shared by every
-/// runtime loaded with the same instance).
+/// The fast kernel families. The JIT and its kernel cache live here: runtimes
+/// loaded with the same instance (prefill and decode) compile each distinct
+/// kernel once.
 pub struct FastKernels {
     precision: Precision,
+    jit: Jit,
 }
 
 impl FastKernels {
     /// Sets up the kernel families (LLVM for the host CPU).
     pub fn new(precision: Precision) -> Result<FastKernels, RuntimeError> {
-        Ok(FastKernels { precision })
+        Ok(FastKernels {
+            precision,
+            jit: Jit::new()?,
+        })
     }
 
     /// How quantized matmuls are computed.
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// The JIT (for its statistics).
+    pub fn jit(&self) -> &Jit {
+        &self.jit
     }
 
     /// A kernel for one op step, or `Unsupported`.
@@ -31,25 +52,33 @@ impl FastKernels {
         dst: RawTensor,
         srcs: &[RawTensor],
     ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-        match op {
-            Op::MulMat => prepare_mul_mat_with(dst, srcs[0], srcs[1], self.precision),
-            _ => Err(RuntimeError::Unsupported {
-                op: op.name().to_string(),
-                detail: "not yet".into(),
-            }),
+        let jitted = match op {
+            Op::MulMat => return prepare_mul_mat_with(dst, srcs[0], srcs[1], self.precision),
+            Op::SoftMax { scale, max_bias } => {
+                self.jit
+                    .prepare_soft_max(*scale, *max_bias, dst, srcs[0], srcs.get(1).copied())
+            }
+            op if op.is_unary()
+                || op.is_binary()
+                || matches!(op, Op::Glu { .. } | Op::RmsNorm { .. } | Op::Norm { .. }) =>
+            {
+                self.jit.prepare_elementwise(op, dst, srcs)
+            }
+            _ => return prepare_op(op, dst, srcs),
+        };
+        match jitted {
+            Err(RuntimeError::Unsupported { .. }) => prepare_op(op, dst, srcs),
+            other => other,
         }
     }
 
     /// A kernel for one fused step, or `Unsupported`.
     pub(crate) fn fused(
         &self,
-        _body: &[Expr],
-        _out: RawTensor,
-        _inputs: &[RawTensor],
+        body: &[Expr],
+        out: RawTensor,
+        inputs: &[RawTensor],
     ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-        Err(RuntimeError::Unsupported {
-            op: "fused".into(),
-            detail: "not yet".into(),
-        })
+        self.jit.prepare_fused(body, out, inputs)
     }
 }
