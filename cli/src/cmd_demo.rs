@@ -1,15 +1,12 @@
 //! `ggplan demo`: the embedded default job, runnable on a fresh machine.
 //!
 //! Compiles the bundled 2-layer llama example for the CPU, prints the plan
-//! summary, runs the plan (its own order, arenas, offsets and fused kernels)
-//! with the reference kernels, and checks its logits against the graph run
-//! step by step. The LLVM-JIT runtime (issue 4) will replace the reference run.
+//! summary, loads it into the CPU runtime (JIT-compiled kernels), times it,
+//! and checks its logits against the reference evaluator.
 
-use crate::cmd_eval::eval_and_report;
 use anyhow::{Result, bail};
 use clap::Args;
 use compiler::pipeline::{CompileOptions, compile};
-use kernels::evaluate::{Bindings, Weights, evaluate_plan};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -42,56 +39,80 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     print!("{}", crate::plan_summary::summary(&plan));
     println!();
 
-    let bindings = Bindings {
-        weights: Weights::Random { seed: args.seed },
-        inputs: BTreeMap::new(),
-        random_inputs: Some(args.seed),
-    };
-    let outputs = eval_and_report(&graph, &bindings, None)?;
+    let plan = std::sync::Arc::new(plan);
+    let weights = runtime::Weights::Random { seed: args.seed };
     let start = Instant::now();
-    let run = evaluate_plan(&plan, &bindings)?;
+    let mut rt = runtime::Runtime::load(
+        std::sync::Arc::clone(&plan),
+        weights.clone(),
+        &runtime::LoadOptions::default(),
+    )?;
     println!(
-        "ran the plan with the reference kernels in {:.1} ms",
-        start.elapsed().as_secs_f64() * 1e3
+        "loaded on {} threads in {:.1} ms (random weights, seed {}; {} kernels JIT-compiled)",
+        rt.pool().n_threads(),
+        start.elapsed().as_secs_f64() * 1e3,
+        args.seed,
+        rt.kernels().jit().stats().kernels_compiled
     );
-    for (name, want) in &outputs {
-        let Some(have) = run.read_name(name) else {
-            bail!("the plan has no output '{name}'")
-        };
-        let num: f64 = want
-            .data
-            .iter()
-            .zip(&have.data)
-            .map(|(a, b)| (a - b) * (a - b))
-            .sum();
-        let den: f64 = want.data.iter().map(|a| a * a).sum();
+    let mut inputs = BTreeMap::new();
+    for name in rt.input_names() {
+        inputs.insert(name.clone(), rt.set_random_input(&name, args.seed)?);
+    }
+    rt.run()?;
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        rt.run()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let n_tokens = plan
+        .tensors
+        .iter()
+        .find(|t| t.name == "tokens")
+        .map_or(1, |t| t.ne[0]);
+    println!(
+        "ran the plan: median {median:.2} ms per pass over 10 runs ({:.0} tokens/s for {n_tokens} tokens)",
+        n_tokens as f64 / (median / 1e3)
+    );
+    let checks = runtime::check::check_outputs(&rt, &weights, inputs)?;
+    for c in &checks {
         println!(
-            "plan vs graph, '{name}': NMSE {:.2e}",
-            num / den.max(f64::MIN_POSITIVE)
+            "checked against the reference evaluator: '{}' NMSE {:.2e} (max {:.0e}) {}",
+            c.tensor,
+            c.nmse,
+            c.threshold,
+            if c.passed() { "ok" } else { "FAIL" }
         );
     }
-    if let Some((name, logits)) = outputs.first() {
-        // Logits are [n_vocab, n_tokens]: the greedy next token is each row's argmax.
-        let n_vocab = logits.ne[0] as usize;
-        let greedy: Vec<String> = logits
-            .data
-            .chunks(n_vocab)
-            .take(8)
-            .map(|row| {
-                row.iter()
-                    .enumerate()
-                    .fold(
-                        (0, f64::NEG_INFINITY),
-                        |b, (i, &v)| if v >= b.1 { (i, v) } else { b },
-                    )
-                    .0
-                    .to_string()
-            })
-            .collect();
-        println!(
-            "greedy next token at positions 0..8 (argmax of '{name}'): [{}]",
-            greedy.join(", ")
-        );
+    let logits = rt.output_f32("result_output")?;
+    // Logits are [n_vocab, n_tokens]: the greedy next token is each row's argmax.
+    let n_vocab = plan
+        .tensors
+        .iter()
+        .find(|t| t.name == "result_output")
+        .map_or(1, |t| t.ne[0]);
+    let greedy: Vec<String> = logits
+        .chunks(n_vocab as usize)
+        .take(8)
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |b, (i, &v)| if v >= b.1 { (i, v) } else { b },
+                )
+                .0
+                .to_string()
+        })
+        .collect();
+    println!(
+        "greedy next token at positions 0..8: [{}]",
+        greedy.join(", ")
+    );
+    if checks.iter().any(|c| !c.passed()) {
+        bail!("the runtime's outputs differ from the reference");
     }
     Ok(ExitCode::SUCCESS)
 }
