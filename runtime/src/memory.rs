@@ -28,7 +28,7 @@ impl AlignedBuffer {
     pub fn zeroed(len: usize, align: usize) -> Option<AlignedBuffer> {
         if len == 0 {
             return Some(AlignedBuffer {
-                ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
+                ptr: std::ptr::without_provenance_mut(BUFFER_ALIGN),
                 len: 0,
                 layout: None,
             });

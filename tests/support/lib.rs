@@ -1,6 +1,7 @@
 //! Shared support for the workspace integration tests in `tests/`.
 
 pub mod models;
+pub mod references;
 
 use std::path::PathBuf;
 
