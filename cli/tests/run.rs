@@ -1,0 +1,140 @@
+//! End-to-end tests of `ggplan run` and `ggplan bench` on the CPU runtime.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ggplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ggplan"))
+        .args(args)
+        .output()
+        .expect("ggplan runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ggplan-run-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Compiles examples/graphs/`name` for `target` into `dir`.
+fn plan(dir: &Path, name: &str, target: &str) -> String {
+    let graph = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/graphs")
+        .join(name);
+    let out_path = dir.join(format!("{name}.{target}.plan.ron"));
+    let out = ggplan(&[
+        "compile",
+        graph.to_str().unwrap(),
+        "--target",
+        target,
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    out_path.display().to_string()
+}
+
+#[test]
+fn run_check_all_passes_on_every_example_and_saves_outputs() {
+    let dir = scratch_dir("check");
+    for name in ["mlp.ron", "llama2l.ron", "bert2l.ron"] {
+        let p = plan(&dir, name, "cpu");
+        let save = dir.join(format!("{name}.out"));
+        let out = ggplan(&[
+            "run",
+            &p,
+            "--random-weights",
+            "5",
+            "--check=all",
+            "--save",
+            save.to_str().unwrap(),
+        ]);
+        let t = text(&out);
+        assert!(out.status.success(), "{name}: {t}");
+        assert!(
+            t.contains("0 over threshold") && !t.contains("FAIL"),
+            "{name}: {t}"
+        );
+        assert!(
+            std::fs::read_dir(&save).unwrap().count() >= 1,
+            "{name}: nothing saved"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_prints_the_ceiling_and_per_op_figures() {
+    let dir = scratch_dir("bench");
+    let p = plan(&dir, "mlp.ron", "cpu");
+    let out = ggplan(&[
+        "bench",
+        &p,
+        "--random-weights",
+        "1",
+        "--runs",
+        "3",
+        "--threads",
+        "2",
+    ]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for needle in [
+        "machine ceiling",
+        "median",
+        "per op kind",
+        "mul_mat",
+        "GFLOP/s",
+        "per split",
+    ] {
+        assert!(t.contains(needle), "missing '{needle}': {t}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_refuses_bad_plans_and_missing_inputs_with_a_clear_error() {
+    let dir = scratch_dir("bad");
+    // A plan for a GPU this machine does not have.
+    let gpu = plan(&dir, "mlp.ron", "cuda0");
+    let out = ggplan(&["run", &gpu, "--random-weights", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("cuda0"), "{}", text(&out));
+
+    // An unknown format version.
+    let p = plan(&dir, "mlp.ron", "cpu");
+    let newer = dir.join("newer.ron");
+    std::fs::write(
+        &newer,
+        std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("format_version: 1,", "format_version: 7,"),
+    )
+    .unwrap();
+    let out = ggplan(&["run", newer.to_str().unwrap(), "--random-weights", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("format_version"), "{}", text(&out));
+
+    // Weights are required; an input file of the wrong shape is named.
+    let out = ggplan(&["run", &p]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("--random-weights"), "{}", text(&out));
+    let out = ggplan(&[
+        "run",
+        &p,
+        "--weights",
+        dir.join("nope.gguf").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("nope.gguf"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
