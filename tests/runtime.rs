@@ -171,6 +171,22 @@ fn bad_plans_are_refused_with_what_is_wrong() {
     let e = err(load(broken, Weights::Random { seed: 0 }, 1));
     assert!(e.contains("is invalid") && e.contains("arena 99"), "{e}");
 
+    // Arenas larger than this machine's memory (device limits raised so the
+    // checker accepts the plan, as a plan for a bigger machine would).
+    let mut huge = plan.clone();
+    let big = 1u64 << 50;
+    huge.devices[0].memory_bytes = 4 * big;
+    huge.devices[0].max_buffer_bytes = 4 * big;
+    let a = huge
+        .arenas
+        .iter()
+        .position(|a| a.usage == ir::plan::Usage::Compute)
+        .unwrap();
+    huge.arenas[a].size = big;
+    huge.stats.devices[0].compute_bytes = big;
+    let e = err(load(huge, Weights::Random { seed: 0 }, 1));
+    assert!(e.contains("need") && e.contains("available"), "{e}");
+
     let gpu = compile(
         &graph,
         &Target::preset("cuda0").unwrap(),
