@@ -3,7 +3,9 @@
 //! - [`llama`]: llama-family decoders (prefill of `n_tokens` tokens, GQA, rope,
 //!   causal soft_max attention, SwiGLU FFN), node for node as ggml builds them;
 //! - [`bert`]: BERT encoders with mean pooling and L2 normalisation, as
-//!   sentence-transformers computes sentence embeddings.
+//!   sentence-transformers computes sentence embeddings;
+//! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE, Hugging
+//!   Face `tokenizer.json`), with streaming decoding for generation.
 //!
 //! Invariants shared by every builder here:
 //! - graphs are built with [`ir::GraphBuilder`], so a returned graph has passed
@@ -21,5 +23,7 @@ mod attention;
 pub mod bert;
 mod error;
 pub mod llama;
+pub mod tokenizer;
 
 pub use error::Error;
+pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};

@@ -1,0 +1,123 @@
+//! Tokenizers: text to token ids and back, for the models in this crate.
+//!
+//! Two sources, one [`Tokenizer`] type, both built on Hugging Face's
+//! `tokenizers` crate (pure Rust: its `fancy-regex` engine, not onig's C):
+//! - [`Tokenizer::from_hf_file`]: a `tokenizer.json` as it is (BERT WordPiece
+//!   for all-MiniLM-L6-v2), less its padding and truncation;
+//! - [`Tokenizer::from_gguf`]: the byte-level BPE vocabulary and merges in a
+//!   GGUF file's metadata, with the split rules its `tokenizer.ggml.pre`
+//!   names (`smollm`, `starcoder`, `gpt-2`, `llama-bpe`, `qwen2`).
+//!
+//! [`StreamDecoder`] turns ids into text one at a time for generation, holding
+//! back bytes until they form whole characters.
+//!
+//! Invariants: `encode` adds only the special tokens its source asks for
+//! (`[CLS]`/`[SEP]` by a `tokenizer.json`'s template; BOS only when a GGUF's
+//! `tokenizer.ggml.add_bos_token` is true); special tokens written in the input
+//! text are recognised as such; `decode` rejects ids outside the vocabulary
+//! and leaves special tokens out of its text; for byte-level BPE without
+//! special tokens in the text, `decode(encode(s)) == s`.
+
+mod error;
+mod gguf;
+mod hf;
+mod pre;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+pub use error::TokenizerError;
+pub use stream::StreamDecoder;
+
+/// A loaded tokenizer (see the module doc).
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// The file it was read from, for messages.
+    source: PathBuf,
+    /// Whether the inner pipeline's post-processor adds special tokens.
+    add_special_tokens: bool,
+    /// Prepended by `encode` (GGUF files that ask for BOS).
+    bos: Option<u32>,
+    eos: Option<u32>,
+    vocab_size: usize,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("source", &self.source)
+            .field("vocab_size", &self.vocab_size)
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// The `tokenizer.json` of a Hugging Face model folder (BERT WordPiece for
+    /// all-MiniLM-L6-v2: lower-casing, `[CLS]`/`[SEP]` added). Its padding and
+    /// truncation are switched off.
+    pub fn from_hf_file(path: &Path) -> Result<Tokenizer, TokenizerError> {
+        hf::from_hf_file(path)
+    }
+
+    /// The tokenizer in a GGUF file's metadata: `tokenizer.ggml.model` must be
+    /// `"gpt2"` (byte-level BPE) and `tokenizer.ggml.pre` a known pre-tokenizer
+    /// (`smollm`, `gpt-2`, `llama-bpe`, `qwen2`, `starcoder`); anything else
+    /// is an error naming the file and the value.
+    pub fn from_gguf(file: &ir::files::gguf::GgufFile) -> Result<Tokenizer, TokenizerError> {
+        gguf::from_gguf(file)
+    }
+
+    /// The ids of `text`, with the special tokens the source adds.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let encoding = self
+            .inner
+            .encode(text, self.add_special_tokens)
+            .map_err(|e| TokenizerError::Encode {
+                text_start: text.chars().take(40).collect(),
+                message: e.to_string(),
+            })?;
+        let mut ids = Vec::with_capacity(encoding.len() + 1);
+        ids.extend(self.bos);
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(ids)
+    }
+
+    /// The text of `ids`, special tokens left out. Bytes that do not form
+    /// valid UTF-8 (a sequence cut short) appear as U+FFFD.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        for &id in ids {
+            self.check_id(id)?;
+        }
+        self.inner
+            .decode(ids, true)
+            .map_err(|e| TokenizerError::Decode {
+                message: e.to_string(),
+            })
+    }
+
+    /// The end-of-sequence id, when the source names one.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Number of token ids (special and added tokens included).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// `Ok` when `id` is inside the vocabulary.
+    fn check_id(&self, id: u32) -> Result<(), TokenizerError> {
+        if (id as usize) < self.vocab_size {
+            Ok(())
+        } else {
+            Err(TokenizerError::IdOutOfRange {
+                id,
+                vocab_size: self.vocab_size,
+            })
+        }
+    }
+}
