@@ -9,12 +9,14 @@ mod cmd_bench_compile;
 mod cmd_compile;
 mod cmd_demo;
 mod cmd_diff;
+mod cmd_embed;
 mod cmd_dot;
 mod cmd_eval;
 mod cmd_fmt;
 mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
+mod model_session;
 mod npy_values;
 mod plan_summary;
 mod summary;
@@ -54,6 +56,8 @@ enum Command {
     Eval(cmd_eval::EvalArgs),
     /// Run a plan on this machine's CPU (optionally checked against the reference).
     Run(cmd_run::RunArgs),
+    /// Sentence embeddings with a BERT encoder (Hugging Face folder), with a similarity table.
+    Embed(cmd_embed::EmbedArgs),
     /// Rewrite a graph file in canonical form (or check that it is).
     Fmt(cmd_fmt::FmtArgs),
 }
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => cmd_eval::run(args),
         Command::Fmt(args) => cmd_fmt::run(args),
         Command::Run(args) => cmd_run::run(args),
+        Command::Embed(args) => cmd_embed::run(args),
     };
     match result {
         Ok(code) => code,

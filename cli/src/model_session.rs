@@ -1,0 +1,64 @@
+//! Compiling a model graph for this CPU and loading it: the steps `embed` and
+//! `generate` share. Runtimes loaded through one [`Shared`] use one thread
+//! pool, one JIT cache (each distinct kernel compiled once) and one state
+//! store (generation's prefill and decode plans share the KV cache).
+
+use anyhow::{Context, Result};
+use compiler::pipeline::{CompileOptions, compile};
+use ir::Graph;
+use ir::plan::Plan;
+use runtime::{FastKernels, LoadOptions, Precision, Runtime, StateStore, Weights};
+use std::sync::Arc;
+
+/// What runtimes of one job share.
+pub struct Shared {
+    options: LoadOptions,
+}
+
+impl Shared {
+    /// A pool of `threads` (all cores when `None`), kernels at `precision`.
+    pub fn new(threads: Option<usize>, precision: Precision) -> Result<Shared> {
+        let threads = threads.unwrap_or_else(|| LoadOptions::default().threads).max(1);
+        Ok(Shared {
+            options: LoadOptions {
+                threads,
+                pool: Some(Arc::new(runtime::cpu::ThreadPool::new(threads))),
+                kernels: Some(Arc::new(FastKernels::new(precision)?)),
+                state: Some(Arc::new(StateStore::new())),
+                precision,
+            },
+        })
+    }
+
+    /// Threads in the pool.
+    pub fn threads(&self) -> usize {
+        self.options.threads
+    }
+
+    /// The JIT's count of distinct kernels compiled so far.
+    pub fn kernels_compiled(&self) -> usize {
+        self.options
+            .kernels
+            .as_ref()
+            .map_or(0, |k| k.jit().stats().kernels_compiled)
+    }
+
+    /// Compiles `graph` for the CPU and loads it with `weights`.
+    pub fn load(&self, graph: &Graph, weights: &Weights) -> Result<Runtime> {
+        let plan = compile_cpu(graph)?;
+        Runtime::load(Arc::new(plan), weights.clone(), &self.options)
+            .with_context(|| format!("loading the plan of '{}'", graph.name))
+    }
+}
+
+/// `graph` compiled for this machine's CPU (the `cpu` preset, cost policy).
+pub fn compile_cpu(graph: &Graph) -> Result<Plan> {
+    let target = compiler::target::Target::preset("cpu").expect("the cpu preset exists");
+    let options = CompileOptions {
+        spelled: vec!["--target cpu".into()],
+        ..CompileOptions::default()
+    };
+    Ok(compile(graph, &target, &options)
+        .with_context(|| format!("compiling '{}'", graph.name))?
+        .plan)
+}
