@@ -3,6 +3,8 @@
 //! cached graph, then decode steps of one token each with the KV cache carried
 //! between runs (state read back from the evaluator's memory and bound as the
 //! next run's state), must give the logits of one prefill over all the tokens.
+//! The compiled plans of both cached graphs (one device, and split over two)
+//! must compute the same logits and cache contents as the graphs.
 //!
 //! Tolerances (NMSE = sum (a - b)^2 / sum b^2 over all logits):
 //! - F32 cache: `F32_NMSE` = 1e-10; the two graphs compute the same values in a
@@ -13,7 +15,12 @@
 //!   The test also requires the F16 run to differ from the F32 one, so the
 //!   cache is really stored in f16.
 
+use compiler::assign::Policy;
+use compiler::pipeline::{CompileOptions, compile};
+use compiler::placement::PlacementOptions;
+use compiler::target::Target;
 use ir::{DType, Graph, Role, RopeMode, RopeParams};
+use kernels::evaluate::evaluate_plan;
 use kernels::evaluate::{Bindings, Weights, evaluate};
 use kernels::reference::Dense;
 use models::llama::{
@@ -95,6 +102,35 @@ fn run(g: &Graph, inputs: BTreeMap<String, Dense>) -> (Vec<f64>, BTreeMap<String
     (logits, state)
 }
 
+/// The inputs of a step of `TOKENS[n_past..n_past + n]` over `state`.
+fn step_bindings(
+    n_past: usize,
+    n: usize,
+    n_ctx: i64,
+    state: BTreeMap<String, Dense>,
+) -> BTreeMap<String, Dense> {
+    let step = step_inputs(n_past as i64, n as i64, n_ctx).unwrap();
+    let mut inputs = state;
+    inputs.insert(
+        llama::TOKENS.into(),
+        i32_input(TOKENS[n_past..n_past + n].iter().copied()),
+    );
+    inputs.insert(
+        llama::POSITIONS.into(),
+        i32_input(step.pos.iter().map(|&p| p.into())),
+    );
+    inputs.insert(
+        llama::KV_IDX.into(),
+        i32_input(step.kv_idx.iter().map(|&p| p.into())),
+    );
+    let mask = step.kq_mask.iter().map(|&m| f64::from(m)).collect();
+    inputs.insert(
+        llama::KQ_MASK.into(),
+        Dense::new([n_ctx, n as i64, 1, 1], mask),
+    );
+    inputs
+}
+
 /// Logits of `TOKENS` generated as a `PROMPT`-token prefill then one decode
 /// step per remaining token, the cache carried over from `initial` state
 /// (zeros where not given).
@@ -125,25 +161,7 @@ fn generated_logits(
     let steps = std::iter::once(PROMPT).chain(std::iter::repeat_n(1, TOKENS.len() - PROMPT));
     for n in steps {
         let g = if n == PROMPT { &prefill } else { &decode };
-        let step = step_inputs(n_past as i64, n as i64, cache.n_ctx).unwrap();
-        let mut inputs = state.clone();
-        inputs.insert(
-            llama::TOKENS.into(),
-            i32_input(TOKENS[n_past..n_past + n].iter().copied()),
-        );
-        inputs.insert(
-            llama::POSITIONS.into(),
-            i32_input(step.pos.iter().map(|&p| p.into())),
-        );
-        inputs.insert(
-            llama::KV_IDX.into(),
-            i32_input(step.kv_idx.iter().map(|&p| p.into())),
-        );
-        let mask = step.kq_mask.iter().map(|&m| f64::from(m)).collect();
-        inputs.insert(
-            llama::KQ_MASK.into(),
-            Dense::new([cache.n_ctx, n as i64, 1, 1], mask),
-        );
+        let inputs = step_bindings(n_past, n, cache.n_ctx, state);
         let (out, next_state) = run(g, inputs);
         logits.extend(out);
         state = next_state;
@@ -226,4 +244,64 @@ fn stale_cache_rows_are_masked_out() {
         run(&g, inputs).0
     };
     assert_ne!(unmasked(garbage), unmasked(BTreeMap::new()));
+}
+
+#[test]
+fn cached_graphs_compile_and_their_plans_compute_them() {
+    // The compiler's view of the cache: state written through set_rows and
+    // read through views, on one device and split across two.
+    let cfg = small();
+    let c = cache(DType::F16);
+    let prefill = build_cached(
+        &LlamaConfig {
+            n_tokens: 5,
+            ..cfg.clone()
+        },
+        &c,
+    )
+    .unwrap();
+    let decode = build_cached(&LlamaConfig { n_tokens: 1, ..cfg }, &c).unwrap();
+    let (_, state) = run(&prefill, step_bindings(0, 5, c.n_ctx, BTreeMap::new()));
+    let offload = PlacementOptions {
+        offload_layers: Some(1),
+        ..Default::default()
+    };
+    for (g, inputs) in [
+        (&prefill, step_bindings(0, 5, c.n_ctx, BTreeMap::new())),
+        (&decode, step_bindings(5, 1, c.n_ctx, state)),
+    ] {
+        let bindings = || Bindings {
+            weights: Weights::Random { seed: SEED },
+            inputs: inputs.clone(),
+            random_inputs: None,
+        };
+        let want = evaluate(g, &bindings()).unwrap();
+        for (target, placement, policy) in [
+            ("cpu", PlacementOptions::default(), Policy::Ggml),
+            ("cpu+cuda0", offload.clone(), Policy::Cost),
+        ] {
+            let name = format!(
+                "{} on {target}",
+                g.tensor(g.find(llama::LOGITS).unwrap()).ne()[1]
+            );
+            let opts = CompileOptions {
+                policy,
+                placement,
+                spelled: vec![],
+            };
+            let plan = compile(g, &Target::preset(target).unwrap(), &opts)
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .plan;
+            let have = evaluate_plan(&plan, &bindings()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for id in g.with_role(Role::Output).chain(g.with_role(Role::State)) {
+                let t = &g.tensor(id).name;
+                let got = have
+                    .read_name(t)
+                    .unwrap_or_else(|| panic!("{name}: no {t}"));
+                // Fused kernels skip the f32 rounding between ops, hence not exact.
+                let e = nmse(&got.data, &want.read(id).data);
+                assert!(e <= F32_NMSE, "{name}: '{t}' NMSE {e:e}");
+            }
+        }
+    }
 }
