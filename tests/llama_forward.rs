@@ -24,6 +24,7 @@ fn config(weight_dtype: DType, tied_output: bool) -> LlamaConfig {
         embd_dtype: DType::F32,
         output_dtype: DType::F32,
         tied_output,
+        qkv_bias: false,
         names: LlamaNames::Gguf,
     }
 }

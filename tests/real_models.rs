@@ -12,6 +12,7 @@
 //! The config loaders' error paths are tested here too, on small files written
 //! by the tests, so they run everywhere.
 
+use ggplan_tests::gguf_writer::{Meta, Scratch, write_gguf};
 use ggplan_tests::models::{minilm_dir, smollm2_gguf};
 use ggplan_tests::workspace_root;
 use ir::files::gguf::GgufFile;
@@ -115,6 +116,7 @@ fn smollm2_prefill_logits_match_torch_fp64() {
             embd_dtype: DType::Q8_0,
             output_dtype: DType::Q8_0,
             tied_output: true,
+            qkv_bias: false,
             names: LlamaNames::Gguf,
         },
         "SmolLM2's hyperparameters (see ../shared/references/README.md)"
@@ -231,74 +233,6 @@ fn minilm_embeddings_match_torch_fp64() {
     }
 }
 
-/// A scratch folder for one test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("ggplan-real-models-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A GGUF metadata value for [`write_gguf`].
-enum Meta {
-    U32(u32),
-    F32(f32),
-    Str(&'static str),
-}
-
-/// Writes a GGUF v3 file with `kvs` and F32 tensors of the given ggml shapes
-/// (values all zero).
-fn write_gguf(path: &Path, kvs: &[(&str, Meta)], tensors: &[(String, [u64; 2])]) {
-    fn put_str(out: &mut Vec<u8>, s: &str) {
-        out.extend((s.len() as u64).to_le_bytes());
-        out.extend(s.as_bytes());
-    }
-    let mut out = b"GGUF".to_vec();
-    out.extend(3u32.to_le_bytes());
-    out.extend((tensors.len() as u64).to_le_bytes());
-    out.extend((kvs.len() as u64).to_le_bytes());
-    for (key, value) in kvs {
-        put_str(&mut out, key);
-        match value {
-            Meta::U32(v) => {
-                out.extend(4u32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            Meta::F32(v) => {
-                out.extend(6u32.to_le_bytes());
-                out.extend(v.to_le_bytes());
-            }
-            Meta::Str(s) => {
-                out.extend(8u32.to_le_bytes());
-                put_str(&mut out, s);
-            }
-        }
-    }
-    let mut offset = 0u64;
-    for (name, ne) in tensors {
-        put_str(&mut out, name);
-        out.extend(2u32.to_le_bytes());
-        out.extend(ne[0].to_le_bytes());
-        out.extend(ne[1].to_le_bytes());
-        out.extend(0u32.to_le_bytes()); // F32
-        out.extend(offset.to_le_bytes());
-        offset += (ne[0] * ne[1] * 4).next_multiple_of(32);
-    }
-    out.resize(out.len().next_multiple_of(32) + offset as usize, 0);
-    std::fs::write(path, out).unwrap();
-}
-
 /// A tiny llama GGUF (1 layer, 8 wide, 2 heads over 1 KV head, vocab 16,
 /// F32, tied output) declaring architecture `arch`, without `drop_key`.
 fn tiny_llama(dir: &Path, arch: &'static str, drop_key: Option<&str>) -> GgufFile {
@@ -352,6 +286,7 @@ fn llama_config_from_gguf_reads_defaults_and_names_missing_keys() {
             embd_dtype: DType::F32,
             output_dtype: DType::F32,
             tied_output: true,
+            qkv_bias: false,
             names: LlamaNames::Gguf,
         }
     );
@@ -359,10 +294,10 @@ fn llama_config_from_gguf_reads_defaults_and_names_missing_keys() {
     let graph = llama::build_prefill(&cfg).unwrap();
     run(&graph, &file, &[1, 2, 3, 4, 5], llama::LOGITS);
 
-    let file = tiny_llama(&scratch.0, "qwen2", None);
+    let file = tiny_llama(&scratch.0, "gpt2", None);
     let err = LlamaConfig::from_gguf(&file, 5).unwrap_err().to_string();
     assert!(
-        err.contains("'qwen2'") && err.contains("tiny-qwen2.gguf") && err.contains("llama"),
+        err.contains("'gpt2'") && err.contains("tiny-gpt2.gguf") && err.contains("qwen2"),
         "{err}"
     );
 

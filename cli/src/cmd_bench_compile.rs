@@ -56,6 +56,7 @@ pub fn llama7b_shape() -> LlamaConfig {
         embd_dtype: DType::F16,
         output_dtype: DType::F16,
         tied_output: false,
+        qkv_bias: false,
         names: LlamaNames::Gguf,
     }
 }

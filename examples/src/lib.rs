@@ -82,6 +82,7 @@ pub fn llama2l_config() -> LlamaConfig {
         embd_dtype: DType::F32,
         output_dtype: DType::F32,
         tied_output: false,
+        qkv_bias: false,
         names: LlamaNames::Example,
     }
 }

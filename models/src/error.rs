@@ -52,6 +52,16 @@ pub enum Error {
         /// The tensor.
         tensor: String,
     },
+    /// A tensor the model needs has the wrong shape or dtype.
+    #[error("{}: tensor '{tensor}' {reason}", file.display())]
+    BadTensor {
+        /// The file.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// What is wrong with it (found vs expected).
+        reason: String,
+    },
     /// The file is well formed but describes a model the builders cannot build.
     #[error("{}: {reason}", file.display())]
     Unsupported {

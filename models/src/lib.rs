@@ -1,7 +1,8 @@
 //! Model front-ends: fixed-shape graph builders driven by plain config structs.
 //!
 //! - [`llama`]: llama-family decoders (prefill of `n_tokens` tokens, GQA, rope,
-//!   causal soft_max attention, SwiGLU FFN), node for node as ggml builds them;
+//!   causal soft_max attention, SwiGLU FFN), node for node as ggml builds them,
+//!   and generation graphs over a KV cache held in state tensors;
 //! - [`bert`]: BERT encoders with mean pooling and L2 normalisation, as
 //!   sentence-transformers computes sentence embeddings;
 //! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE, Hugging
@@ -13,7 +14,8 @@
 //!   divide, a rope wider than a head, a quantized row that is not a whole number
 //!   of blocks) fails with the `ir::Error` of the first node that breaks, naming
 //!   that node, its op and its operands' shapes;
-//! - all leafs come first (token ids, constants, then weights in file order),
+//! - all leafs come first (token ids, other inputs and constants, state, then
+//!   weights in file order),
 //!   then the nodes in ggml's execution order;
 //! - weights are laid out as ggml stores them: a matrix mapping `in` to `out`
 //!   features has `ne = [in, out]` (a safetensors `[out, in]` matrix, or a GGUF

@@ -2,9 +2,13 @@
 //! tensor infos, as llama.cpp's `llm_load_hparams` reads them.
 //!
 //! Invariants:
-//! - hyperparameters come from `{arch}.*` metadata keys; dtypes and the vocabulary
-//!   size come from the tensor infos, so the config always binds to the file's
-//!   tensors (every block matrix must share one dtype, since the builder takes one);
+//! - architectures: llama and mistral (llama's graph), qwen2 (NeoX rope, q/k/v
+//!   biases); anything else is refused, naming the architecture;
+//! - hyperparameters come from `{arch}.*` metadata keys; dtypes, the vocabulary
+//!   size, tied output and biases come from the tensor infos, and every weight
+//!   the graph declares is checked against the file (name, dtype, shape), so a
+//!   returned config always binds (every block matrix must share one dtype,
+//!   since the builder takes one);
 //! - a missing or ill-typed key is an error naming the key and the file; nothing
 //!   is guessed except the defaults llama.cpp itself uses (rope base 10000, rope
 //!   over the whole head, head width `n_embd / n_head`).
@@ -14,24 +18,33 @@ use crate::Error;
 use crate::llama::BlockWeight;
 use ir::files::TensorSource;
 use ir::files::gguf::{GgufFile, GgufTensorInfo};
-use ir::{RopeMode, RopeParams};
+use ir::layout::fmt_ne;
+use ir::{Role, RopeMode, RopeParams};
 use std::path::PathBuf;
 
 /// The architectures [`LlamaConfig::from_gguf`] accepts.
-const SUPPORTED: &str = "llama";
+const SUPPORTED: &str = "llama, mistral, qwen2";
 
 impl LlamaConfig {
-    /// Reads the config of a llama-architecture GGUF file for a prefill of
+    /// Reads the config of a llama, mistral or qwen2 GGUF file for batches of
     /// `n_tokens` tokens. Weight names are [`LlamaNames::Gguf`]; the output is
-    /// tied to the token embedding when the file has no `output.weight`.
+    /// tied to the token embedding when the file has no `output.weight`; q/k/v
+    /// biases are used when the file has `blk.0.attn_q.bias`.
+    ///
+    /// Every weight of the resulting graph is checked against the file: a
+    /// missing tensor is [`Error::MissingTensor`], one of another shape or
+    /// dtype is [`Error::BadTensor`], both naming the file and the tensor.
     pub fn from_gguf(file: &GgufFile, n_tokens: i64) -> Result<LlamaConfig, Error> {
         let meta = Meta {
             file,
             path: file.path().to_path_buf(),
         };
         let arch = meta.str("general.architecture")?;
+        // All three name their tensors as llama does; qwen2 rotates halves
+        // (NeoX) and adds q/k/v biases, which are read from the tensors.
         let rope_mode = match arch {
-            "llama" => RopeMode::Normal,
+            "llama" | "mistral" => RopeMode::Normal,
+            "qwen2" => RopeMode::Neox,
             other => {
                 return Err(Error::UnsupportedArchitecture {
                     file: meta.path.clone(),
@@ -98,53 +111,36 @@ impl LlamaConfig {
         let names = LlamaNames::Gguf;
         let embd = meta.tensor(&names.token_embd())?;
         if embd.ne[0] != n_embd {
-            return Err(meta.unsupported(format!(
-                "tensor '{}' has rows of {} values but {} is {n_embd}",
-                embd.name,
-                embd.ne[0],
-                key("embedding_length")
-            )));
-        }
-        let n_vocab = embd.ne[1];
-        let weight_dtype = meta.tensor(&names.block(0, BlockWeight::Wq))?.dtype;
-        for il in 0..n_layer as usize {
-            for w in BlockWeight::ALL {
-                if matches!(w, BlockWeight::AttnNorm | BlockWeight::FfnNorm) {
-                    continue;
-                }
-                let t = meta.tensor(&names.block(il, w))?;
-                if t.dtype != weight_dtype {
-                    return Err(meta.unsupported(format!(
-                        "tensor '{}' is {} but '{}' is {weight_dtype}; \
-                         block matrices of mixed dtypes are not supported",
-                        t.name,
-                        t.dtype,
-                        names.block(0, BlockWeight::Wq)
-                    )));
-                }
-            }
+            return Err(meta.bad_tensor(
+                &embd.name,
+                format!(
+                    "has rows of {} values but {} is {n_embd}",
+                    embd.ne[0],
+                    key("embedding_length")
+                ),
+            ));
         }
         let output = file.tensor_info(&names.output());
-        let tied_output = output.is_none();
-        let output_dtype = output.map_or(embd.dtype, |t| t.dtype);
-
-        Ok(LlamaConfig {
+        let cfg = LlamaConfig {
             n_layer: n_layer as usize,
             n_embd,
             n_head,
             n_head_kv,
             head_dim,
             n_ff,
-            n_vocab,
+            n_vocab: embd.ne[1],
             n_tokens,
             rms_eps,
             rope: RopeParams::plain(rope_mode, n_rot as u32, freq_base),
-            weight_dtype,
+            weight_dtype: meta.tensor(&names.block(0, BlockWeight::Wq))?.dtype,
             embd_dtype: embd.dtype,
-            output_dtype,
-            tied_output,
+            output_dtype: output.map_or(embd.dtype, |t| t.dtype),
+            tied_output: output.is_none(),
+            qkv_bias: file.tensor_info(&names.bias(0, BlockWeight::Wq)).is_some(),
             names,
-        })
+        };
+        meta.check_binds(&cfg)?;
+        Ok(cfg)
     }
 }
 
@@ -228,6 +224,46 @@ impl<'a> Meta<'a> {
 
     fn f32(&self, key: &str) -> Result<f32, Error> {
         self.opt_f32(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    fn bad_tensor(&self, tensor: &str, reason: String) -> Error {
+        Error::BadTensor {
+            file: self.path.clone(),
+            tensor: tensor.to_owned(),
+            reason,
+        }
+    }
+
+    /// Every weight of `cfg`'s graph is in the file with the dtype and shape
+    /// the graph declares (the prefill and cached graphs declare the same).
+    fn check_binds(&self, cfg: &LlamaConfig) -> Result<(), Error> {
+        let graph = super::build_prefill(cfg)
+            .map_err(|e| self.unsupported(format!("the model does not form a graph: {e}")))?;
+        for id in graph.with_role(Role::Weight) {
+            let want = graph.tensor(id);
+            let have = self.tensor(&want.name)?;
+            if (have.dtype, have.ne) != (want.dtype(), want.ne()) {
+                let hint = if have.ne == want.ne() && have.dtype != want.dtype() {
+                    let first = cfg.names.block(0, BlockWeight::Wq);
+                    format!(
+                        " (norms and biases are f32; block matrices share the dtype of '{first}',                          mixed dtypes are not supported)"
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(self.bad_tensor(
+                    &want.name,
+                    format!(
+                        "is {} {} but the model needs {} {}{hint}",
+                        have.dtype,
+                        fmt_ne(&have.ne),
+                        want.dtype(),
+                        fmt_ne(&want.ne())
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn tensor(&self, name: &str) -> Result<&'a GgufTensorInfo, Error> {

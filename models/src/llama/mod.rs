@@ -1,6 +1,16 @@
-//! Llama-family decoders at a fixed shape: the prefill of `n_tokens` tokens
-//! from position 0, as llama.cpp's `llm_build_llama` builds it without a KV
-//! cache (keys and values of the batch attend to each other directly).
+//! Llama-family decoders (llama, mistral, qwen2) at a fixed shape.
+//!
+//! Two kinds of graph:
+//! - [`build_prefill`]: the prefill of `n_tokens` tokens from position 0, as
+//!   llama.cpp's `llm_build_llama` builds it without a KV cache (keys and values
+//!   of the batch attend to each other directly);
+//! - [`build_cached`] (in `cached.rs`): `n_tokens` tokens at arbitrary positions
+//!   over a KV cache held in state tensors, for generation; [`step_inputs`]
+//!   computes its per-step inputs.
+//!
+//! Both add the q/k/v biases (`{p}.q_bias`, `{p}.k_bias`, `{p}.v_bias`, after
+//! each projection) when `qkv_bias` is set (qwen2); without them the nodes below
+//! are unchanged.
 //!
 //! Invariants of [`build_prefill`]'s graph:
 //! - leafs, in this order: `tokens` (I32 input `[n_tokens]`), `pos` (I32
@@ -18,22 +28,32 @@
 //! - this is ggml's node list exactly (tests/example_graphs.rs compares it with
 //!   the graph ggml itself builds).
 
+mod cached;
+#[cfg(test)]
+mod cached_tests;
 mod gguf_config;
 mod names;
+mod step;
 #[cfg(test)]
 mod tests;
 
+pub use cached::{CacheConfig, build_cached, cache_k_name, cache_v_name};
 pub use names::{BlockWeight, LlamaNames};
+pub use step::{StepError, StepInputs, step_inputs};
 
 use crate::attention::{attend, heads_major, split_heads, transposed_values};
 use ir::{ConstInit, DType, Error, Graph, GraphBuilder, RopeParams, TensorId};
 
 /// Name of the token-id input.
 pub const TOKENS: &str = "tokens";
-/// Name of the rope positions constant.
+/// Name of the rope positions (a constant in the prefill graph, an input in
+/// the cached one).
 pub const POSITIONS: &str = "pos";
-/// Name of the causal attention mask constant.
+/// Name of the attention mask (a constant in the prefill graph, an input in
+/// the cached one).
 pub const KQ_MASK: &str = "kq_mask";
+/// Name of the cache-row input of the cached graph.
+pub const KV_IDX: &str = "kv_idx";
 /// Name of the logits output.
 pub const LOGITS: &str = "result_output";
 
@@ -68,6 +88,9 @@ pub struct LlamaConfig {
     pub output_dtype: DType,
     /// The logits reuse the token embedding (no output projection weight).
     pub tied_output: bool,
+    /// q, k and v projections add an F32 bias (qwen2): weights
+    /// [`LlamaNames::bias`] of `[n_head * head_dim]` / `[n_head_kv * head_dim]`.
+    pub qkv_bias: bool,
     /// How weights are named.
     pub names: LlamaNames,
 }
@@ -75,12 +98,82 @@ pub struct LlamaConfig {
 /// The weights of one block, indexed by [`BlockWeight`] (declaration order).
 struct BlockWeights {
     ids: [TensorId; BlockWeight::ALL.len()],
+    /// Biases of wq, wk, wv, when the config has them.
+    bias: [Option<TensorId>; 3],
 }
 
 impl BlockWeights {
     fn get(&self, w: BlockWeight) -> TensorId {
         self.ids[w as usize]
     }
+
+    fn bias(&self, w: BlockWeight) -> Option<TensorId> {
+        match w {
+            BlockWeight::Wq => self.bias[0],
+            BlockWeight::Wk => self.bias[1],
+            BlockWeight::Wv => self.bias[2],
+            _ => None,
+        }
+    }
+}
+
+/// The leafs every llama graph shares, declared in this order after the
+/// graph's own inputs: token embedding, block weights, output norm, output.
+struct ModelWeights {
+    tok_embd: TensorId,
+    layers: Vec<BlockWeights>,
+    output_norm: TensorId,
+    /// The output projection, or `tok_embd` when tied.
+    output: TensorId,
+}
+
+fn declare_weights(b: &mut GraphBuilder, cfg: &LlamaConfig) -> Result<ModelWeights, Error> {
+    let names = cfg.names;
+    let tok_embd = b.weight(
+        names.token_embd(),
+        cfg.embd_dtype,
+        [cfg.n_embd, cfg.n_vocab, 1, 1],
+    )?;
+    let layers = (0..cfg.n_layer)
+        .map(|il| declare_block_weights(b, cfg, il))
+        .collect::<Result<Vec<_>, _>>()?;
+    let output_norm = b.weight(names.output_norm(), DType::F32, [cfg.n_embd, 1, 1, 1])?;
+    let output = if cfg.tied_output {
+        tok_embd
+    } else {
+        b.weight(
+            names.output(),
+            cfg.output_dtype,
+            [cfg.n_embd, cfg.n_vocab, 1, 1],
+        )?
+    };
+    Ok(ModelWeights {
+        tok_embd,
+        layers,
+        output_norm,
+        output,
+    })
+}
+
+/// Embedding, every block (each with its layer's cache, if any) and the
+/// logits, marked as the output.
+fn build_body(
+    b: &mut GraphBuilder,
+    cfg: &LlamaConfig,
+    w: &ModelWeights,
+    tokens: TensorId,
+    pos: TensorId,
+    mask: TensorId,
+    caches: Option<&[cached::LayerCache]>,
+) -> Result<(), Error> {
+    let mut x = b.get_rows("inp_embd", w.tok_embd, tokens)?;
+    for (il, lw) in w.layers.iter().enumerate() {
+        let cache = caches.map(|c| &c[il]);
+        x = build_block(b, cfg, il, lw, x, pos, mask, cache)?;
+    }
+    let x = rms_norm_mul(b, "result_norm", x, w.output_norm, cfg.rms_eps)?;
+    let logits = b.mul_mat(LOGITS, w.output, x)?;
+    b.mark_output(logits)
 }
 
 /// Builds the prefill graph of `cfg` (see the module doc for its tensors).
@@ -101,33 +194,8 @@ pub fn build_prefill(cfg: &LlamaConfig) -> Result<Graph, Error> {
         ConstInit::CausalMask { n_past: 0 },
     )?;
 
-    let names = cfg.names;
-    let tok_embd = b.weight(
-        names.token_embd(),
-        cfg.embd_dtype,
-        [cfg.n_embd, cfg.n_vocab, 1, 1],
-    )?;
-    let layers = (0..cfg.n_layer)
-        .map(|il| declare_block_weights(&mut b, cfg, il))
-        .collect::<Result<Vec<_>, _>>()?;
-    let output_norm = b.weight(names.output_norm(), DType::F32, [cfg.n_embd, 1, 1, 1])?;
-    let output = if cfg.tied_output {
-        tok_embd
-    } else {
-        b.weight(
-            names.output(),
-            cfg.output_dtype,
-            [cfg.n_embd, cfg.n_vocab, 1, 1],
-        )?
-    };
-
-    let mut x = b.get_rows("inp_embd", tok_embd, tokens)?;
-    for (il, w) in layers.iter().enumerate() {
-        x = build_block(&mut b, cfg, il, w, x, pos, mask)?;
-    }
-    let x = rms_norm_mul(&mut b, "result_norm", x, output_norm, cfg.rms_eps)?;
-    let logits = b.mul_mat(LOGITS, output, x)?;
-    b.mark_output(logits)?;
+    let weights = declare_weights(&mut b, cfg)?;
+    build_body(&mut b, cfg, &weights, tokens, pos, mask, None)?;
     b.finish()
 }
 
@@ -143,6 +211,7 @@ fn declare_block_weights(
         cfg.n_ff,
     );
     let mut ids = [TensorId(0); BlockWeight::ALL.len()];
+    let mut bias = [None; 3];
     for (slot, w) in ids.iter_mut().zip(BlockWeight::ALL) {
         let (dtype, ne0, ne1) = match w {
             BlockWeight::AttnNorm | BlockWeight::FfnNorm => (DType::F32, e, 1),
@@ -153,11 +222,41 @@ fn declare_block_weights(
             BlockWeight::FfnDown => (cfg.weight_dtype, ff, e),
         };
         *slot = b.weight(cfg.names.block(il, w), dtype, [ne0, ne1, 1, 1])?;
+        // Each bias follows its matrix, as in the GGUF files that have them.
+        let bias_slot = match w {
+            BlockWeight::Wq => Some(0),
+            BlockWeight::Wk => Some(1),
+            BlockWeight::Wv => Some(2),
+            _ => None,
+        };
+        if let Some(i) = bias_slot.filter(|_| cfg.qkv_bias) {
+            bias[i] = Some(b.weight(cfg.names.bias(il, w), DType::F32, [ne1, 1, 1, 1])?);
+        }
     }
-    Ok(BlockWeights { ids })
+    Ok(BlockWeights { ids, bias })
+}
+
+/// The projection `{p}.{name} = w × cur`, plus its bias (`{p}.{name}_bias`) when the block has one.
+fn project(
+    b: &mut GraphBuilder,
+    p: &str,
+    name: &str,
+    w: &BlockWeights,
+    which: BlockWeight,
+    cur: TensorId,
+) -> Result<TensorId, Error> {
+    let y = b.mul_mat(format!("{p}.{name}"), w.get(which), cur)?;
+    match w.bias(which) {
+        Some(bias) => b.add(format!("{p}.{name}_bias"), y, bias),
+        None => Ok(y),
+    }
 }
 
 /// One decoder block over the residual stream `x [n_embd, n_tokens]`.
+/// Without a `cache`, the batch's keys and values attend to each other (the
+/// prefill graph, node for node ggml's); with one, they are written into it
+/// and attention reads every cache row.
+#[allow(clippy::too_many_arguments)]
 fn build_block(
     b: &mut GraphBuilder,
     cfg: &LlamaConfig,
@@ -166,6 +265,7 @@ fn build_block(
     x: TensorId,
     pos: TensorId,
     mask: TensorId,
+    cache: Option<&cached::LayerCache>,
 ) -> Result<TensorId, Error> {
     let p = format!("l{il}");
     let hd = cfg.head_dim;
@@ -177,13 +277,21 @@ fn build_block(
         cfg.rms_eps,
     )?;
 
-    let v = b.mul_mat(format!("{p}.v"), w.get(BlockWeight::Wv), cur)?;
-    let v_t = transposed_values(b, &p, v, hd, cfg.n_head_kv)?;
-    let k = b.mul_mat(format!("{p}.k"), w.get(BlockWeight::Wk), cur)?;
+    let v = project(b, &p, "v", w, BlockWeight::Wv, cur)?;
+    // ggml packs the batch's values right after computing them; a cache
+    // takes them as they are.
+    let values = match cache {
+        None => transposed_values(b, &p, v, hd, cfg.n_head_kv)?,
+        Some(_) => v,
+    };
+    let k = project(b, &p, "k", w, BlockWeight::Wk, cur)?;
     let k = split_heads(b, format!("{p}.k3"), k, hd, cfg.n_head_kv)?;
     let k = b.rope(format!("{p}.k_rope"), k, pos, cfg.rope)?;
-    let k = heads_major(b, format!("{p}.k_perm"), k)?;
-    let q = b.mul_mat(format!("{p}.q"), w.get(BlockWeight::Wq), cur)?;
+    let (k, v_t) = match cache {
+        None => (heads_major(b, format!("{p}.k_perm"), k)?, values),
+        Some(c) => c.store_and_view(b, &p, k, values)?,
+    };
+    let q = project(b, &p, "q", w, BlockWeight::Wq, cur)?;
     let q = split_heads(b, format!("{p}.q3"), q, hd, cfg.n_head)?;
     let q = b.rope(format!("{p}.q_rope"), q, pos, cfg.rope)?;
     let q = heads_major(b, format!("{p}.q_perm"), q)?;

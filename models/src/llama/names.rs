@@ -105,6 +105,20 @@ impl LlamaNames {
         }
     }
 
+    /// The bias of projection `w` (one of [`BlockWeight::Wq`], `Wk`, `Wv`) of
+    /// layer `il`: `blk.{il}.attn_q.bias` (GGUF) or `l{il}.bq` (example).
+    /// Other weights have no bias; their name gets a `.bias` suffix so that
+    /// it can never alias a weight.
+    pub fn bias(self, il: usize, w: BlockWeight) -> String {
+        match (self, w) {
+            (LlamaNames::Gguf, _) => self.block(il, w).replace(".weight", ".bias"),
+            (LlamaNames::Example, BlockWeight::Wq) => format!("l{il}.bq"),
+            (LlamaNames::Example, BlockWeight::Wk) => format!("l{il}.bk"),
+            (LlamaNames::Example, BlockWeight::Wv) => format!("l{il}.bv"),
+            (LlamaNames::Example, _) => format!("{}.bias", self.block(il, w)),
+        }
+    }
+
     /// The final RMS-norm weight.
     pub fn output_norm(self) -> String {
         match self {

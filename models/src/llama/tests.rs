@@ -18,6 +18,7 @@ fn smollm2_like(n_tokens: i64) -> LlamaConfig {
         embd_dtype: DType::Q8_0,
         output_dtype: DType::Q8_0,
         tied_output: true,
+        qkv_bias: false,
         names: LlamaNames::Gguf,
     }
 }

@@ -1,0 +1,195 @@
+//! Structure of the cached graphs and the step inputs (the values are checked
+//! against the prefill graph with the reference evaluator in
+//! tests/llama_cache.rs).
+
+use super::*;
+use ir::{Op, Role, RopeMode};
+
+/// Two layers, 4 query heads over 2 KV heads of width 8.
+fn small(n_tokens: i64) -> LlamaConfig {
+    LlamaConfig {
+        n_layer: 2,
+        n_embd: 32,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 8,
+        n_ff: 48,
+        n_vocab: 40,
+        n_tokens,
+        rms_eps: 1e-5,
+        rope: RopeParams::plain(RopeMode::Normal, 8, 10000.0),
+        weight_dtype: DType::F32,
+        embd_dtype: DType::F32,
+        output_dtype: DType::F32,
+        tied_output: false,
+        qkv_bias: false,
+        names: LlamaNames::Gguf,
+    }
+}
+
+const F32_CACHE: CacheConfig = CacheConfig {
+    n_ctx: 16,
+    kv_dtype: DType::F32,
+};
+
+/// (name, dtype, ne) of every tensor with `role`.
+fn leafs(g: &Graph, role: Role) -> Vec<(String, DType, [i64; 4])> {
+    g.with_role(role)
+        .map(|id| {
+            let t = g.tensor(id);
+            (t.name.clone(), t.dtype(), t.ne())
+        })
+        .collect()
+}
+
+#[test]
+fn prefill_and_decode_graphs_declare_the_same_state() {
+    for kv_dtype in [DType::F32, DType::F16] {
+        let cache = CacheConfig {
+            kv_dtype,
+            ..F32_CACHE
+        };
+        let prefill = build_cached(&small(5), &cache).unwrap();
+        let decode = build_cached(&small(1), &cache).unwrap();
+        let state = leafs(&prefill, Role::State);
+        assert_eq!(state, leafs(&decode, Role::State));
+        assert_eq!(
+            state,
+            vec![
+                (cache_k_name(0), kv_dtype, [16, 16, 1, 1]),
+                (cache_v_name(0), kv_dtype, [16, 16, 1, 1]),
+                (cache_k_name(1), kv_dtype, [16, 16, 1, 1]),
+                (cache_v_name(1), kv_dtype, [16, 16, 1, 1]),
+            ]
+        );
+        assert_eq!(
+            leafs(&decode, Role::Input),
+            vec![
+                (TOKENS.into(), DType::I32, [1, 1, 1, 1]),
+                (POSITIONS.into(), DType::I32, [1, 1, 1, 1]),
+                (KV_IDX.into(), DType::I32, [1, 1, 1, 1]),
+                (KQ_MASK.into(), DType::F32, [16, 1, 1, 1]),
+            ]
+        );
+        assert_eq!(leafs(&prefill, Role::Weight), leafs(&decode, Role::Weight));
+        let out = prefill.find(LOGITS).unwrap();
+        assert_eq!(prefill.tensor(out).ne(), [40, 5, 1, 1]);
+        assert_eq!(prefill.tensor(out).role, Role::Output);
+    }
+}
+
+#[test]
+fn attention_reads_the_cache_through_its_writes_without_packing_it() {
+    let g = build_cached(&small(3), &F32_CACHE).unwrap();
+    let by = |name: &str| g.tensor(g.find(name).unwrap());
+    let root = |name: &str| {
+        let at = g.storage_of(g.find(name).unwrap());
+        (g.tensor(at.root).name.clone(), at.offset)
+    };
+    // kq reads K through the set_rows result, as a strided view of the cache.
+    let kq = by("l1.kq");
+    assert_eq!(g.tensor(kq.srcs[0]).name, "l1.k_cached");
+    let k_cached = by("l1.k_cached");
+    assert_eq!(g.tensor(k_cached.srcs[0]).op, Some(Op::SetRows));
+    assert_eq!(k_cached.ne(), [8, 16, 2, 1]);
+    assert_eq!(k_cached.layout.nb[..3], [4, 64, 32]);
+    assert_eq!(root("l1.k_cached"), ("l1.cache_k".into(), 0));
+    // kqv reads V straight from the cache: no cont of cache memory anywhere.
+    let kqv = by("l1.kqv");
+    assert_eq!(g.tensor(kqv.srcs[0]).name, "l1.v_cached");
+    assert_eq!(by("l1.v_cached").ne(), [16, 8, 2, 1]);
+    assert!(by("l1.v_cached").layout.is_contiguous());
+    assert_eq!(root("l1.v_cached"), ("l1.cache_v".into(), 0));
+    for id in g.nodes() {
+        let t = g.tensor(id);
+        if t.op == Some(Op::Cont) {
+            let src = g.storage_of(t.srcs[0]).root;
+            assert_ne!(
+                g.tensor(src).role,
+                Role::State,
+                "'{}' packs a cache",
+                t.name
+            );
+        }
+    }
+    assert_eq!(by("l0.kq").ne(), [16, 3, 4, 1]);
+    assert_eq!(by("l0.kqv").ne(), [8, 3, 4, 1]);
+}
+
+#[test]
+fn unsupported_caches_are_refused_by_name() {
+    let q8 = CacheConfig {
+        kv_dtype: DType::Q8_0,
+        ..F32_CACHE
+    };
+    let err = build_cached(&small(1), &q8).unwrap_err().to_string();
+    assert!(err.contains("l0.cache_k") && err.contains("q8_0"), "{err}");
+    let err = build_cached(&small(17), &F32_CACHE)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("17") && err.contains("n_ctx = 16"), "{err}");
+}
+
+#[test]
+fn qkv_biases_follow_their_projections() {
+    let cfg = LlamaConfig {
+        qkv_bias: true,
+        rope: RopeParams::plain(RopeMode::Neox, 8, 1e6),
+        ..small(2)
+    };
+    for g in [
+        build_prefill(&cfg).unwrap(),
+        build_cached(&cfg, &F32_CACHE).unwrap(),
+    ] {
+        for (w, node, n) in [
+            ("blk.1.attn_q.bias", "l1.q_bias", 32),
+            ("blk.1.attn_k.bias", "l1.k_bias", 16),
+            ("blk.1.attn_v.bias", "l1.v_bias", 16),
+        ] {
+            let bias = g.find(w).unwrap_or_else(|| panic!("no weight {w}"));
+            assert_eq!(g.tensor(bias).ne(), [n, 1, 1, 1]);
+            let add = g.tensor(g.find(node).unwrap());
+            assert_eq!((add.op, add.srcs[1]), (Some(Op::Add), bias));
+        }
+    }
+    let plain = build_prefill(&small(2)).unwrap();
+    assert!(plain.find("l0.q_bias").is_none() && plain.find("blk.0.attn_q.bias").is_none());
+}
+
+#[test]
+fn step_inputs_mask_causally_and_hide_unfilled_rows() {
+    let s = step_inputs(3, 2, 6).unwrap();
+    assert_eq!(s.pos, [3, 4]);
+    assert_eq!(s.kv_idx, [3, 4]);
+    let ninf = f32::NEG_INFINITY;
+    assert_eq!(
+        s.kq_mask,
+        [
+            0.0, 0.0, 0.0, 0.0, ninf, ninf, // query at 3: rows 0..=3
+            0.0, 0.0, 0.0, 0.0, 0.0, ninf, // query at 4: rows 0..=4; row 5 unfilled
+        ]
+    );
+    let first = step_inputs(0, 1, 4).unwrap();
+    assert_eq!(first.kq_mask, [0.0, ninf, ninf, ninf]);
+    let full = step_inputs(0, 4, 4).unwrap();
+    assert_eq!(full.pos, [0, 1, 2, 3]);
+    assert_eq!(full.kq_mask[15], 0.0);
+}
+
+#[test]
+fn step_inputs_refuse_a_context_overflow_naming_both_numbers() {
+    let err = step_inputs(14, 3, 16).unwrap_err();
+    assert_eq!(
+        err,
+        StepError::ContextOverflow {
+            n_past: 14,
+            n_tokens: 3,
+            n_ctx: 16
+        }
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("17") && msg.contains("n_ctx = 16"), "{msg}");
+    assert!(matches!(step_inputs(-1, 1, 4), Err(StepError::BadCount(_))));
+    assert!(matches!(step_inputs(0, 0, 4), Err(StepError::BadCount(_))));
+    assert!(step_inputs(15, 1, 16).is_ok());
+}

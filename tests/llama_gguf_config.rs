@@ -1,0 +1,261 @@
+//! `LlamaConfig::from_gguf` over the llama family (llama, mistral, qwen2) on
+//! small synthetic GGUF files, and the cached graphs of the real SmolLM2 file.
+
+use ggplan_tests::gguf_writer::{Meta, Scratch, write_gguf};
+use ggplan_tests::models::smollm2_gguf;
+use ir::files::gguf::GgufFile;
+use ir::{DType, Graph, Role, RopeMode, RopeParams};
+use kernels::evaluate::{Bindings, Weights, evaluate};
+use kernels::reference::Dense;
+use models::llama::{self, BlockWeight, CacheConfig, LlamaConfig, LlamaNames};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What a synthetic file holds besides the common 1-layer model (8 wide, 2
+/// heads over 1 KV head of width 4, n_ff 12, vocab 16).
+#[derive(Default)]
+struct Options {
+    bias: bool,
+    output: bool,
+    extra: Vec<(&'static str, Meta)>,
+    /// Tensors to replace (same name, new shape) or, with `None`, drop.
+    edit: Vec<(&'static str, Option<[u64; 2]>)>,
+}
+
+fn tiny(dir: &Path, arch: &'static str, o: Options) -> GgufFile {
+    let key = |k: &str| -> &'static str { Box::leak(format!("{arch}.{k}").into_boxed_str()) };
+    let mut kvs = vec![
+        ("general.architecture", Meta::Str(arch)),
+        (key("block_count"), Meta::U32(1)),
+        (key("embedding_length"), Meta::U32(8)),
+        (key("attention.head_count"), Meta::U32(2)),
+        (key("attention.head_count_kv"), Meta::U32(1)),
+        (key("feed_forward_length"), Meta::U32(12)),
+        (key("attention.layer_norm_rms_epsilon"), Meta::F32(1e-6)),
+    ];
+    kvs.extend(o.extra.into_iter().map(|(k, v)| (key(k), v)));
+    let names = LlamaNames::Gguf;
+    let mut tensors = vec![(names.token_embd(), [8, 16])];
+    for w in BlockWeight::ALL {
+        use BlockWeight as B;
+        let ne = match w {
+            B::AttnNorm | B::FfnNorm => [8, 1],
+            B::Wq | B::Wo => [8, 8],
+            B::Wk | B::Wv => [8, 4],
+            B::FfnGate | B::FfnUp => [8, 12],
+            B::FfnDown => [12, 8],
+        };
+        tensors.push((names.block(0, w), ne));
+        if o.bias && matches!(w, B::Wq | B::Wk | B::Wv) {
+            tensors.push((names.bias(0, w), [ne[1], 1]));
+        }
+    }
+    tensors.push((names.output_norm(), [8, 1]));
+    if o.output {
+        tensors.push((names.output(), [8, 16]));
+    }
+    for (name, ne) in o.edit {
+        let i = tensors
+            .iter()
+            .position(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no tensor {name} to edit"));
+        match ne {
+            Some(ne) => tensors[i].1 = ne,
+            None => {
+                tensors.remove(i);
+            }
+        }
+    }
+    let path = dir.join(format!("tiny-{arch}.gguf"));
+    write_gguf(&path, &kvs, &tensors);
+    GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn i32_input(v: &[i32]) -> Dense {
+    Dense::new(
+        [v.len() as i64, 1, 1, 1],
+        v.iter().map(|&x| f64::from(x)).collect(),
+    )
+}
+
+/// Runs `cfg`'s decode graph (first token) with the file's weights: every
+/// weight must bind by name, dtype and shape.
+fn decode_binds(cfg: &LlamaConfig, file: &GgufFile) {
+    let cache = CacheConfig {
+        n_ctx: 8,
+        kv_dtype: DType::F16,
+    };
+    let g = llama::build_cached(
+        &LlamaConfig {
+            n_tokens: 1,
+            ..cfg.clone()
+        },
+        &cache,
+    )
+    .unwrap();
+    let step = llama::step_inputs(0, 1, cache.n_ctx).unwrap();
+    let inputs = BTreeMap::from([
+        (llama::TOKENS.to_owned(), i32_input(&[5])),
+        (llama::POSITIONS.to_owned(), i32_input(&step.pos)),
+        (llama::KV_IDX.to_owned(), i32_input(&step.kv_idx)),
+        (
+            llama::KQ_MASK.to_owned(),
+            Dense::new(
+                [cache.n_ctx, 1, 1, 1],
+                step.kq_mask.iter().map(|&m| f64::from(m)).collect(),
+            ),
+        ),
+    ]);
+    let bindings = Bindings {
+        weights: Weights::File(file),
+        inputs,
+        random_inputs: None,
+    };
+    let memory = evaluate(&g, &bindings).unwrap_or_else(|e| panic!("{e}"));
+    let logits = memory.read(g.find(llama::LOGITS).unwrap());
+    assert_eq!(logits.ne, [cfg.n_vocab, 1, 1, 1]);
+}
+
+#[test]
+fn qwen2_reads_neox_rope_biases_and_tied_output() {
+    let scratch = Scratch::new("qwen2");
+    let opts = Options {
+        bias: true,
+        extra: vec![("rope.freq_base", Meta::F32(1e6))],
+        ..Options::default()
+    };
+    let file = tiny(&scratch.0, "qwen2", opts);
+    let cfg = LlamaConfig::from_gguf(&file, 3).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.rope, RopeParams::plain(RopeMode::Neox, 4, 1e6));
+    assert_eq!(
+        (cfg.qkv_bias, cfg.tied_output, cfg.n_head_kv, cfg.rms_eps),
+        (true, true, 1, 1e-6)
+    );
+    decode_binds(&cfg, &file);
+}
+
+#[test]
+fn mistral_reads_llama_names_partial_rope_and_untied_output() {
+    let scratch = Scratch::new("mistral");
+    let opts = Options {
+        output: true,
+        extra: vec![("rope.dimension_count", Meta::U32(2))],
+        ..Options::default()
+    };
+    let file = tiny(&scratch.0, "mistral", opts);
+    let cfg = LlamaConfig::from_gguf(&file, 3).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.rope, RopeParams::plain(RopeMode::Normal, 2, 10000.0));
+    assert_eq!((cfg.qkv_bias, cfg.tied_output), (false, false));
+    decode_binds(&cfg, &file);
+}
+
+#[test]
+fn unknown_architectures_and_bad_tensors_are_named() {
+    let scratch = Scratch::new("bad-gguf");
+    let err = |arch, opts| {
+        let file = tiny(&scratch.0, arch, opts);
+        LlamaConfig::from_gguf(&file, 3).unwrap_err().to_string()
+    };
+    let e = err("phi3", Options::default());
+    assert!(
+        e.contains("'phi3'") && e.contains("tiny-phi3.gguf") && e.contains("llama, mistral, qwen2"),
+        "{e}"
+    );
+
+    let e = err(
+        "llama",
+        Options {
+            edit: vec![("blk.0.attn_k.weight", Some([8, 8]))],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("tiny-llama.gguf")
+            && e.contains("'blk.0.attn_k.weight'")
+            && e.contains("[8, 8")
+            && e.contains("[8, 4"),
+        "{e}"
+    );
+
+    let e = err(
+        "qwen2",
+        Options {
+            bias: true,
+            edit: vec![("blk.0.attn_v.bias", None)],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("tiny-qwen2.gguf") && e.contains("missing tensor 'blk.0.attn_v.bias'"),
+        "{e}"
+    );
+
+    let e = err(
+        "qwen2",
+        Options {
+            bias: true,
+            edit: vec![("blk.0.attn_q.bias", Some([4, 1]))],
+            ..Options::default()
+        },
+    );
+    assert!(e.contains("'blk.0.attn_q.bias'") && e.contains("[4"), "{e}");
+
+    let e = err(
+        "mistral",
+        Options {
+            extra: vec![("rope.dimension_count", Meta::U32(6))],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("'mistral.rope.dimension_count'") && e.contains("tiny-mistral.gguf"),
+        "{e}"
+    );
+}
+
+/// (name, dtype, ne) of every state tensor.
+fn states(g: &Graph) -> Vec<(String, DType, [i64; 4])> {
+    g.with_role(Role::State)
+        .map(|id| {
+            (
+                g.tensor(id).name.clone(),
+                g.tensor(id).dtype(),
+                g.tensor(id).ne(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn smollm2_cached_graphs_build_and_verify() {
+    let Some(path) = smollm2_gguf() else {
+        eprintln!("skipped: SmolLM2 GGUF not found (GGPLAN_SMOLLM2_GGUF); run scripts/setup.sh");
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let cache = CacheConfig {
+        n_ctx: 64,
+        kv_dtype: DType::F32,
+    };
+    let mut graphs = Vec::new();
+    for n_tokens in [16, 1] {
+        let cfg = LlamaConfig::from_gguf(&file, n_tokens).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!cfg.qkv_bias && cfg.tied_output);
+        let g = llama::build_cached(&cfg, &cache).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ir::verify::verify(&g), vec![]);
+        assert_eq!(
+            g.tensor(g.find(llama::LOGITS).unwrap()).ne(),
+            [49152, n_tokens, 1, 1]
+        );
+        graphs.push(g);
+    }
+    let state = states(&graphs[0]);
+    assert_eq!(state.len(), 60);
+    assert_eq!(state[0], ("l0.cache_k".into(), DType::F32, [192, 64, 1, 1]));
+    assert_eq!(state[1], ("l0.cache_v".into(), DType::F32, [64, 192, 1, 1]));
+    assert_eq!(
+        state,
+        states(&graphs[1]),
+        "prefill and decode share the cache"
+    );
+}
