@@ -13,6 +13,7 @@ mod cmd_embed;
 mod cmd_dot;
 mod cmd_eval;
 mod cmd_fmt;
+mod cmd_generate;
 mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
@@ -58,6 +59,8 @@ enum Command {
     Run(cmd_run::RunArgs),
     /// Sentence embeddings with a BERT encoder (Hugging Face folder), with a similarity table.
     Embed(cmd_embed::EmbedArgs),
+    /// Greedy text generation with a llama-family GGUF (prefill + decode plans sharing a KV cache).
+    Generate(cmd_generate::GenerateArgs),
     /// Rewrite a graph file in canonical form (or check that it is).
     Fmt(cmd_fmt::FmtArgs),
 }
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Command::Fmt(args) => cmd_fmt::run(args),
         Command::Run(args) => cmd_run::run(args),
         Command::Embed(args) => cmd_embed::run(args),
+        Command::Generate(args) => cmd_generate::run(args),
     };
     match result {
         Ok(code) => code,
