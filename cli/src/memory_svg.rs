@@ -15,7 +15,8 @@ const RIGHT: f64 = 190.0;
 const HEADER: f64 = 78.0;
 const PANEL: f64 = 300.0;
 const PANEL_GAP: f64 = 80.0;
-const FOOTER: f64 = 40.0;
+const FOOTER: f64 = 10.0;
+const LINE: f64 = 18.0;
 const MIB: f64 = (1u64 << 20) as f64;
 
 /// The fill colour of a kind (colour-blind-friendly Tableau hues).
@@ -52,7 +53,8 @@ fn decimals(step: f64) -> usize {
 /// The SVG document for `tl`, titled `title`.
 pub fn render(tl: &Timeline, title: &str) -> String {
     let panels = tl.compute.len().max(1) as f64;
-    let height = HEADER + panels * (PANEL + PANEL_GAP) + FOOTER;
+    let height =
+        HEADER + panels * (PANEL + PANEL_GAP) + LINE * other_arena_lines(tl).len() as f64 + FOOTER;
     let mut svg = Svg::new(WIDTH, height);
     svg.text(LEFT, 22.0, r#"font-size="15" font-weight="bold""#, title);
     let mut kinds: Vec<Kind> = tl
@@ -75,26 +77,36 @@ pub fn render(tl: &Timeline, title: &str) -> String {
         let top = HEADER + i as f64 * (PANEL + PANEL_GAP) + 20.0;
         panel(&mut svg, tl, a, top);
     }
-    let others: Vec<String> = tl
-        .others
-        .iter()
-        .map(|o| {
-            format!(
-                "{} {:?} {} ({} tensors)",
-                o.device_name,
-                o.usage,
-                mib(o.size),
-                o.tensors
-            )
-        })
-        .collect();
-    let line = if others.is_empty() {
-        "other arenas: none".to_string()
-    } else {
-        format!("other arenas (alive the whole run): {}", others.join("; "))
-    };
-    svg.text(LEFT, height - 16.0, r##"fill="#333""##, &line);
+    let lines = other_arena_lines(tl);
+    for (i, line) in lines.iter().enumerate() {
+        let y = height - FOOTER - LINE * (lines.len() - i) as f64 + 14.0;
+        // SVG collapses leading spaces, so indent the device lines by position.
+        let indent = if i == 0 { 0.0 } else { 12.0 };
+        svg.text(LEFT + indent, y, r##"fill="#333""##, line);
+    }
     svg.finish(title)
+}
+
+/// The resident arenas, one line per device (they are alive the whole run).
+fn other_arena_lines(tl: &Timeline) -> Vec<String> {
+    let mut by_device: Vec<(&str, Vec<String>)> = Vec::new();
+    for o in &tl.others {
+        let item = format!("{:?} {} ({} tensors)", o.usage, mib(o.size), o.tensors);
+        match by_device.iter_mut().find(|(d, _)| *d == o.device_name) {
+            Some((_, items)) => items.push(item),
+            None => by_device.push((&o.device_name, vec![item])),
+        }
+    }
+    if by_device.is_empty() {
+        return vec!["other arenas: none".to_string()];
+    }
+    let mut lines = vec!["other arenas (alive the whole run):".to_string()];
+    lines.extend(
+        by_device
+            .into_iter()
+            .map(|(d, items)| format!("{d}: {}", items.join(", "))),
+    );
+    lines
 }
 
 /// The legend: the kinds drawn, then the three kinds of line.
@@ -163,16 +175,6 @@ fn panel(svg: &mut Svg, tl: &Timeline, a: &ArenaTimeline, top: f64) {
         r##"fill="#f7f7f7" stroke="#999""##,
         None,
     );
-    // Split boundaries: where the device changes.
-    for (start, dev) in tl.split_starts.iter().skip(1) {
-        svg.line(x(*start), top, x(*start), top + PANEL, r##"stroke="#bbb""##);
-        svg.text(
-            x(*start) + 2.0,
-            top + 12.0,
-            r##"font-size="10" fill="#777""##,
-            dev,
-        );
-    }
     for b in &a.bars {
         let h = (b.bytes as f64 / ymax_bytes * PANEL).max(0.6);
         let tip = format!(
@@ -194,6 +196,17 @@ fn panel(svg: &mut Svg, tl: &Timeline, a: &ArenaTimeline, top: f64) {
                 colour(b.kind)
             ),
             Some(&tip),
+        );
+    }
+    // Split boundaries: where the device changes (each labelled with
+    // its device), over the tensors so they stay readable.
+    for (start, dev) in &tl.split_starts {
+        svg.line(x(*start), top, x(*start), top + PANEL, r##"stroke="#bbb""##);
+        svg.text(
+            x(*start) + 2.0,
+            top + 12.0,
+            r##"font-size="10" fill="#777""##,
+            dev,
         );
     }
     let right = LEFT + pw;
