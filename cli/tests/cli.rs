@@ -6,6 +6,8 @@ use std::process::{Command, Output};
 fn ggplan(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ggplan"))
         .args(args)
+        // Logging is asserted quiet by default; a caller's RUST_LOG would turn it on.
+        .env_remove("RUST_LOG")
         .output()
         .expect("ggplan runs")
 }
