@@ -105,10 +105,15 @@ pub fn run(args: BenchCompileArgs) -> Result<ExitCode> {
     );
     let mut per_pass: BTreeMap<usize, (&'static str, Vec<f64>)> = BTreeMap::new();
     let mut totals = Vec::new();
-    for _ in 0..args.runs.max(1) {
+    let runs = args.runs.max(1);
+    let bar = crate::progress::bar(runs as u64, "compiling");
+    for _ in 0..runs {
         let t = Instant::now();
         let compiled = compile(&graph, &target, &options)?;
-        totals.push(t.elapsed().as_secs_f64() * 1e3);
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        totals.push(ms);
+        bar.inc(1);
+        tracing::debug!(run = totals.len(), ms, "compiled");
         for (i, p) in compiled.timings.iter().enumerate() {
             per_pass
                 .entry(i)
@@ -117,6 +122,7 @@ pub fn run(args: BenchCompileArgs) -> Result<ExitCode> {
                 .push(p.micros / 1e3);
         }
     }
+    bar.finish_and_clear();
     for (_, (pass, mut ms)) in per_pass {
         println!("  {pass:<9} {:>8.3} ms (median)", median(&mut ms));
     }

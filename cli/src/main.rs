@@ -8,19 +8,28 @@ mod cmd_bench;
 mod cmd_bench_compile;
 mod cmd_compile;
 mod cmd_demo;
+mod cmd_devices;
 mod cmd_diff;
 mod cmd_embed;
 mod cmd_dot;
 mod cmd_eval;
 mod cmd_fmt;
 mod cmd_generate;
+mod cmd_memory;
 mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
+mod cuda_probe;
+mod host_info;
+mod logging;
+mod memory_svg;
+mod memory_timeline;
 mod model_session;
 mod npy_values;
 mod plan_summary;
+mod progress;
 mod summary;
+mod svg;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,6 +38,9 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "ggplan", version, about, long_about = None)]
 struct Cli {
+    /// Log what ggplan does to stderr: -v for progress, -vv for detail (RUST_LOG overrides).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -45,12 +57,16 @@ enum Command {
     Verify(cmd_verify::VerifyArgs),
     /// Compare two plans: placements, splits, copies and memory.
     Diff(cmd_diff::DiffArgs),
+    /// Draw a plan's compute arenas over time (SVG) and report the peak.
+    Memory(cmd_memory::MemoryArgs),
     /// Draw a plan with Graphviz.
     Dot(cmd_dot::DotArgs),
     /// Time a plan on this machine: per run, per op kind, per split, beside the machine's ceilings.
     Bench(cmd_bench::BenchArgs),
     /// Time compiling a 32-layer llama-7B-shaped graph, per pass.
     BenchCompile(cmd_bench_compile::BenchCompileArgs),
+    /// List this machine's devices: CPU model, cores, SIMD, memory, CUDA GPUs.
+    Devices(cmd_devices::DevicesArgs),
     /// Run the bundled example end to end (needs no files).
     Demo(cmd_demo::DemoArgs),
     /// Evaluate a graph with the reference kernels and summarise its outputs.
@@ -67,6 +83,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(cli.verbose);
     let result = match cli.command {
         Command::Compile(args) => cmd_compile::run(args),
         Command::Show(args) => cmd_show::run_show(args),
@@ -74,6 +91,8 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd_verify::run(args),
         Command::Diff(args) => cmd_diff::run(args),
         Command::Dot(args) => cmd_dot::run(args),
+        Command::Memory(args) => cmd_memory::run(args),
+        Command::Devices(args) => cmd_devices::run(args),
         Command::Bench(args) => cmd_bench::run(args),
         Command::BenchCompile(args) => cmd_bench_compile::run(args),
         Command::Demo(args) => cmd_demo::run(args),

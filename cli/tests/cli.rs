@@ -6,6 +6,8 @@ use std::process::{Command, Output};
 fn ggplan(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ggplan"))
         .args(args)
+        // Logging is asserted quiet by default; a caller's RUST_LOG would turn it on.
+        .env_remove("RUST_LOG")
         .output()
         .expect("ggplan runs")
 }
@@ -140,6 +142,10 @@ fn every_subcommand_has_help_with_an_example() {
         "diff",
         "dot",
         "bench-compile",
+        "bench",
+        "run",
+        "memory",
+        "devices",
     ] {
         let out = ggplan(&[sub, "--help"]);
         assert!(out.status.success());
@@ -351,4 +357,109 @@ fn compile_errors_name_what_is_wrong() {
         text(&out)
     );
     assert!(!out_path.exists(), "no plan file is written on error");
+}
+
+#[test]
+fn memory_draws_the_compute_arena_and_reports_the_peak() {
+    let dir = scratch_dir("memory");
+    let p = |name: &str| dir.join(name).display().to_string();
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu",
+        "-o",
+        &p("plan.ron"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = ggplan(&["memory", &p("plan.ron"), "-o", &p("mem.svg")]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for want in [
+        "peak at step",
+        "lower bound",
+        "Largest live at the peak",
+        "wrote",
+    ] {
+        assert!(t.contains(want), "{want}: {t}");
+    }
+    let svg = std::fs::read_to_string(p("mem.svg")).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains(r#"class="tensor""#) && svg.contains(r#"class="peak""#));
+    // Deterministic, and written atomically (no temporary file left behind).
+    assert!(
+        ggplan(&["memory", &p("plan.ron"), "-o", &p("again.svg")])
+            .status
+            .success()
+    );
+    assert_eq!(svg, std::fs::read_to_string(p("again.svg")).unwrap());
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["again.svg", "mem.svg", "plan.ron"]);
+    // Quiet by default; -v logs to stderr only.
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let loud = ggplan(&["-v", "memory", &p("plan.ron"), "-o", &p("mem.svg")]);
+    assert!(String::from_utf8_lossy(&loud.stderr).contains("plan read"));
+    assert_eq!(text(&loud).matches("peak at step").count(), 1);
+    assert_eq!(
+        String::from_utf8_lossy(&loud.stdout),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn memory_errors_name_the_file() {
+    let dir = scratch_dir("memory-err");
+    let out_svg = dir.join("m.svg").display().to_string();
+    let out = ggplan(&["memory", "/nonexistent/p.ron", "-o", &out_svg]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("cannot read the plan: /nonexistent/p.ron"),
+        "{}",
+        text(&out)
+    );
+    let bad = dir.join("bad.ron");
+    std::fs::write(&bad, "Plan(format_version: 1, nonsense").unwrap();
+    let out = ggplan(&["memory", bad.to_str().unwrap(), "-o", &out_svg]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("bad.ron"), "{}", text(&out));
+    assert!(!Path::new(&out_svg).exists());
+}
+
+#[test]
+fn devices_lists_the_cpu_and_says_why_there_is_no_gpu() {
+    let out = ggplan(&["devices"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("cpu:") && t.contains("cores:") && t.contains("memory:"),
+        "{t}"
+    );
+    let cuda = t
+        .lines()
+        .find(|l| l.starts_with("cuda:"))
+        .expect("a cuda line");
+    let out = ggplan(&["devices", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(json["cpu"]["simd"].is_array(), "{json}");
+    assert!(
+        json["cpu"]["logical_cores"].as_u64().unwrap_or(0) >= 1,
+        "{json}"
+    );
+    match json["cuda"]["available"].as_bool() {
+        Some(true) => assert!(json["cuda"]["devices"].is_array() && cuda.contains("device")),
+        Some(false) => {
+            let reason = json["cuda"]["reason"].as_str().unwrap();
+            assert!(cuda.contains(reason), "{cuda} vs {reason}");
+        }
+        None => panic!("no cuda.available in {json}"),
+    }
 }

@@ -1,0 +1,44 @@
+//! Progress bars for long operations, shown only when stderr is a terminal
+//! (so pipes, files and CI logs never get escape sequences).
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+
+/// A bar of `len` units labelled `message`: drawn on stderr when it is a
+/// terminal, hidden (every call a no-op) otherwise.
+pub fn bar(len: u64, message: &str) -> ProgressBar {
+    bar_for(len, message, std::io::stderr().is_terminal())
+}
+
+fn bar_for(len: u64, message: &str, visible: bool) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    // The template is a constant, so it always parses; fall back to the default style anyway.
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({elapsed}, eta {eta})")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(message.to_string());
+    pb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_when_not_a_terminal() {
+        let pb = bar_for(10, "work", false);
+        assert!(pb.is_hidden());
+        pb.inc(3);
+        assert_eq!(pb.position(), 3);
+        let shown = bar_for(10, "work", true);
+        assert_eq!(
+            (shown.length(), shown.message()),
+            (Some(10), "work".to_string())
+        );
+    }
+}
