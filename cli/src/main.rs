@@ -15,6 +15,7 @@ mod cmd_dot;
 mod cmd_eval;
 mod cmd_fmt;
 mod cmd_generate;
+mod cmd_graph;
 mod cmd_memory;
 mod cmd_run;
 mod cmd_show;
@@ -75,6 +76,8 @@ enum Command {
     Run(cmd_run::RunArgs),
     /// Sentence embeddings with a BERT encoder (Hugging Face folder), with a similarity table.
     Embed(cmd_embed::EmbedArgs),
+    /// Build a model's graph at a fixed shape from a GGUF file or a Hugging Face folder.
+    Graph(cmd_graph::GraphArgs),
     /// Greedy text generation with a llama-family GGUF (prefill + decode plans sharing a KV cache).
     Generate(cmd_generate::GenerateArgs),
     /// Rewrite a graph file in canonical form (or check that it is).
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd_run::run(args),
         Command::Embed(args) => cmd_embed::run(args),
         Command::Generate(args) => cmd_generate::run(args),
+        Command::Graph(args) => cmd_graph::run(args),
     };
     match result {
         Ok(code) => code,

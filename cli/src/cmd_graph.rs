@@ -1,0 +1,75 @@
+//! `ggplan graph`: build a model's graph at a fixed shape from its files.
+
+use anyhow::{Result, bail};
+use clap::Args;
+use ir::DType;
+use ir::files::gguf::GgufFile;
+use models::bert::{self, BertConfig};
+use models::llama::{self, CacheConfig, LlamaConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `ggplan graph`.
+#[derive(Args)]
+#[command(after_help = "Examples:\n  ggplan graph --gguf SmolLM2-135M-Instruct.Q4_1.gguf --tokens 128 -o prefill.ron\n  \
+    ggplan graph --gguf model.gguf --ctx 512 --decode -o decode.ron\n  \
+    ggplan graph --hf all-MiniLM-L6-v2/ --tokens 16 -o minilm.ron")]
+pub struct GraphArgs {
+    /// A llama-family GGUF file (llama, mistral, qwen2).
+    #[arg(long, value_name = "FILE", conflicts_with = "hf", required_unless_present = "hf")]
+    gguf: Option<PathBuf>,
+    /// A Hugging Face BERT folder (config.json, model.safetensors).
+    #[arg(long, value_name = "DIR")]
+    hf: Option<PathBuf>,
+    /// Tokens per run (prefill batch or sentence length).
+    #[arg(long, default_value_t = 16)]
+    tokens: i64,
+    /// With a KV cache of this many rows (llama only): the generation graphs.
+    #[arg(long)]
+    ctx: Option<i64>,
+    /// The one-token decode graph (llama only; implies a cache, 512 rows unless --ctx).
+    #[arg(long)]
+    decode: bool,
+    /// F16 KV cache instead of F32.
+    #[arg(long)]
+    kv_f16: bool,
+    /// Where to write the graph (.ron).
+    #[arg(short, long, value_name = "GRAPH.ron")]
+    output: PathBuf,
+}
+
+/// Runs `ggplan graph`.
+pub fn run(args: GraphArgs) -> Result<ExitCode> {
+    let graph = match (&args.gguf, &args.hf) {
+        (Some(path), _) => {
+            let file = GgufFile::open(path)?;
+            let tokens = if args.decode { 1 } else { args.tokens };
+            let cfg = LlamaConfig::from_gguf(&file, tokens)?;
+            match (args.ctx, args.decode) {
+                (None, false) => llama::build_prefill(&cfg)?,
+                (ctx, _) => llama::build_cached(
+                    &cfg,
+                    &CacheConfig {
+                        n_ctx: ctx.unwrap_or(512),
+                        kv_dtype: if args.kv_f16 { DType::F16 } else { DType::F32 },
+                    },
+                )?,
+            }
+        }
+        (None, Some(dir)) => {
+            if args.ctx.is_some() || args.decode {
+                bail!("--ctx and --decode apply to llama-family GGUF models, not BERT encoders");
+            }
+            bert::build_encoder(&BertConfig::from_hf_dir(dir, args.tokens)?)?
+        }
+        (None, None) => bail!("give --gguf FILE or --hf DIR"),
+    };
+    ir::text::write_graph(&args.output, &graph)?;
+    println!(
+        "wrote {} ('{}': {} tensors)",
+        args.output.display(),
+        graph.name,
+        graph.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
