@@ -9,10 +9,11 @@
 //! file says so).
 //!
 //! Invariants of a returned tokenizer: every token string maps to its id (the
-//! first id when a string repeats); control tokens are special (matched in
-//! input text, left out of decoded text); user-defined tokens are matched in
-//! input text and decoded as written; BOS and EOS ids are inside the
-//! vocabulary; BOS exists whenever it is to be added.
+//! first id when a string repeats, so a repeat's later ids decode to nothing);
+//! control tokens are special (matched in input text, left out of decoded
+//! text); user-defined tokens are matched in input text and decoded as written;
+//! BOS and EOS ids are inside the vocabulary; BOS exists whenever it is to be
+//! added.
 
 use ir::files::TensorSource;
 use ir::files::gguf::{GgufFile, GgufValue};
