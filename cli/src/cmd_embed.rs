@@ -13,8 +13,10 @@ use std::time::Instant;
 
 /// Arguments of `ggplan embed`.
 #[derive(Args)]
-#[command(after_help = "Examples:\n  ggplan embed --hf .models/minilm \"A cat sits.\" \"A dog runs.\"\n  \
-    ggplan embed --hf DIR \"first\" \"second\" --save embeddings.npy")]
+#[command(
+    after_help = "Examples:\n  ggplan embed --hf .models/minilm \"A cat sits.\" \"A dog runs.\"\n  \
+    ggplan embed --hf DIR \"first\" \"second\" --save embeddings.npy"
+)]
 pub struct EmbedArgs {
     /// A Hugging Face folder: config.json, model.safetensors, tokenizer.json.
     #[arg(long, value_name = "DIR")]
@@ -97,7 +99,11 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (norm(a) * norm(b)).max(f64::MIN_POSITIVE)
 }

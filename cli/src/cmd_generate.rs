@@ -17,8 +17,10 @@ use std::time::Instant;
 
 /// Arguments of `ggplan generate`.
 #[derive(Args)]
-#[command(after_help = "Examples:\n  ggplan generate --gguf SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"Once upon a time\"\n  \
-    ggplan generate --gguf model.gguf --prompt \"Hello\" --max-tokens 64 --ctx 256 --json")]
+#[command(
+    after_help = "Examples:\n  ggplan generate --gguf SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"Once upon a time\"\n  \
+    ggplan generate --gguf model.gguf --prompt \"Hello\" --max-tokens 64 --ctx 256 --json"
+)]
 pub struct GenerateArgs {
     /// A llama-family GGUF file (llama, mistral, qwen2).
     #[arg(long, value_name = "FILE")]

@@ -11,12 +11,19 @@ use std::process::ExitCode;
 
 /// Arguments of `ggplan graph`.
 #[derive(Args)]
-#[command(after_help = "Examples:\n  ggplan graph --gguf SmolLM2-135M-Instruct.Q4_1.gguf --tokens 128 -o prefill.ron\n  \
+#[command(
+    after_help = "Examples:\n  ggplan graph --gguf SmolLM2-135M-Instruct.Q4_1.gguf --tokens 128 -o prefill.ron\n  \
     ggplan graph --gguf model.gguf --ctx 512 --decode -o decode.ron\n  \
-    ggplan graph --hf all-MiniLM-L6-v2/ --tokens 16 -o minilm.ron")]
+    ggplan graph --hf all-MiniLM-L6-v2/ --tokens 16 -o minilm.ron"
+)]
 pub struct GraphArgs {
     /// A llama-family GGUF file (llama, mistral, qwen2).
-    #[arg(long, value_name = "FILE", conflicts_with = "hf", required_unless_present = "hf")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "hf",
+        required_unless_present = "hf"
+    )]
     gguf: Option<PathBuf>,
     /// A Hugging Face BERT folder (config.json, model.safetensors).
     #[arg(long, value_name = "DIR")]

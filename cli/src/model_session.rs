@@ -18,7 +18,9 @@ pub struct Shared {
 impl Shared {
     /// A pool of `threads` (all cores when `None`), kernels at `precision`.
     pub fn new(threads: Option<usize>, precision: Precision) -> Result<Shared> {
-        let threads = threads.unwrap_or_else(|| LoadOptions::default().threads).max(1);
+        let threads = threads
+            .unwrap_or_else(|| LoadOptions::default().threads)
+            .max(1);
         Ok(Shared {
             options: LoadOptions {
                 threads,
