@@ -13,8 +13,9 @@
 //! of [`GROUP`] blocks. For the group of blocks `b..b + 8` (256 bytes) and
 //! `i` in 0..4, 64 bytes: the low halves (values 0..16) of blocks `b + i` and
 //! `b + 4 + i`, then their high halves (values 16..32); so one 32-byte load
-//! meets the nibbles of two weight blocks as one vector holds them. Blocks
-//! after the last whole group are not in `qp` (their bytes are unused).
+//! meets the nibbles of two weight blocks as one vector holds them. A last
+//! partial group takes 256 bytes too; the places of its missing blocks hold
+//! garbage (the kernel multiplies them by zero weights).
 //!
 //! Invariant: the scalar and the AVX2 quantizers give identical bytes (same
 //! f32 operations, same rounding), so the dot kernels can be compared alone.
@@ -29,7 +30,8 @@ pub const GROUP: usize = 8;
 
 /// Bytes of one quantized row of `k` values.
 pub fn row_bytes(k: usize) -> usize {
-    (2 * k + 8 * (k / QK)).next_multiple_of(64)
+    let nb = k / QK;
+    (k + 8 * nb + nb.div_ceil(GROUP) * GROUP * QK).next_multiple_of(64)
 }
 
 /// A quantized row, as the dot kernels read it.
@@ -41,7 +43,7 @@ pub struct QRow {
     pub d: *const f32,
     /// `k / 32` scaled block sums over 8.
     pub s8: *const f32,
-    /// The quants of whole groups, regrouped (module doc).
+    /// The quants regrouped by groups of 8 blocks (module doc).
     pub qp: *const i8,
 }
 
@@ -86,11 +88,15 @@ pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
             *(row.s8.add(b) as *mut f32) = d * sum as f32 * 0.125;
         }
     }
-    for g in 0..k / QK / GROUP {
+    let nb = k / QK;
+    for g in 0..nb.div_ceil(GROUP) {
         let b = g * GROUP;
         for i in 0..GROUP / 2 {
             for (half, o) in [0, QK / 2].into_iter().enumerate() {
                 for (side, blk) in [b + i, b + GROUP / 2 + i].into_iter().enumerate() {
+                    if blk >= nb {
+                        continue;
+                    }
                     // SAFETY: 16 quants of block blk (inside the row) go to
                     // 16 bytes inside the group's 256 bytes of qp.
                     unsafe {

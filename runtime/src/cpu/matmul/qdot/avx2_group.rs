@@ -16,23 +16,32 @@
 //! scales of the activations; the weights' f16 scales of 8 blocks are
 //! gathered with 8 scalar loads and converted by F16C.
 //!
-//! Blocks after the last whole group go to [`super::avx2::tile_k`].
+//! A last partial group of `4 <= t < 8` blocks runs the same code with the
+//! missing blocks' weights and scales zero and the activations' scales
+//! loaded under a mask (nothing past a row is read); a shorter tail goes to
+//! [`super::avx2::tile_k`], one block at a time.
 
 use super::avx2::{hsum, tile_k};
 use super::kind;
 use crate::cpu::matmul::q8::{GROUP, QK, QRow};
 use std::arch::x86_64::*;
 
-/// Scales of blocks `b..b + 8` of one weight row: (d, m) as f32 in block
-/// order (m is garbage for Q8_0 and Q4_0, whose callers ignore it).
+/// Scales of blocks `b..b + t` of one weight row: (d, m) as f32 in block
+/// order, zero past `t` (m is garbage for Q8_0 and Q4_0, which ignore it).
 ///
 /// # Safety
-/// `row` points to at least `b + 8` blocks of `bytes` bytes (each at least 4).
+/// `row` points to at least `b + t` blocks of `bytes` bytes (each at least 4).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn scales(row: *const u8, b: usize, bytes: usize) -> (__m256, __m256) {
-    // SAFETY: the first 4 bytes of each block (d, then m or quants).
-    let dm = |j: usize| unsafe { (row.add((b + j) * bytes) as *const i32).read_unaligned() };
+unsafe fn scales(row: *const u8, b: usize, t: usize, bytes: usize) -> (__m256, __m256) {
+    let dm = |j: usize| {
+        if j < t {
+            // SAFETY: the first 4 bytes of block b + j (d, then m or quants).
+            unsafe { (row.add((b + j) * bytes) as *const i32).read_unaligned() }
+        } else {
+            0
+        }
+    };
     // f16 pairs (d, m) of blocks 0, 1, 4, 5 and of 2, 3, 6, 7: after the
     // conversion, one shuffle per output picks d (or m) in block order.
     let x = _mm256_cvtph_ps(_mm_setr_epi32(dm(0), dm(1), dm(4), dm(5)));
@@ -43,19 +52,27 @@ unsafe fn scales(row: *const u8, b: usize, bytes: usize) -> (__m256, __m256) {
     )
 }
 
-/// 16 bytes at `p` (low 128 bits) and at `q` (high).
+/// 16 bytes at `p` (low 128 bits, zero unless `lo`) and at `q` (high,
+/// zero unless `hi`).
 ///
 /// # Safety
-/// Both have 16 readable bytes.
+/// Each pointer whose flag is set has 16 readable bytes.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn two_halves(p: *const u8, q: *const u8) -> __m256i {
-    // SAFETY: forwarded.
+unsafe fn two_halves(p: *const u8, q: *const u8, lo: bool, hi: bool) -> __m256i {
+    // SAFETY: only the flagged pointers are read.
     unsafe {
-        _mm256_inserti128_si256::<1>(
-            _mm256_castsi128_si256(_mm_loadu_si128(p as *const __m128i)),
-            _mm_loadu_si128(q as *const __m128i),
-        )
+        let x = if lo {
+            _mm_loadu_si128(p as *const __m128i)
+        } else {
+            _mm_setzero_si128()
+        };
+        let y = if hi {
+            _mm_loadu_si128(q as *const __m128i)
+        } else {
+            _mm_setzero_si128()
+        };
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(x), y)
     }
 }
 
@@ -63,43 +80,92 @@ unsafe fn two_halves(p: *const u8, q: *const u8) -> __m256i {
 ///
 /// # Safety
 /// Each `w[r]` points to `nb` blocks of `K`; each `a[c]` to a quantized row
-/// of exactly `nb` blocks (its `qp` covers the whole groups); the host has
-/// AVX2, FMA and F16C.
+/// of exactly `nb` blocks; the host has AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
     w: [*const u8; R],
     a: [QRow; C],
     nb: usize,
 ) -> [[f32; C]; R] {
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    for g in 0..nb / GROUP {
+        // SAFETY: forwarded; a whole group.
+        unsafe { group::<K, R, C, true>(w, a, g * GROUP, GROUP, &mut acc) };
+    }
+    let b = nb / GROUP * GROUP;
+    let mut out = [[0f32; C]; R];
+    if nb - b >= GROUP / 2 {
+        // SAFETY: forwarded; blocks b..nb exist.
+        unsafe { group::<K, R, C, false>(w, a, b, nb - b, &mut acc) };
+    } else if b < nb {
+        // A short tail costs less one block at a time than as a whole group.
+        // SAFETY: forwarded.
+        out = unsafe { tile_k::<K, R, C>(w, a, b, nb) };
+    }
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] += hsum(acc[r][c]);
+        }
+    }
+    out
+}
+
+/// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
+///
+/// # Safety
+/// As [`tile`], with `b + t <= nb`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    b: usize,
+    t: usize,
+    acc: &mut [[__m256; C]; R],
+) {
     let bytes = kind::block_bytes(K);
-    let groups = nb / GROUP;
     let low = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); C]; R];
-    for g in 0..groups {
-        let b = g * GROUP;
-        // SAFETY: blocks b..b + 8 of every row and column exist (whole group).
+    let has = |j: usize| FULL || j < t;
+    {
+        // SAFETY: only blocks b + j with has(j) are read from the weights and
+        // the activations' scales; the regrouped quants span whole groups.
         unsafe {
-            let d1: [__m256; C] = std::array::from_fn(|c| _mm256_loadu_ps(a[c].d.add(b)));
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(t as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            let load = |p: *const f32| {
+                if FULL {
+                    _mm256_loadu_ps(p)
+                } else {
+                    _mm256_maskload_ps(p, mask)
+                }
+            };
+            let d1: [__m256; C] = std::array::from_fn(|c| load(a[c].d.add(b)));
             // Q4_0: 64 s8 = 8 d1 sum(q); Q4_1: 8 s8 = d1 sum(q).
             let f = if K == kind::Q4_0 { 64.0 } else { 8.0 };
-            let s: [__m256; C] = std::array::from_fn(|c| {
-                _mm256_mul_ps(_mm256_loadu_ps(a[c].s8.add(b)), _mm256_set1_ps(f))
-            });
+            let s: [__m256; C] =
+                std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), _mm256_set1_ps(f)));
             for r in 0..R {
-                let (dw, mw) = scales(w[r], b, bytes);
-                let blk = |j: usize| w[r].add((b + j) * bytes);
+                let (dw, mw) = scales(w[r], b, t, bytes);
+                let blk = |j: usize| w[r].wrapping_add((b + j) * bytes);
                 // Per pair i: (vector for the low halves, for the high halves).
                 let wv: [(__m256i, __m256i); 4] = std::array::from_fn(|i| {
-                    let (p, q) = (blk(i), blk(i + 4));
+                    let (p, q, hp, hq) = (blk(i), blk(i + 4), has(i), has(i + 4));
                     if K == kind::Q8_0 {
                         (
-                            two_halves(p.add(2), q.add(2)),
-                            two_halves(p.add(2 + QK / 2), q.add(2 + QK / 2)),
+                            two_halves(p.wrapping_add(2), q.wrapping_add(2), hp, hq),
+                            two_halves(
+                                p.wrapping_add(2 + QK / 2),
+                                q.wrapping_add(2 + QK / 2),
+                                hp,
+                                hq,
+                            ),
                         )
                     } else {
                         let o = if K == kind::Q4_0 { 2 } else { 4 };
-                        let v = two_halves(p.add(o), q.add(o));
+                        let v = two_halves(p.wrapping_add(o), q.wrapping_add(o), hp, hq);
                         (
                             _mm256_and_si256(v, low),
                             _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
@@ -153,15 +219,4 @@ pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
             }
         }
     }
-    let mut out = [[0f32; C]; R];
-    if groups * GROUP < nb {
-        // SAFETY: forwarded; the tail blocks are inside every row.
-        out = unsafe { tile_k::<K, R, C>(w, a, groups * GROUP, nb) };
-    }
-    for r in 0..R {
-        for c in 0..C {
-            out[r][c] += hsum(acc[r][c]);
-        }
-    }
-    out
 }

@@ -99,7 +99,7 @@ fn simd_tiles_match_scalar_dots() {
     let mut rng = Rng::new(13);
     for t in QUANTS {
         let kind = qdot::weight_kind(t).unwrap();
-        for nb in [1, 7, 8, 9, 18, 48] {
+        for nb in [1, 7, 8, 9, 13, 18, 48] {
             let k = nb * q8::QK;
             let wbytes = t.row_bytes(k as u64).unwrap() as usize;
             let mut w = Buf::new(wbytes * TILE_R);
