@@ -5,7 +5,11 @@
 //!   bytes read and % of the memcpy ceiling (read + write, 1 thread). Several
 //!   weight copies, together larger than the L3 cache, are used in turn so
 //!   that each product reads its weights from memory;
-//! - Q4_1 prefill (N = 128) at a small model's FFN sizes: GFLOP/s.
+//! - Q4_1 prefill (N = 128) at a small model's FFN sizes: GFLOP/s;
+//! - SmolLM2-135M's exact shapes (Q4_1 layers, Q8_0 tied output head) for
+//!   N = 1 (weights from memory, as in decode) and N = 128 (prefill), and the
+//!   tokens/s those timings add up to for the whole model's mul_mats
+//!   (30 layers of q, k, v, o, gate, up, down, then the head).
 //!
 //! Run: `cargo bench -p ggplan-runtime --bench matmul`.
 
@@ -112,12 +116,15 @@ fn products(
     (keep, kernels, what)
 }
 
-fn compute_bound(c: &Ceilings, t0: DType, kmn: (i64, i64, i64), runs: usize) {
+/// CPU seconds per product of the slowest thread, for 1 and 2 threads.
+fn compute_bound(c: &Ceilings, t0: DType, kmn: (i64, i64, i64), runs: usize) -> [f64; 2] {
     let (_keep, kernels, what) = products(t0, kmn, 1);
     let (k, m, n) = kmn;
     let flops = 2.0 * (k * m * n) as f64;
+    let mut secs = [0.0; 2];
     for nth in [1, 2] {
         let (wall, cpu) = time(&kernels, nth, runs);
+        secs[nth - 1] = cpu;
         let (g_wall, g_cpu) = (flops / wall / 1e9, flops / cpu / 1e9);
         let peak = nth as f64 * c.fma_gflops_per_core;
         println!(
@@ -127,9 +134,11 @@ fn compute_bound(c: &Ceilings, t0: DType, kmn: (i64, i64, i64), runs: usize) {
             100.0 * g_wall / peak
         );
     }
+    secs
 }
 
-fn memory_bound(c: &Ceilings, t0: DType, k: i64, m: i64) {
+/// CPU seconds per product of the slowest thread, for 1 and 2 threads.
+fn memory_bound(c: &Ceilings, t0: DType, k: i64, m: i64) -> [f64; 2] {
     let weight_bytes = (Layout::contiguous(t0, [k, m, 1, 1]).unwrap().span_bytes()) as f64;
     // Enough copies to exceed the L3 cache (at least 96 MB in all).
     let copies = match std::env::var("MATMUL_BENCH_COPIES") {
@@ -137,14 +146,48 @@ fn memory_bound(c: &Ceilings, t0: DType, k: i64, m: i64) {
         Err(_) => ((96e6 / weight_bytes).ceil() as usize).max(2),
     };
     let (_keep, kernels, what) = products(t0, (k, m, 1), copies);
+    let mut secs = [0.0; 2];
     for nth in [1, 2] {
         let (wall, cpu) = time(&kernels, nth, 40);
+        secs[nth - 1] = cpu;
         let (g_wall, g_cpu) = (weight_bytes / wall / 1e9, weight_bytes / cpu / 1e9);
         println!(
             "{what:36} {k}x{m} matvec {nth} thr: {g_cpu:5.1} GB/s of weights = {:5.1}% of memcpy {:.1} GB/s (CPU time; wall {g_wall:.1} = {:.1}%)",
             100.0 * g_cpu / c.memcpy_gbps,
             c.memcpy_gbps,
             100.0 * g_wall / c.memcpy_gbps
+        );
+    }
+    secs
+}
+
+/// SmolLM2-135M's mul_mats: (dtype, K, M, uses per token: 30 layers or the head).
+const SMOLLM2: [(DType, i64, i64, usize); 5] = [
+    (DType::Q4_1, 576, 576, 60),  // attn_q, attn_output
+    (DType::Q4_1, 576, 192, 60),  // attn_k, attn_v
+    (DType::Q4_1, 576, 1536, 60), // ffn_gate, ffn_up
+    (DType::Q4_1, 1536, 576, 30), // ffn_down
+    (DType::Q8_0, 576, 49152, 1), // token embedding as the output head
+];
+
+/// Every SmolLM2 shape at N = 1 and N = 128, then the model's mul_mat time
+/// per token (decode) and per 128-token prefill, as tokens/s.
+fn smollm2(c: &Ceilings) {
+    let (mut decode, mut prefill) = ([0.0; 2], [0.0; 2]);
+    for (t, k, m, uses) in SMOLLM2 {
+        let d = memory_bound(c, t, k, m);
+        let p = compute_bound(c, t, (k, m, 128), 10);
+        for i in 0..2 {
+            decode[i] += uses as f64 * d[i];
+            prefill[i] += uses as f64 * p[i];
+        }
+    }
+    for nth in [1, 2] {
+        println!(
+            "SmolLM2-135M mul_mats only, {nth} thr: decode {:.1} tokens/s ({:.2} ms/token), pp128 {:.1} tokens/s (CPU time)",
+            1.0 / decode[nth - 1],
+            1e3 * decode[nth - 1],
+            128.0 / prefill[nth - 1]
         );
     }
 }
@@ -165,7 +208,7 @@ fn main() {
     }
     for t in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::F16] {
         if want(&format!("{t} matvec")) {
-            memory_bound(&c, t, 4096, 4096);
+            let _ = memory_bound(&c, t, 4096, 4096);
         }
     }
     for (t, kmn, runs) in [
@@ -176,8 +219,11 @@ fn main() {
         (DType::F16, (1024, 1024, 128), 10),
     ] {
         if want(&format!("{t} prefill")) {
-            compute_bound(&c, t, kmn, runs);
+            let _ = compute_bound(&c, t, kmn, runs);
         }
+    }
+    if want("smollm2") {
+        smollm2(&c);
     }
     println!("{}", ceiling::measure());
 }

@@ -8,7 +8,14 @@
 //! accumulator's 8 lanes sums to the whole.
 //!
 //! Row layout ([`row_bytes`] bytes, a multiple of 64 so rows stay aligned):
-//! `qs: [i8; k]`, then `d: [f32; k / 32]`, then `s8: [f32; k / 32]`.
+//! `qs: [i8; k]`, then `d: [f32; k / 32]`, then `s8: [f32; k / 32]`, then
+//! `qp: [i8; k]`: the quants again, regrouped for the AVX2 kernel over groups
+//! of [`GROUP`] blocks. For the group of blocks `b..b + 8` (256 bytes) and
+//! `i` in 0..4, 64 bytes: the low halves (values 0..16) of blocks `b + i` and
+//! `b + 4 + i`, then their high halves (values 16..32); so one 32-byte load
+//! meets the nibbles of two weight blocks as one vector holds them. A last
+//! partial group takes 256 bytes too; the places of its missing blocks hold
+//! garbage (the kernel multiplies them by zero weights).
 //!
 //! Invariant: the scalar and the AVX2 quantizers give identical bytes (same
 //! f32 operations, same rounding), so the dot kernels can be compared alone.
@@ -18,9 +25,13 @@ use super::qdot::Isa;
 /// Values per block.
 pub const QK: usize = 32;
 
+/// Blocks per group in the regrouped quants `qp`.
+pub const GROUP: usize = 8;
+
 /// Bytes of one quantized row of `k` values.
 pub fn row_bytes(k: usize) -> usize {
-    (k + 8 * (k / QK)).next_multiple_of(64)
+    let nb = k / QK;
+    (k + 8 * nb + nb.div_ceil(GROUP) * GROUP * QK).next_multiple_of(64)
 }
 
 /// A quantized row, as the dot kernels read it.
@@ -32,6 +43,8 @@ pub struct QRow {
     pub d: *const f32,
     /// `k / 32` scaled block sums over 8.
     pub s8: *const f32,
+    /// The quants regrouped by groups of 8 blocks (module doc).
+    pub qp: *const i8,
 }
 
 impl QRow {
@@ -46,6 +59,7 @@ impl QRow {
                 qs: base as *const i8,
                 d: base.add(k) as *const f32,
                 s8: base.add(k + 4 * (k / QK)) as *const f32,
+                qp: base.add(k + 8 * (k / QK)) as *const i8,
             }
         }
     }
@@ -72,6 +86,28 @@ pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
             };
             *(row.d.add(b) as *mut f32) = d;
             *(row.s8.add(b) as *mut f32) = d * sum as f32 * 0.125;
+        }
+    }
+    let nb = k / QK;
+    for g in 0..nb.div_ceil(GROUP) {
+        let b = g * GROUP;
+        for i in 0..GROUP / 2 {
+            for (half, o) in [0, QK / 2].into_iter().enumerate() {
+                for (side, blk) in [b + i, b + GROUP / 2 + i].into_iter().enumerate() {
+                    if blk >= nb {
+                        continue;
+                    }
+                    // SAFETY: 16 quants of block blk (inside the row) go to
+                    // 16 bytes inside the group's 256 bytes of qp.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            row.qs.add(blk * QK + o),
+                            (row.qp as *mut i8).add(b * QK + i * 64 + half * 32 + side * 16),
+                            QK / 2,
+                        )
+                    };
+                }
+            }
         }
     }
 }

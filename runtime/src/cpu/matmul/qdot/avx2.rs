@@ -48,33 +48,13 @@ pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
 }
 
-/// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `kind`.
+/// `out[r][c] = dot(w[r], a[c])` over blocks `b0..nb` of format `K`, one
+/// block at a time (the tail after whole groups of [`super::avx2_group`], and
+/// AVX-512's odd last block).
 ///
 /// # Safety
-/// Each `w[r]` points to `nb` blocks of `kind`; each `a[c]` to at least `nb`
+/// Each `w[r]` points to `nb` blocks of `K`; each `a[c]` to at least `nb`
 /// blocks; the host has AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile<const R: usize, const C: usize>(
-    kind: u8,
-    w: [*const u8; R],
-    a: [QRow; C],
-    nb: usize,
-) -> [[f32; C]; R] {
-    // SAFETY: forwarded.
-    unsafe {
-        match kind {
-            kind::Q8_0 => tile_k::<{ kind::Q8_0 }, R, C>(w, a, 0, nb),
-            kind::Q4_0 => tile_k::<{ kind::Q4_0 }, R, C>(w, a, 0, nb),
-            _ => tile_k::<{ kind::Q4_1 }, R, C>(w, a, 0, nb),
-        }
-    }
-}
-
-/// [`tile`] for one weight format, over blocks `b0..nb` (AVX-512 hands its odd
-/// last block to this).
-///
-/// # Safety
-/// As [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile_k<const K: u8, const R: usize, const C: usize>(
     w: [*const u8; R],

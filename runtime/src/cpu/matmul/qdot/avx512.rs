@@ -114,7 +114,7 @@ fn hsum(v: __m512) -> f32 {
 /// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `kind`.
 ///
 /// # Safety
-/// As `avx2::tile`; the host has AVX-512 F and BW (and VNNI when `vnni`)
+/// As `avx2::tile_k` over all `nb` blocks; the host has AVX-512 F and BW (and VNNI when `vnni`)
 /// besides AVX2, FMA and F16C.
 pub(super) unsafe fn tile<const R: usize, const C: usize>(
     vnni: bool,

@@ -18,6 +18,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_group;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod scalar;
 
@@ -168,7 +170,11 @@ unsafe fn simd_tile(
         unsafe {
             match isa {
                 Isa::Avx512 { vnni } => avx512::tile::<R, C>(vnni, kind, w, a, nb),
-                _ => avx2::tile::<R, C>(kind, w, a, nb),
+                _ => match kind {
+                    kind::Q8_0 => avx2_group::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
+                    kind::Q4_0 => avx2_group::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    _ => avx2_group::tile::<{ kind::Q4_1 }, R, C>(w, a, nb),
+                },
             }
         }
     }

@@ -31,6 +31,10 @@ fn quantized_odd_sizes_every_isa() {
             (96, 783, 1),
             (64, 17, 128),
             (4096, 5, 3),
+            // Whole groups of 8 blocks plus a tail (the AVX2 group kernel).
+            (288, 5, 4),
+            (576, 7, 5),
+            (512, 3, 2),
         ] {
             let mut a = Tensor::packed(&mut rng, t, [k, m, 1, 1]);
             let mut b = Tensor::packed(&mut rng, DType::F32, [k, n, 1, 1]);
@@ -83,5 +87,66 @@ fn simd_quantizer_matches_scalar() {
         // SAFETY: as above; the host has `isa`.
         unsafe { q8::quantize_row(&x, got.ptr(), isa) };
         assert_eq!(want.bytes(), got.bytes(), "{isa:?}");
+    }
+}
+
+/// The SIMD tiles against the scalar dot products on the same quantized
+/// inputs (only f32 summation order differs), for every tile shape the
+/// kernel uses and block counts with and without whole groups of 8.
+#[test]
+fn simd_tiles_match_scalar_dots() {
+    use crate::cpu::matmul::qdot::{self, TILE_C, TILE_R};
+    let mut rng = Rng::new(13);
+    for t in QUANTS {
+        let kind = qdot::weight_kind(t).unwrap();
+        for nb in [1, 7, 8, 9, 13, 18, 48] {
+            let k = nb * q8::QK;
+            let wbytes = t.row_bytes(k as u64).unwrap() as usize;
+            let mut w = Buf::new(wbytes * TILE_R);
+            let mut a = Buf::new(q8::row_bytes(k) * TILE_C);
+            for r in 0..TILE_R {
+                let x: Vec<f32> = rng
+                    .vec(k, -1.0, 1.0)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                kernels::quant::quantize_row(t, &x, &mut w.bytes()[r * wbytes..(r + 1) * wbytes]);
+            }
+            for c in 0..TILE_C {
+                let x: Vec<f32> = rng
+                    .vec(k, -1.0, 1.0)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                // SAFETY: row c of the buffer, aligned to 64.
+                unsafe { q8::quantize_row(&x, a.ptr().add(c * q8::row_bytes(k)), Isa::Scalar) };
+            }
+            // SAFETY: rows inside the buffers.
+            let wp: [*const u8; TILE_R] =
+                std::array::from_fn(|r| unsafe { w.ptr().add(r * wbytes) as *const u8 });
+            // SAFETY: as above.
+            let ap: [q8::QRow; TILE_C] = std::array::from_fn(|c| unsafe {
+                q8::QRow::at(a.ptr().add(c * q8::row_bytes(k)), k)
+            });
+            let mut want = [[0f32; TILE_C]; TILE_R];
+            // SAFETY: nb blocks in every row; scalar runs anywhere.
+            unsafe { qdot::tile(Isa::Scalar, kind, &wp, &ap, nb, &mut want) };
+            for isa in Isa::available() {
+                for (nr, nc) in [(TILE_R, TILE_C), (TILE_R, 1), (1, TILE_C), (1, 1), (3, 1)] {
+                    let mut got = [[f32::NAN; TILE_C]; TILE_R];
+                    // SAFETY: as above; the host has isa.
+                    unsafe { qdot::tile(isa, kind, &wp[..nr], &ap[..nc], nb, &mut got) };
+                    for r in 0..nr {
+                        for c in 0..nc {
+                            let (x, y) = (want[r][c], got[r][c]);
+                            assert!(
+                                (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
+                                "{t} {isa:?} nb {nb} tile {nr}x{nc} [{r}][{c}]: {x} vs {y}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }
