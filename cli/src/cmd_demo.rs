@@ -2,7 +2,8 @@
 //!
 //! Compiles the bundled 2-layer llama example for the CPU, prints the plan
 //! summary, loads it into the CPU runtime (JIT-compiled kernels), times it,
-//! and checks its logits against the reference evaluator.
+//! and checks its logits against the reference evaluator. When set-up has
+//! installed SmolLM2-135M, it then generates a short continuation with it.
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -21,6 +22,24 @@ pub struct DemoArgs {
     /// Seed for the random weights and tokens.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+}
+
+/// SmolLM2's GGUF when set-up installed it (`GGPLAN_SMOLLM2_GGUF`, else
+/// `.models/paths.env` in the current folder).
+fn installed_smollm2() -> Option<std::path::PathBuf> {
+    const KEY: &str = "GGPLAN_SMOLLM2_GGUF";
+    let from_env = std::env::var_os(KEY)
+        .filter(|v| !v.is_empty())
+        .map(Into::into);
+    from_env
+        .or_else(|| {
+            let env = std::fs::read_to_string(".models/paths.env").ok()?;
+            env.lines()
+                .filter_map(|l| l.split_once('='))
+                .find(|(k, _)| k.trim() == KEY)
+                .map(|(_, v)| std::path::PathBuf::from(v.trim()))
+        })
+        .filter(|p| p.is_file())
 }
 
 /// Runs the demo.
@@ -113,6 +132,26 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     );
     if checks.iter().any(|c| !c.passed()) {
         bail!("the runtime's outputs differ from the reference");
+    }
+    if let Some(gguf) = installed_smollm2() {
+        println!(
+            "\nSmolLM2-135M-Instruct (installed by scripts/setup.sh): greedy generation, prefill + decode plans sharing a KV cache"
+        );
+        crate::cmd_generate::run(crate::cmd_generate::GenerateArgs {
+            gguf,
+            prompt: "Once upon a time, in a small village by the sea, there lived a".into(),
+            max_tokens: 32,
+            ctx: 128,
+            dump_logits: None,
+            json: false,
+            precision: crate::cmd_generate::PrecisionArg::Fast,
+            kv: crate::cmd_generate::KvArg::F32,
+            threads: None,
+        })?;
+    } else {
+        println!(
+            "\n(SmolLM2 is not installed; scripts/setup.sh installs it and the demo then generates text with it)"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

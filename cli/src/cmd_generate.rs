@@ -24,31 +24,31 @@ use std::time::Instant;
 pub struct GenerateArgs {
     /// A llama-family GGUF file (llama, mistral, qwen2).
     #[arg(long, value_name = "FILE")]
-    gguf: PathBuf,
+    pub(crate) gguf: PathBuf,
     /// The prompt.
     #[arg(long)]
-    prompt: String,
+    pub(crate) prompt: String,
     /// Tokens to generate (fewer when the model ends the text or the context is full).
     #[arg(long, default_value_t = 32)]
-    max_tokens: usize,
+    pub(crate) max_tokens: usize,
     /// Context length: the KV cache's rows.
     #[arg(long, default_value_t = 512)]
-    ctx: i64,
+    pub(crate) ctx: i64,
     /// Write the prompt positions' logits as a float32 .npy [n_prompt, vocab].
     #[arg(long, value_name = "FILE.npy")]
-    dump_logits: Option<PathBuf>,
+    pub(crate) dump_logits: Option<PathBuf>,
     /// Print one JSON object (prompt ids, generated ids, text, speeds) instead of streaming.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Quantized products: `fast` (8-bit activations, as llama.cpp) or `exact` (f32).
     #[arg(long, value_enum, default_value_t = PrecisionArg::Fast)]
-    precision: PrecisionArg,
+    pub(crate) precision: PrecisionArg,
     /// KV cache element type.
     #[arg(long, value_enum, default_value_t = KvArg::F32)]
-    kv: KvArg,
+    pub(crate) kv: KvArg,
     /// Threads (default: all cores).
     #[arg(long)]
-    threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
 }
 
 /// `--precision`.

@@ -83,7 +83,11 @@ fn generate_reproduces_llama_cpp_greedy_continuation() {
         dump.to_str().unwrap(),
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(got["prompt_ids"], want["prompt_ids"]);
     assert_eq!(got["generated_ids"], want["generated_ids"]);
@@ -140,11 +144,21 @@ fn embed_matches_sentence_transformers() {
         .map(|s| s.as_str().unwrap())
         .collect();
     let save = std::env::temp_dir().join(format!("ggplan-embed-{}.npy", std::process::id()));
-    let mut args = vec!["embed", "--hf", dir.to_str().unwrap(), "--save", save.to_str().unwrap()];
+    let mut args = vec![
+        "embed",
+        "--hf",
+        dir.to_str().unwrap(),
+        "--save",
+        save.to_str().unwrap(),
+    ];
     args.extend(&sentences);
     let out = ggplan(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("cosine similarity"), "{stdout}");
     let (shape, got) = f32s(&save);
     let (want_shape, want) = f32s(&refs.join("embeddings_torch_fp64.npy"));
