@@ -14,9 +14,8 @@
 
 use ggplan_tests::gguf_writer::{Meta, Scratch, write_gguf};
 use ggplan_tests::models::{minilm_dir, smollm2_gguf};
-use ggplan_tests::workspace_root;
+use ggplan_tests::references::{argmax, read_json, read_npy_f64, references, token_ids};
 use ir::files::gguf::GgufFile;
-use ir::files::npy::{NpyData, read_npy};
 use ir::files::safetensors_file::SafetensorsFile;
 use ir::{DType, Graph, RopeMode, RopeParams};
 use kernels::evaluate::{Bindings, Weights, evaluate};
@@ -25,41 +24,13 @@ use models::bert::{self, BertConfig};
 use models::llama::{self, LlamaConfig, LlamaNames};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 /// Max abs difference allowed between our logits and PyTorch fp64's.
 const LOGITS_TOL: f64 = 1e-3;
 /// Min cosine similarity between our embeddings and PyTorch fp64's.
 const COSINE_MIN: f64 = 0.99999;
-
-fn references() -> PathBuf {
-    workspace_root().join("../shared/references")
-}
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// A `.npy` array as (shape, f64 values in row-major order).
-fn read_npy_f64(path: &Path) -> (Vec<u64>, Vec<f64>) {
-    let a = read_npy(path).unwrap_or_else(|e| panic!("{e}"));
-    let values = match a.data {
-        NpyData::F32(v) => v.into_iter().map(f64::from).collect(),
-        NpyData::F64(v) => v,
-        other => panic!("{}: unexpected dtype {}", path.display(), other.descr()),
-    };
-    (a.shape, values)
-}
-
-fn token_ids(v: &Value) -> Vec<i64> {
-    v.as_array()
-        .expect("token ids are an array")
-        .iter()
-        .map(|t| t.as_i64().expect("token ids are integers"))
-        .collect()
-}
 
 /// Evaluates `graph` with weights from `file` and `tokens` as the `tokens`
 /// input; returns the values of the tensor called `output`.
@@ -75,16 +46,6 @@ fn run(graph: &Graph, file: &dyn ir::files::TensorSource, tokens: &[i64], output
     };
     let memory = evaluate(graph, &bindings).unwrap_or_else(|e| panic!("evaluate: {e}"));
     memory.read(graph.find(output).expect("output exists"))
-}
-
-fn argmax(row: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 #[test]
