@@ -89,7 +89,9 @@ impl Llvm {
                 &features,
                 OptimizationLevel::Aggressive,
                 RelocMode::Default,
-                CodeModel::JITDefault,
+                // The same model the engine uses (see `sections`), so
+                // `inspect` shows the code that runs.
+                CodeModel::Small,
             )
             .ok_or_else(|| jit_err("target machine", format!("none for {cpu}")))?;
         Ok(Arc::new(Llvm {
@@ -136,8 +138,16 @@ impl Llvm {
         build: &dyn Fn(&mut Gen<'_, '_>) -> Result<(), RuntimeError>,
     ) -> Result<Arc<Compiled>, RuntimeError> {
         self.with_module(build, |module| {
+            let sections = super::sections::NearSections::new()
+                .map_err(|e| jit_err("reserving memory for the kernel", e))?;
             let engine = module
-                .create_jit_execution_engine(OptimizationLevel::Aggressive)
+                .create_mcjit_execution_engine_with_memory_manager(
+                    sections,
+                    OptimizationLevel::Aggressive,
+                    CodeModel::Small,
+                    false,
+                    false,
+                )
                 .map_err(|e| jit_err("creating the execution engine", e.to_string()))?;
             let address = engine
                 .get_function_address("k")

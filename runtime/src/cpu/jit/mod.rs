@@ -37,6 +37,7 @@ mod kernel;
 mod llvm;
 mod math;
 mod ops;
+mod sections;
 mod softmax;
 mod spec;
 
