@@ -65,7 +65,9 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let n_steps = rt.steps().len();
     let mut wall = Vec::with_capacity(runs);
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); n_steps];
+    let bar = crate::progress::bar(runs as u64, "timing runs");
     for _ in 0..runs {
+        bar.inc(1);
         let t = Instant::now();
         rt.run_profiled()?;
         wall.push(t.elapsed().as_secs_f64() * 1e3);
@@ -73,6 +75,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             per_step[i].push(ns as f64);
         }
     }
+    bar.finish_and_clear();
     let (min, max) = wall.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| {
         (lo.min(x), hi.max(x))
     });

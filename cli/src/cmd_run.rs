@@ -81,8 +81,10 @@ pub fn load(
         options.threads = n.max(1);
     }
     let start = Instant::now();
-    let rt = Runtime::load(Arc::clone(&plan), weights.clone(), &options)
-        .with_context(|| format!("loading {}", path.display()))?;
+    let rt = crate::model_session::with_progress(&options, "preparing kernels", |options| {
+        Runtime::load(Arc::clone(&plan), weights.clone(), options)
+            .with_context(|| format!("loading {}", path.display()))
+    })?;
     let r = rt.load_report();
     println!(
         "loaded plan '{}' ({} steps) on {} threads in {:.1} ms: weights {:.1} MiB in place + {:.1} MiB copied ({:.1} ms), kernels prepared in {:.1} ms",

@@ -28,6 +28,7 @@ impl Shared {
                 kernels: Some(Arc::new(FastKernels::new(precision)?)),
                 state: Some(Arc::new(StateStore::new())),
                 precision,
+                on_prepare: None,
             },
         })
     }
@@ -45,11 +46,18 @@ impl Shared {
             .map_or(0, |k| k.jit().stats().kernels_compiled)
     }
 
-    /// Compiles `graph` for the CPU and loads it with `weights`.
+    /// Compiles `graph` for the CPU and loads it with `weights` (a progress
+    /// bar over kernel preparation when stderr is a terminal).
     pub fn load(&self, graph: &Graph, weights: &Weights) -> Result<Runtime> {
         let plan = compile_cpu(graph)?;
-        Runtime::load(Arc::new(plan), weights.clone(), &self.options)
-            .with_context(|| format!("loading the plan of '{}'", graph.name))
+        with_progress(
+            &self.options,
+            &format!("loading '{}'", graph.name),
+            |options| {
+                Runtime::load(Arc::new(plan), weights.clone(), options)
+                    .with_context(|| format!("loading the plan of '{}'", graph.name))
+            },
+        )
     }
 }
 
@@ -63,4 +71,23 @@ pub fn compile_cpu(graph: &Graph) -> Result<Plan> {
     Ok(compile(graph, &target, &options)
         .with_context(|| format!("compiling '{}'", graph.name))?
         .plan)
+}
+
+/// Runs `load` with `options` plus a progress bar over kernel preparation
+/// (hidden unless stderr is a terminal).
+pub fn with_progress<T>(
+    options: &LoadOptions,
+    message: &str,
+    load: impl FnOnce(&LoadOptions) -> Result<T>,
+) -> Result<T> {
+    let bar = crate::progress::bar(0, message);
+    let shown = bar.clone();
+    let mut options = options.clone();
+    options.on_prepare = Some(Arc::new(move |done, total| {
+        shown.set_length(total as u64);
+        shown.set_position(done as u64);
+    }));
+    let result = load(&options);
+    bar.finish_and_clear();
+    result
 }

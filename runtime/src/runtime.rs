@@ -46,6 +46,9 @@ pub struct LoadOptions {
     /// Quantized matmuls: fast (8-bit activations) or exact (f32); used when
     /// `kernels` is not given.
     pub precision: Precision,
+    /// Called with (steps prepared, steps in all) while kernels are prepared
+    /// (JIT compilation included), for progress bars.
+    pub on_prepare: Option<Arc<dyn Fn(usize, usize) + Send + Sync>>,
 }
 
 impl Default for LoadOptions {
@@ -56,6 +59,7 @@ impl Default for LoadOptions {
             kernels: None,
             state: None,
             precision: Precision::Fast,
+            on_prepare: None,
         }
     }
 }
@@ -265,6 +269,7 @@ impl Runtime {
             plan: &plan,
             addr: &addr,
             fast: &kernels,
+            on_prepare: options.on_prepare.as_deref(),
         }
         .prepare_all()?;
         report.prepare_time = t1.elapsed();

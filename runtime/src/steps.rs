@@ -46,6 +46,7 @@ pub(crate) struct Preparer<'a> {
     pub plan: &'a Plan,
     pub addr: &'a [*mut u8],
     pub fast: &'a crate::FastKernels,
+    pub on_prepare: Option<&'a (dyn Fn(usize, usize) + Send + Sync)>,
 }
 
 impl Preparer<'_> {
@@ -66,6 +67,12 @@ impl Preparer<'_> {
     /// The steps of `plan`, in execution order (each split's copies first).
     pub fn prepare_all(&self) -> Result<Vec<PreparedStep>, RuntimeError> {
         let mut out = Vec::new();
+        let total: usize = self
+            .plan
+            .splits
+            .iter()
+            .map(|s| s.copies.len() + s.steps.len())
+            .sum();
         for (s, split) in self.plan.splits.iter().enumerate() {
             for c in &split.copies {
                 out.push(PreparedStep {
@@ -103,6 +110,9 @@ impl Preparer<'_> {
                     }
                 })?;
                 out.push(prepared);
+                if let Some(report) = self.on_prepare {
+                    report(out.len(), total);
+                }
             }
         }
         Ok(out)
