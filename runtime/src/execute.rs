@@ -1,0 +1,156 @@
+//! Running a loaded plan: the fast path (one pool job, a barrier after each
+//! step, optional per-step timing) and the observed path (one job per step,
+//! an [`Observer`] called before and after each).
+//!
+//! Invariants: `run*` refuse to start while an input is unset; runtimes that
+//! share a state store never run at the same time (its run lock).
+
+use crate::RuntimeError;
+use crate::runtime::{Runtime, describe, layout_of};
+use crate::steps::PreparedStep;
+use ir::Role;
+use ir::plan::Placement;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// What an observer says after a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on.
+    Continue,
+    /// Stop the run after this step.
+    Stop,
+}
+
+/// A step as an observer sees it.
+pub struct StepInfo<'a> {
+    /// Global index in execution order (copies count as steps).
+    pub index: usize,
+    /// The prepared step (kind, tensors, costs).
+    pub step: &'a PreparedStep,
+}
+
+/// Called around every step of an observed run (like ggml's eval callback).
+pub trait Observer {
+    /// Before the step runs: its sources hold their inputs.
+    fn before(&mut self, _rt: &Runtime, _step: &StepInfo<'_>) {}
+    /// After the step ran: its destination holds the result.
+    fn after(&mut self, rt: &Runtime, step: &StepInfo<'_>) -> Flow;
+}
+
+impl Runtime {
+    fn check_inputs(&self) -> Result<(), RuntimeError> {
+        if let Some((&t, _)) = self.inputs.iter().find(|(_, set)| !**set) {
+            let pt = &self.plan.tensors[t as usize];
+            return Err(RuntimeError::InputNotSet {
+                name: pt.name.clone(),
+                expected: describe(pt.dtype, &pt.ne),
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs every step once, the fast way: one job on the pool, a barrier
+    /// between steps.
+    pub fn run(&mut self) -> Result<(), RuntimeError> {
+        self.run_inner(false)
+    }
+
+    /// Like [`Runtime::run`], recording the time of every step
+    /// ([`Runtime::last_profile`]).
+    pub fn run_profiled(&mut self) -> Result<(), RuntimeError> {
+        self.run_inner(true)
+    }
+
+    fn run_inner(&mut self, profile: bool) -> Result<(), RuntimeError> {
+        self.check_inputs()?;
+        let state = self.state.clone();
+        let _running = state.as_ref().map(|s| s.lock_run());
+        let steps = &self.steps;
+        let scratch = ScratchPtr(self.scratch.as_ptr());
+        let marks: Vec<AtomicU64> = if profile {
+            (0..steps.len()).map(|_| AtomicU64::new(0)).collect()
+        } else {
+            Vec::new()
+        };
+        let start = Instant::now();
+        self.pool.run(&|ctx| {
+            for (i, step) in steps.iter().enumerate() {
+                // SAFETY: kernels were prepared over this runtime's live
+                // buffers; every pool thread runs every step once.
+                unsafe { step.kernel.run(ctx, scratch.get()) };
+                ctx.barrier();
+                if profile && ctx.ith == 0 {
+                    marks[i].store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                }
+            }
+        });
+        if profile {
+            let mut prev = 0;
+            for (i, m) in marks.iter().enumerate() {
+                let now = m.load(Ordering::Relaxed);
+                self.last_profile[i] = now - prev;
+                prev = now;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every step with `observer` called before and after each; returns
+    /// the number of steps run (fewer than all when the observer stopped it).
+    pub fn run_observed(&mut self, observer: &mut dyn Observer) -> Result<usize, RuntimeError> {
+        self.check_inputs()?;
+        let state = self.state.clone();
+        let _running = state.as_ref().map(|s| s.lock_run());
+        let scratch = ScratchPtr(self.scratch.as_ptr());
+        for i in 0..self.steps.len() {
+            let info = StepInfo {
+                index: i,
+                step: &self.steps[i],
+            };
+            observer.before(self, &info);
+            let kernel = &self.steps[i].kernel;
+            self.pool.run(&|ctx| {
+                // SAFETY: as in run_inner.
+                unsafe { kernel.run(ctx, scratch.get()) };
+            });
+            let info = StepInfo {
+                index: i,
+                step: &self.steps[i],
+            };
+            if observer.after(self, &info) == Flow::Stop {
+                return Ok(i + 1);
+            }
+        }
+        Ok(self.steps.len())
+    }
+
+    /// Zeroes the state tensors (this runtime's, or its shared store's).
+    pub fn reset_state(&mut self) {
+        if let Some(store) = &self.state {
+            store.clear();
+            return;
+        }
+        for (t, pt) in self.plan.tensors.iter().enumerate() {
+            if pt.role == Role::State && matches!(pt.placement, Placement::Arena { .. }) {
+                let span = layout_of(&self.plan, t as u32).span_bytes() as usize;
+                // SAFETY: the tensor's bytes hold its span; no kernel runs.
+                unsafe { std::ptr::write_bytes(self.addr[t], 0, span) };
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct ScratchPtr(*mut u8);
+
+impl ScratchPtr {
+    /// A method, so closures capture the whole (Sync) wrapper, not the field.
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+// SAFETY: the scratch buffer outlives the run; kernels share it by contract.
+unsafe impl Send for ScratchPtr {}
+// SAFETY: as above.
+unsafe impl Sync for ScratchPtr {}
