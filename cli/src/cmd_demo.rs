@@ -115,16 +115,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let greedy: Vec<String> = logits
         .chunks(n_vocab as usize)
         .take(8)
-        .map(|row| {
-            row.iter()
-                .enumerate()
-                .fold(
-                    (0, f32::NEG_INFINITY),
-                    |b, (i, &v)| if v >= b.1 { (i, v) } else { b },
-                )
-                .0
-                .to_string()
-        })
+        .map(|row| crate::cmd_generate::argmax(row).to_string())
         .collect();
     println!(
         "greedy next token at positions 0..8: [{}]",

@@ -69,7 +69,8 @@ pub enum KvArg {
     F16,
 }
 
-fn argmax(row: &[f32]) -> u32 {
+/// Index of the first largest value of a logits row (the greedy token).
+pub(crate) fn argmax(row: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &v) in row.iter().enumerate() {
         if v > row[best] {

@@ -121,12 +121,7 @@ pub fn set_inputs(
             bail!("--input '{spec}' must be NAME=FILE.npy");
         };
         let t = rt.tensor_id(name)?;
-        let pt = &plan.tensors[t as usize];
-        let layout = ir::Layout {
-            dtype: pt.dtype,
-            ne: pt.ne,
-            nb: pt.nb,
-        };
+        let layout = plan.tensors[t as usize].layout();
         let values = npy_values::read_values(Path::new(path), name, &layout)?;
         let mut bytes = vec![0u8; layout.span_bytes() as usize];
         kernels::reference::scatter(&values, &mut bytes, &layout);

@@ -180,12 +180,7 @@ fn owner(plan: &Plan, mut t: u32) -> Option<u32> {
 }
 
 fn span(t: &ir::plan::PlanTensor) -> u64 {
-    ir::Layout {
-        dtype: t.dtype,
-        ne: t.ne,
-        nb: t.nb,
-    }
-    .span_bytes()
+    t.layout().span_bytes()
 }
 
 /// Builds the timeline of `plan`.

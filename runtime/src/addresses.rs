@@ -51,19 +51,3 @@ fn resolve_one(
     addr[t] = a;
     a
 }
-
-/// The tensor whose bytes `t` uses: itself, or the owner it views.
-pub(crate) fn owner(plan: &Plan, t: u32) -> u32 {
-    match plan.tensors[t as usize].placement {
-        Placement::View { of, .. } => owner(plan, of),
-        _ => t,
-    }
-}
-
-/// The graph tensor a plan tensor stands for (copies name their original).
-pub(crate) fn original(plan: &Plan, t: u32) -> u32 {
-    match plan.tensors[t as usize].copy_of {
-        Some(src) => original(plan, src),
-        None => t,
-    }
-}

@@ -10,7 +10,6 @@
 
 use crate::{Flow, Observer, Runtime, RuntimeError, StepInfo, Weights};
 use ir::Role;
-use ir::plan::Plan;
 use kernels::reference::{Dense, compute, gather, scatter};
 use kernels::testing::{nmse, nmse_threshold};
 use std::collections::BTreeMap;
@@ -34,15 +33,6 @@ impl Comparison {
     /// Within the threshold (NaN never is).
     pub fn passed(&self) -> bool {
         self.nmse <= self.threshold
-    }
-}
-
-fn layout_of(plan: &Plan, t: u32) -> ir::Layout {
-    let pt = &plan.tensors[t as usize];
-    ir::Layout {
-        dtype: pt.dtype,
-        ne: pt.ne,
-        nb: pt.nb,
     }
 }
 
@@ -75,7 +65,7 @@ impl Observer for StepChecker<'_> {
     fn after(&mut self, rt: &Runtime, step: &StepInfo<'_>) -> Flow {
         let plan = rt.plan();
         let s = step.step;
-        let layout = layout_of(plan, s.dst);
+        let layout = plan.tensors[s.dst as usize].layout();
         let refs: Vec<&Dense> = self.inputs.iter().collect();
         let (expected, threshold) = match (s.op, s.fused_kernel) {
             (Some(op), _) => (compute(&op, &refs, &layout), nmse_threshold(op.name())),

@@ -35,11 +35,6 @@ impl FastKernels {
         })
     }
 
-    /// How quantized matmuls are computed.
-    pub fn precision(&self) -> Precision {
-        self.precision
-    }
-
     /// The JIT (for its statistics).
     pub fn jit(&self) -> &Jit {
         &self.jit

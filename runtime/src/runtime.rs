@@ -16,7 +16,7 @@
 //! range-checked when set, so a kernel never reads outside a table.
 
 use crate::RuntimeError;
-use crate::addresses::{original, owner, resolve};
+use crate::addresses::resolve;
 use crate::cpu::ThreadPool;
 use crate::cpu::matmul::Precision;
 use crate::fast::FastKernels;
@@ -25,8 +25,8 @@ use crate::state::StateStore;
 use crate::steps::{PreparedStep, Preparer};
 use crate::weights::{BoundWeight, Weights, bind_weight};
 use ir::layout::fmt_ne;
-use ir::plan::{DeviceKind, PLAN_FORMAT_VERSION, Placement, Plan, Step, Usage};
-use ir::{DType, Layout, Op, Role};
+use ir::plan::{DeviceKind, PLAN_FORMAT_VERSION, Placement, Plan};
+use ir::{DType, Layout, Role};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,7 +92,7 @@ pub struct Runtime {
     pub(crate) kernels: Arc<FastKernels>,
     /// Graph input tensors and whether they were set.
     pub(crate) inputs: BTreeMap<u32, bool>,
-    /// For I32 index inputs: (rows of the indexed table, its tensor).
+    /// For tensors used as row indices: (rows of the indexed table, its tensor).
     pub(crate) index_bounds: BTreeMap<u32, (i64, u32)>,
     pub(crate) report: LoadReport,
     /// Per step, nanoseconds of the last run (filled when profiling).
@@ -110,12 +110,7 @@ pub(crate) fn describe(dtype: DType, ne: &[i64; 4]) -> String {
 }
 
 pub(crate) fn layout_of(plan: &Plan, t: u32) -> Layout {
-    let pt = &plan.tensors[t as usize];
-    Layout {
-        dtype: pt.dtype,
-        ne: pt.ne,
-        nb: pt.nb,
-    }
+    plan.tensors[t as usize].layout()
 }
 
 impl Runtime {
@@ -275,7 +270,7 @@ impl Runtime {
             .filter(|(_, t)| t.role == Role::Input)
             .map(|(t, _)| (t as u32, false))
             .collect();
-        let index_bounds = index_bounds(&plan);
+        let index_bounds = plan.index_tables();
         let n_steps = steps.len();
         Ok(Runtime {
             plan,
@@ -340,47 +335,4 @@ impl Runtime {
         let t = self.tensor_id(name).ok()?;
         self.index_bounds.get(&t).map(|&(b, _)| b)
     }
-
-    /// Bytes of every arena of `usage`.
-    pub fn arena_bytes(&self, usage: Usage) -> u64 {
-        self.plan
-            .arenas
-            .iter()
-            .filter(|a| a.usage == usage)
-            .map(|a| a.size)
-            .sum()
-    }
-}
-
-/// For every I32 input used as row indices (by get_rows or set_rows, directly,
-/// through a view or through a copy): the fewest rows among the tables it
-/// indexes, and that table.
-fn index_bounds(plan: &Plan) -> BTreeMap<u32, (i64, u32)> {
-    let mut out: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
-    let root = |t: u32| original(plan, owner(plan, t));
-    for step in plan.splits.iter().flat_map(|s| &s.steps) {
-        let (index, table) = match step {
-            Step::Op {
-                op: Op::GetRows,
-                srcs,
-                ..
-            } => (srcs[1], srcs[0]),
-            Step::Op {
-                op: Op::SetRows,
-                srcs,
-                ..
-            } => (srcs[2], srcs[0]),
-            _ => continue,
-        };
-        let input = root(index);
-        if plan.tensors[input as usize].role != Role::Input {
-            continue;
-        }
-        let rows = plan.tensors[table as usize].ne[1];
-        let entry = out.entry(input).or_insert((rows, table));
-        if rows < entry.0 {
-            *entry = (rows, table);
-        }
-    }
-    out
 }

@@ -17,6 +17,7 @@
 
 pub mod check;
 mod fused;
+mod index;
 mod text;
 
 pub use fused::{BinaryFn, Expr, FusedKernel, UnaryFn};

@@ -14,7 +14,7 @@ use super::{Bindings, EvalError};
 use crate::reference::fused::eval_fused;
 use crate::reference::{Dense, compute, gather, scatter};
 use ir::plan::{Placement, Plan, Step};
-use ir::{Layout, Op, Role};
+use ir::{Layout, Role};
 
 /// The arenas of an evaluated plan.
 pub struct PlanMemory<'p> {
@@ -27,12 +27,7 @@ fn invalid(problem: String) -> EvalError {
 }
 
 fn layout_of(plan: &Plan, t: u32) -> Layout {
-    let pt = &plan.tensors[t as usize];
-    Layout {
-        dtype: pt.dtype,
-        ne: pt.ne,
-        nb: pt.nb,
-    }
+    plan.tensors[t as usize].layout()
 }
 
 /// (arena, byte offset) of tensor `t`, following views; checked against the arena.
@@ -108,41 +103,6 @@ impl PlanMemory<'_> {
     }
 }
 
-/// The graph tensor a plan tensor stands for (copies name their original).
-fn original(plan: &Plan, mut t: u32) -> u32 {
-    for _ in 0..plan.tensors.len() {
-        match plan.tensors.get(t as usize).and_then(|x| x.copy_of) {
-            Some(src) => t = src,
-            None => break,
-        }
-    }
-    t
-}
-
-/// For an I32 leaf used as row indices (directly or through its copies): the
-/// row count of the tensors it indexes.
-fn index_bound(plan: &Plan, t: u32) -> Option<i64> {
-    let rows = |table: u32| plan.tensors.get(table as usize).map(|x| x.ne[1]);
-    let is_t = |s: Option<&u32>| s.is_some_and(|&s| original(plan, s) == t);
-    plan.splits
-        .iter()
-        .flat_map(|s| &s.steps)
-        .filter_map(|step| match step {
-            Step::Op {
-                op: Op::GetRows,
-                srcs,
-                ..
-            } if is_t(srcs.get(1)) => rows(srcs[0]),
-            Step::Op {
-                op: Op::SetRows,
-                srcs,
-                ..
-            } if is_t(srcs.get(2)) => rows(srcs[0]),
-            _ => None,
-        })
-        .min()
-}
-
 /// Runs `plan` and returns its arenas after the last step.
 pub fn evaluate_plan<'p>(
     plan: &'p Plan,
@@ -168,11 +128,12 @@ pub fn evaluate_plan<'p>(
             .map(|a| vec![0u8; a.size as usize])
             .collect(),
     };
+    let index_tables = plan.index_tables();
     for (t, pt) in graph_tensors.iter().enumerate() {
         if !pt.role.is_leaf_role() || !matches!(pt.placement, Placement::Arena { .. }) {
             continue;
         }
-        let bound = index_bound(plan, t as u32);
+        let bound = index_tables.get(&(t as u32)).map(|&(rows, _)| rows);
         let leaf = Leaf {
             name: &pt.name,
             layout: layout_of(plan, t as u32),

@@ -1,0 +1,82 @@
+//! Facts about a plan's tensors that the plan evaluator and the runtime both
+//! need: a tensor's layout, the tensor that owns its bytes, the graph tensor a
+//! copy stands for, and which leafs index which tables.
+//!
+//! Invariant: every function here tolerates a plan that was never checked
+//! (indices out of range, view or copy chains that loop): it stops and
+//! answers from what it reached, never panics.
+
+use super::{Placement, Plan, PlanTensor, Step};
+use crate::Op;
+use crate::layout::Layout;
+use std::collections::BTreeMap;
+
+impl PlanTensor {
+    /// Its dtype, extents and strides.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            dtype: self.dtype,
+            ne: self.ne,
+            nb: self.nb,
+        }
+    }
+}
+
+impl Plan {
+    /// The tensor whose arena bytes `t` uses: `t` itself, or the tensor its
+    /// view names.
+    pub fn owner(&self, mut t: u32) -> u32 {
+        for _ in 0..=self.tensors.len() {
+            match self.tensors.get(t as usize).map(|x| x.placement) {
+                Some(Placement::View { of, .. }) => t = of,
+                _ => break,
+            }
+        }
+        t
+    }
+
+    /// The graph tensor plan tensor `t` stands for (copies name their original).
+    pub fn original(&self, mut t: u32) -> u32 {
+        for _ in 0..=self.tensors.len() {
+            match self.tensors.get(t as usize).and_then(|x| x.copy_of) {
+                Some(src) => t = src,
+                None => break,
+            }
+        }
+        t
+    }
+
+    /// Every graph tensor used as row indices by `get_rows` or `set_rows`
+    /// (directly, through a view or through a copy), with the fewest rows
+    /// among the tables it indexes and that table.
+    pub fn index_tables(&self) -> BTreeMap<u32, (i64, u32)> {
+        let mut out: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
+        for step in self.splits.iter().flat_map(|s| &s.steps) {
+            let (index, table) = match step {
+                Step::Op {
+                    op: Op::GetRows,
+                    srcs,
+                    ..
+                } => (srcs.get(1), srcs.first()),
+                Step::Op {
+                    op: Op::SetRows,
+                    srcs,
+                    ..
+                } => (srcs.get(2), srcs.first()),
+                _ => continue,
+            };
+            let (Some(&index), Some(&table)) = (index, table) else {
+                continue;
+            };
+            let Some(rows) = self.tensors.get(table as usize).map(|t| t.ne[1]) else {
+                continue;
+            };
+            let root = self.original(self.owner(index));
+            let entry = out.entry(root).or_insert((rows, table));
+            if rows < entry.0 {
+                *entry = (rows, table);
+            }
+        }
+        out
+    }
+}
