@@ -1,39 +1,9 @@
 //! End-to-end tests of the `ggplan` binary: exit codes, messages and files.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn ggplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ggplan"))
-        .args(args)
-        // Logging is asserted quiet by default; a caller's RUST_LOG would turn it on.
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("ggplan runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn example(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/graphs")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn scratch_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ggplan-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::{example, ggplan, scratch_dir, text};
+use std::path::Path;
 
 #[test]
 fn fmt_check_accepts_the_canonical_examples() {

@@ -9,55 +9,19 @@
 //! - all-MiniLM-L6-v2: `embed --save` writes [2, 384] embeddings with cosine
 //!   similarity >= 0.99999 to PyTorch fp64's.
 
-use ir::files::npy::{NpyData, read_npy};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn ggplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ggplan"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("ggplan runs")
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A model path from its environment variable or `.models/paths.env`.
-fn model(key: &str) -> Option<PathBuf> {
-    if let Some(v) = std::env::var_os(key).filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(v));
-    }
-    let env = std::fs::read_to_string(root().join(".models/paths.env")).ok()?;
-    env.lines()
-        .filter_map(|l| l.split_once('='))
-        .find(|(k, _)| k.trim() == key)
-        .map(|(_, v)| PathBuf::from(v.trim()))
-        .filter(|p| p.exists())
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn f32s(path: &Path) -> (Vec<u64>, Vec<f64>) {
-    let a = read_npy(path).unwrap();
-    match a.data {
-        NpyData::F32(v) => (a.shape, v.into_iter().map(f64::from).collect()),
-        NpyData::F64(v) => (a.shape, v),
-        other => panic!("unexpected {}", other.descr()),
-    }
-}
+use common::ggplan;
+use ggplan_tests::models::{minilm_dir, smollm2_gguf};
+use ggplan_tests::references::{read_json as json, read_npy_f64 as f32s, references};
 
 #[test]
 fn generate_reproduces_llama_cpp_greedy_continuation() {
-    let Some(gguf) = model("GGPLAN_SMOLLM2_GGUF") else {
+    let Some(gguf) = smollm2_gguf() else {
         eprintln!("skipped: SmolLM2 not installed (scripts/setup.sh)");
         return;
     };
-    let refs = root().join("../shared/references/smollm2");
+    let refs = references().join("smollm2");
     let want = json(&refs.join("greedy32_llamacpp_f32.json"));
     let prompt = json(&refs.join("top20_torch_fp64.json"))["prompt_text_prefix"]
         .as_str()
@@ -111,7 +75,7 @@ fn generate_reproduces_llama_cpp_greedy_continuation() {
 
 #[test]
 fn generate_refuses_a_prompt_longer_than_the_context() {
-    let Some(gguf) = model("GGPLAN_SMOLLM2_GGUF") else {
+    let Some(gguf) = smollm2_gguf() else {
         eprintln!("skipped: SmolLM2 not installed (scripts/setup.sh)");
         return;
     };
@@ -131,11 +95,11 @@ fn generate_refuses_a_prompt_longer_than_the_context() {
 
 #[test]
 fn embed_matches_sentence_transformers() {
-    let Some(dir) = model("GGPLAN_MINILM_DIR") else {
+    let Some(dir) = minilm_dir() else {
         eprintln!("skipped: all-MiniLM-L6-v2 not installed (scripts/setup.sh)");
         return;
     };
-    let refs = root().join("../shared/references/minilm");
+    let refs = references().join("minilm");
     let reference = json(&refs.join("reference.json"));
     let sentences: Vec<&str> = reference["sentences"]
         .as_array()

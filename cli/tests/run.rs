@@ -1,39 +1,17 @@
 //! End-to-end tests of `ggplan run` and `ggplan bench` on the CPU runtime.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn ggplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ggplan"))
-        .args(args)
-        .output()
-        .expect("ggplan runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn scratch_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ggplan-run-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::{example, ggplan, scratch_dir, text};
+use std::path::Path;
 
 /// Compiles examples/graphs/`name` for `target` into `dir`.
 fn plan(dir: &Path, name: &str, target: &str) -> String {
-    let graph = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/graphs")
-        .join(name);
+    let graph = example(name);
     let out_path = dir.join(format!("{name}.{target}.plan.ron"));
     let out = ggplan(&[
         "compile",
-        graph.to_str().unwrap(),
+        &graph,
         "--target",
         target,
         "-o",

@@ -1,0 +1,42 @@
+//! What every end-to-end test of the `ggplan` binary needs: running it,
+//! reading what it printed, example paths, scratch folders.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs `ggplan` with `args`.
+pub fn ggplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ggplan"))
+        .args(args)
+        // Logging is asserted quiet by default; a caller's RUST_LOG would turn it on.
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("ggplan runs")
+}
+
+/// Its stdout then stderr.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The path of `examples/graphs/<name>`.
+pub fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/graphs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A fresh, empty folder for one test.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ggplan-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
