@@ -59,9 +59,13 @@ pub fn write_gguf(path: &Path, kvs: &[(&str, Meta)], tensors: &[(String, [u64; 2
 pub struct Scratch(pub std::path::PathBuf);
 
 impl Scratch {
-    /// A fresh, empty folder under the system temp dir, unique to this process and `name`.
+    /// A fresh, empty folder under the system temp dir, unique to this call.
     pub fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ggplan-tests-{}-{name}", std::process::id()));
+        // Tests run in parallel and may share a `name`: the counter keeps them apart.
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("ggplan-tests-{}-{n}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         Scratch(dir)

@@ -33,9 +33,12 @@ pub fn example(name: &str) -> String {
         .to_string()
 }
 
-/// A fresh, empty folder for one test.
+/// A fresh, empty folder for one test, unique to this call.
 pub fn scratch_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ggplan-cli-{tag}-{}", std::process::id()));
+    // Tests run in parallel and may share a tag: the counter keeps them apart.
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ggplan-cli-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

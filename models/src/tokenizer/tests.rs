@@ -67,8 +67,12 @@ fn write_gguf(name: &str, kvs: &[(&str, GgufValue)]) -> GgufFile {
         put_value(&mut out, value);
     }
     out.resize(out.len().next_multiple_of(32), 0);
+    // Tests run in parallel and several build the same vocabulary: the
+    // counter keeps their files apart.
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!(
-        "ggplan-tokenizer-{}-{name}.gguf",
+        "ggplan-tokenizer-{}-{n}-{name}.gguf",
         std::process::id()
     ));
     std::fs::write(&path, out).unwrap();
