@@ -96,8 +96,6 @@ impl<'m, 'ctx> Gen<'m, 'ctx> {
         let mut attrs = vec![
             ("target-cpu", llvm.cpu.clone()),
             ("target-features", llvm.features.clone()),
-            // Lets `arcp` divisions use rcpps plus one Newton step.
-            ("reciprocal-estimates", "vec-divf:1,divf:1".into()),
         ];
         if llvm.width >= 16 {
             // Without these, tuning for some CPUs splits 512-bit vectors in two.

@@ -81,6 +81,9 @@ fn generated_code_uses_full_width_vectors() {
     let (ir, asm) = jit
         .inspect_fused(&silu_mul(), out.raw(), &[a.raw(), b.raw()])
         .unwrap();
+    if std::env::var_os("GGPLAN_DUMP_ASM").is_some() {
+        eprintln!("{asm}");
+    }
     let w = jit.vector_width();
     let vector = format!("<{w} x float>");
     assert!(ir.contains(&vector), "no {vector} in\n{ir}");
