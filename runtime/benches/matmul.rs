@@ -15,7 +15,7 @@
 
 use ir::{DType, Layout};
 use runtime::ceiling::{self, Ceilings};
-use runtime::cpu::matmul::prepare_mul_mat;
+use runtime::cpu::matmul::{Route, prepare_mul_mat, prepare_mul_mat_on};
 use runtime::cpu::{CpuKernel, RawTensor, ThreadPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -192,6 +192,30 @@ fn smollm2(c: &Ceilings) {
     }
 }
 
+/// The two routes for quantized weights against the number of src1 columns:
+/// where `F32_ROUTE_MIN_COLUMNS` should sit on this machine.
+fn crossover(c: &Ceilings) {
+    for (t, k, m) in [(DType::Q4_1, 576, 1536), (DType::Q8_0, 576, 4096)] {
+        for n in [1, 2, 4, 8, 12, 16, 24, 32, 64, 128] {
+            let mut line = format!("crossover {t} K={k} M={m} N={n:3} 1 thr:");
+            for route in [Route::Int8Dot, Route::F32Gemm] {
+                let (b0, a) = tensor(t, [k, m, 1, 1], 1);
+                let (b1, b) = tensor(DType::F32, [k, n, 1, 1], 2);
+                let (b2, d) = tensor(DType::F32, [m, n, 1, 1], 3);
+                let kernels = vec![prepare_mul_mat_on(d, a, b, route).unwrap()];
+                let (_, cpu) = time(&kernels, 1, 20);
+                drop((b0, b1, b2));
+                let g = 2.0 * (k * m * n) as f64 / cpu / 1e9;
+                line += &format!(
+                    " {route:?} {g:6.1} GFLOP/s ({:4.1}% of peak)",
+                    100.0 * g / c.fma_gflops_per_core
+                );
+            }
+            println!("{line}");
+        }
+    }
+}
+
 fn main() {
     // Optional filters (`cargo bench ... -- f32 q4_0`): run only the cases
     // whose label contains one of them.
@@ -224,6 +248,9 @@ fn main() {
     }
     if want("smollm2") {
         smollm2(&c);
+    }
+    if want("crossover") {
+        crossover(&c);
     }
     println!("{}", ceiling::measure());
 }

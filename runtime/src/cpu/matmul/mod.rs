@@ -3,12 +3,15 @@
 //! ne03]`, src1 `[K, N, ne12, ne13]`, dst `[M, N, ne12, ne13]` f32, `r2 =
 //! ne12 / ne02`, `r3 = ne13 / ne03` (src0 broadcast over src1's batches).
 //!
-//! Two kernels, chosen once at prepare time by src0's dtype:
+//! Two kernels ([`Route`]), chosen once at prepare time by src0's dtype, the
+//! precision asked for and, for quantized src0, the number of src1 columns
+//! ([`route`]: few columns take the integer route, many the f32 one):
 //! - [`quantized`] (Q8_0, Q4_0, Q4_1 src0): src1 is quantized once per run to
 //!   8-bit blocks of 32 ([`q8`]) into the shared scratch (phase 1, rows split
 //!   over threads), then integer dot products in tiles of src0 rows x src1
 //!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
-//! - [`float`] (every other dtype): the `gemm` crate on f32, reading f32
+//! - [`float`] (every other dtype, and quantized src0 times many columns):
+//!   the `gemm` crate on f32, reading f32
 //!   operands in place through their strides (so permuted views cost no copy)
 //!   and converting anything else to f32 first ([`convert`]).
 //!
@@ -56,7 +59,44 @@ pub enum Precision {
     Exact,
 }
 
-/// [`prepare_mul_mat`] with the quantized route chosen by `precision`.
+/// The kernel family of one mul_mat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// src1 quantized to 8 bits, integer dot products ([`quantized`]); only
+    /// for Q8_0, Q4_0 and Q4_1 src0.
+    Int8Dot,
+    /// src0 (and src1) widened to f32 in blocks, then `gemm` ([`float`]).
+    F32Gemm,
+}
+
+/// From this many src1 columns on, quantized weights of `dtype` take the f32
+/// route in [`Precision::Fast`] too: widening a block of weight rows costs
+/// O(K) per row against O(K N) multiply-adds, and gemm's f32 micro-kernels
+/// then run near the FMA peak, above the integer tiles. Below it, reading the
+/// packed weights once (decode) wins. Measured with the crossover rows of
+/// `benches/matmul.rs` (2-core AMD EPYC, AVX2, one thread): Q4_1 576x1536
+/// int8 54 GFLOP/s flat from N = 2, f32 40 at N = 32, 59 at 64 and 72 at
+/// 128; Q8_0 576x4096 int8 46, f32 44 at N = 24 and 49 at 32.
+pub fn f32_route_min_columns(dtype: DType) -> usize {
+    match dtype {
+        DType::Q8_0 => 32,
+        _ => 48,
+    }
+}
+
+/// The route [`prepare_mul_mat_with`] takes for src0 of `dtype` times `n`
+/// src1 columns per matrix.
+pub fn route(dtype: DType, n: usize, precision: Precision) -> Route {
+    let integer = matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1);
+    if integer && precision == Precision::Fast && n < f32_route_min_columns(dtype) {
+        Route::Int8Dot
+    } else {
+        Route::F32Gemm
+    }
+}
+
+/// [`prepare_mul_mat`] with the quantized route chosen by `precision` and
+/// the number of src1 columns ([`route`]).
 pub fn prepare_mul_mat_with(
     dst: RawTensor,
     src0: RawTensor,
@@ -64,11 +104,33 @@ pub fn prepare_mul_mat_with(
     precision: Precision,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     let geo = Geometry::new(dst, src0, src1)?;
-    Ok(match (src0.dtype, precision) {
-        (DType::Q8_0 | DType::Q4_0 | DType::Q4_1, Precision::Fast) => {
+    let chosen = route(src0.dtype, geo.n, precision);
+    prepare_route(geo, chosen)
+}
+
+/// `dst = mul_mat(src0, src1)` on the given route (benchmarks and tests
+/// compare the routes; [`Route::Int8Dot`] needs a Q8_0, Q4_0 or Q4_1 src0).
+pub fn prepare_mul_mat_on(
+    dst: RawTensor,
+    src0: RawTensor,
+    src1: RawTensor,
+    route: Route,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    prepare_route(Geometry::new(dst, src0, src1)?, route)
+}
+
+fn prepare_route(geo: Geometry, route: Route) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    Ok(match route {
+        Route::Int8Dot => {
+            if !matches!(geo.src0.dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1) {
+                return Err(unsupported(format!(
+                    "the int8 route needs Q8_0, Q4_0 or Q4_1 weights, not {}",
+                    geo.src0.dtype
+                )));
+            }
             Box::new(quantized::QuantMatMul::new(geo))
         }
-        _ => Box::new(float::GemmMatMul::new(geo)),
+        Route::F32Gemm => Box::new(float::GemmMatMul::new(geo)),
     })
 }
 

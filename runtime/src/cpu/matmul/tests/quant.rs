@@ -150,3 +150,17 @@ fn simd_tiles_match_scalar_dots() {
         }
     }
 }
+
+#[test]
+fn fast_precision_takes_the_f32_route_from_many_columns() {
+    use crate::cpu::matmul::{Precision, Route as R, f32_route_min_columns, route};
+    for t in QUANTS {
+        let n = f32_route_min_columns(t);
+        assert_eq!(route(t, 1, Precision::Fast), R::Int8Dot);
+        assert_eq!(route(t, n - 1, Precision::Fast), R::Int8Dot);
+        assert_eq!(route(t, n, Precision::Fast), R::F32Gemm);
+        assert_eq!(route(t, 1, Precision::Exact), R::F32Gemm);
+    }
+    assert_eq!(route(DType::F16, 1, Precision::Fast), R::F32Gemm);
+    assert_eq!(route(DType::F32, 1, Precision::Fast), R::F32Gemm);
+}
