@@ -20,6 +20,14 @@ pub unsafe fn row_to_f32(dtype: DType, src: *const u8, nb0: usize, out: &mut [f3
         let bytes = k / dtype.block_elems() as usize * size;
         // SAFETY: the row is `bytes` readable bytes by the caller's contract.
         let row = unsafe { std::slice::from_raw_parts(src, bytes) };
+        #[cfg(target_arch = "x86_64")]
+        if matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1)
+            && std::arch::is_x86_feature_detected!("avx2")
+        {
+            // SAFETY: avx2 was detected; `row` holds whole blocks of `dtype`.
+            unsafe { x86::quant_row(dtype, row, out) };
+            return;
+        }
         kernels::quant::dequantize_row(dtype, row, out);
         return;
     }
@@ -58,7 +66,71 @@ pub unsafe fn row_to_f32(dtype: DType, src: *const u8, nb0: usize, out: &mut [f3
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use half::f16;
+    use ir::DType;
     use std::arch::x86_64::*;
+
+    /// Q8_0, Q4_0 or Q4_1 blocks to f32, 8 values per instruction, with the
+    /// reference's exact arithmetic: integers convert exactly, then one
+    /// multiply by the scale and (Q4_1) one add of the minimum, each rounded
+    /// once as the scalar code does (no FMA, which would round once for both).
+    ///
+    /// # Safety
+    /// AVX2 is available; `row` holds `out.len() / 32` whole blocks of `dtype`,
+    /// which is one of the three.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        let size = dtype.block_bytes() as usize;
+        for (block, out) in row.chunks_exact(size).zip(out.chunks_exact_mut(32)) {
+            let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
+            let o = out.as_mut_ptr();
+            // SAFETY: `block` has `size` bytes and `out` 32 values; every
+            // load and store below stays inside them.
+            unsafe {
+                let vd = _mm256_set1_ps(d);
+                match dtype {
+                    DType::Q8_0 => {
+                        let qs = block.as_ptr().add(2);
+                        for j in 0..4 {
+                            let q = _mm_loadl_epi64(qs.add(8 * j) as *const __m128i);
+                            let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+                            _mm256_storeu_ps(o.add(8 * j), _mm256_mul_ps(v, vd));
+                        }
+                    }
+                    DType::Q4_0 | DType::Q4_1 => {
+                        let at = if dtype == DType::Q4_0 { 2 } else { 4 };
+                        let qs = _mm_loadu_si128(block.as_ptr().add(at) as *const __m128i);
+                        let mask = _mm_set1_epi8(0x0F);
+                        // Bytes j: low nibbles are values j, high nibbles j + 16.
+                        let low = _mm_and_si128(qs, mask);
+                        let high = _mm_and_si128(_mm_srli_epi16(qs, 4), mask);
+                        let offset = _mm256_set1_epi32(if dtype == DType::Q4_0 { 8 } else { 0 });
+                        let m = if dtype == DType::Q4_1 {
+                            f16::from_le_bytes([block[2], block[3]]).to_f32()
+                        } else {
+                            0.0
+                        };
+                        let vm = _mm256_set1_ps(m);
+                        for (j, half) in
+                            [low, _mm_srli_si128(low, 8), high, _mm_srli_si128(high, 8)]
+                                .into_iter()
+                                .enumerate()
+                        {
+                            let q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(half), offset);
+                            let v = _mm256_mul_ps(_mm256_cvtepi32_ps(q), vd);
+                            // Q4_0 has no minimum to add.
+                            let v = if dtype == DType::Q4_1 {
+                                _mm256_add_ps(v, vm)
+                            } else {
+                                v
+                            };
+                            _mm256_storeu_ps(o.add(8 * j), v);
+                        }
+                    }
+                    _ => unreachable!("quant_row: {dtype} (callers pass Q8_0, Q4_0 or Q4_1)"),
+                }
+            }
+        }
+    }
 
     /// Packed f16 row to f32, 8 values per instruction.
     ///

@@ -148,3 +148,32 @@ fn refuses_bad_operands() {
     let mut i = Tensor::packed(&mut rng, DType::I32, [32, 4, 2, 1]);
     assert!(super::super::prepare_mul_mat(d.raw(), a.raw(), i.raw()).is_err());
 }
+
+#[test]
+fn quantized_rows_widen_exactly_as_the_reference() {
+    let mut rng = Rng::new(21);
+    for t in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+        let size = t.block_bytes() as usize;
+        for blocks in [1, 3, 18] {
+            let mut row: Vec<u8> = (0..blocks * size).map(|_| rng.next_u64() as u8).collect();
+            for b in 0..blocks {
+                // Finite scales and minimums (random bits could be inf or NaN,
+                // whose payloads need not match); both signs.
+                for at in [0, 2]
+                    .into_iter()
+                    .take(if t == DType::Q4_1 { 2 } else { 1 })
+                {
+                    let v = half::f16::from_f64(rng.uniform(-2.0, 2.0));
+                    row[b * size + at..b * size + at + 2].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            let mut want = vec![0f32; blocks * 32];
+            kernels::quant::dequantize_row(t, &row, &mut want);
+            let mut got = vec![f32::NAN; blocks * 32];
+            // SAFETY: `row` holds `blocks` whole blocks of `t`.
+            unsafe { crate::cpu::matmul::convert::row_to_f32(t, row.as_ptr(), 0, &mut got) };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{t}, {blocks} blocks");
+        }
+    }
+}
