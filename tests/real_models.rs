@@ -20,7 +20,7 @@ use ir::files::safetensors_file::SafetensorsFile;
 use ir::{DType, Graph, RopeMode, RopeParams};
 use kernels::evaluate::{Bindings, Weights, evaluate};
 use kernels::reference::Dense;
-use models::bert::{self, BertConfig};
+use models::bert::{self, BertConfig, BertNames, Pooling};
 use models::llama::{self, LlamaConfig, LlamaNames};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -314,7 +314,10 @@ fn bert_config_from_hf_dir_reads_config_json_and_names_bad_keys() {
             n_tokens: 9,
             eps: 1e-12,
             weight_dtype: DType::F32,
+            embd_dtype: DType::F32,
+            pooling: Pooling::Mean,
             l2_normalize: true,
+            names: BertNames::HuggingFace,
         }
     );
 
@@ -336,4 +339,49 @@ fn bert_config_from_hf_dir_reads_config_json_and_names_bad_keys() {
         j.insert("hidden_size".into(), "384".into());
     });
     assert!(err.contains("'hidden_size'"), "{err}");
+}
+
+/// A sentence-transformers folder: config.json, modules.json (pooling, then
+/// normalisation) and `1_Pooling/config.json` with `pooling`.
+fn st_folder(name: &str, pooling: &str) -> Scratch {
+    let scratch = Scratch::new(name);
+    let dir = &scratch.0;
+    std::fs::write(
+        dir.join("config.json"),
+        Value::Object(minilm_config_json()).to_string(),
+    )
+    .unwrap();
+    let modules = r#"[{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]"#;
+    std::fs::write(dir.join("modules.json"), modules).unwrap();
+    std::fs::create_dir(dir.join("1_Pooling")).unwrap();
+    std::fs::write(dir.join("1_Pooling/config.json"), pooling).unwrap();
+    scratch
+}
+
+#[test]
+fn bert_config_from_hf_dir_reads_the_pooling_module() {
+    let cls = st_folder(
+        "hf-cls",
+        r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
+    );
+    let cfg = BertConfig::from_hf_dir(&cls.0, 9).unwrap();
+    assert_eq!((cfg.pooling, cfg.l2_normalize), (Pooling::Cls, true));
+
+    let max = st_folder(
+        "hf-max",
+        r#"{"pooling_mode_mean_tokens": false, "pooling_mode_max_tokens": true}"#,
+    );
+    let err = BertConfig::from_hf_dir(&max.0, 9).unwrap_err().to_string();
+    assert!(
+        err.contains("'pooling_mode_max_tokens' is true") && err.contains("1_Pooling/config.json"),
+        "{err}"
+    );
+    let both = st_folder(
+        "hf-both",
+        r#"{"pooling_mode_mean_tokens": true, "pooling_mode_cls_token": true}"#,
+    );
+    let err = BertConfig::from_hf_dir(&both.0, 9).unwrap_err().to_string();
+    assert!(err.contains("only one pooling mode"), "{err}");
 }

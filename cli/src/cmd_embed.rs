@@ -1,26 +1,37 @@
 //! `ggplan embed`: sentence embeddings with a BERT encoder (all-MiniLM-L6-v2
-//! style: mean pooling, L2 normalisation) on the CPU runtime.
+//! style: mean or `[CLS]` pooling, L2 normalisation) on the CPU runtime, from
+//! a Hugging Face folder or a GGUF file.
 
 use crate::model_session::Shared;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use models::Tokenizer;
+use ir::files::gguf::GgufFile;
 use models::bert::{self, BertConfig};
+use models::{Family, Tokenizer};
 use runtime::{Precision, Weights};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 /// Arguments of `ggplan embed`.
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  ggplan embed --hf .models/minilm \"A cat sits.\" \"A dog runs.\"\n  \
-    ggplan embed --hf DIR \"first\" \"second\" --save embeddings.npy"
+    after_help = "Examples:\n  ggplan embed --hf all-MiniLM-L6-v2/ \"A cat sits.\" \"A dog runs.\"\n  \
+    ggplan embed --gguf all-MiniLM-L6-v2.F16.gguf \"first\" \"second\" --save embeddings.npy"
 )]
 pub struct EmbedArgs {
     /// A Hugging Face folder: config.json, model.safetensors, tokenizer.json.
-    #[arg(long, value_name = "DIR")]
-    hf: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with = "gguf",
+        required_unless_present = "gguf"
+    )]
+    hf: Option<PathBuf>,
+    /// A BERT GGUF file (architecture bert, WordPiece vocabulary), as
+    /// llama.cpp's converter writes it.
+    #[arg(long, value_name = "FILE")]
+    gguf: Option<PathBuf>,
     /// The sentences.
     #[arg(required = true)]
     sentences: Vec<String>,
@@ -32,11 +43,58 @@ pub struct EmbedArgs {
     threads: Option<usize>,
 }
 
+/// Where the encoder comes from.
+enum Source {
+    Hf(PathBuf),
+    Gguf(GgufFile),
+}
+
+impl Source {
+    /// The config for a sentence of `n_tokens` tokens.
+    fn config(&self, n_tokens: i64) -> Result<BertConfig> {
+        Ok(match self {
+            Source::Hf(dir) => BertConfig::from_hf_dir(dir, n_tokens)?,
+            Source::Gguf(file) => BertConfig::from_gguf(file, n_tokens)?,
+        })
+    }
+}
+
+/// The tokenizer, weights and config source of a folder or a GGUF file.
+fn open(args: &EmbedArgs) -> Result<(Tokenizer, Weights, Source)> {
+    match (&args.hf, &args.gguf) {
+        (Some(dir), _) => {
+            let tokenizer = Tokenizer::from_hf_file(&dir.join("tokenizer.json"))
+                .with_context(|| format!("reading the tokenizer of {}", dir.display()))?;
+            let weights = Weights::open(dir.join("model.safetensors"))?;
+            Ok((tokenizer, weights, Source::Hf(dir.clone())))
+        }
+        (None, Some(path)) => {
+            let file = GgufFile::open(path)?;
+            check_encoder(&file, path)?;
+            let tokenizer = Tokenizer::from_gguf(&file)?;
+            let weights = Weights::open(path)?;
+            Ok((tokenizer, weights, Source::Gguf(file)))
+        }
+        (None, None) => bail!("give --hf DIR or --gguf FILE"),
+    }
+}
+
+/// `embed` needs an encoder: a decoder's file is refused by name.
+fn check_encoder(file: &GgufFile, path: &Path) -> Result<()> {
+    match Family::of(file)? {
+        Family::Bert => Ok(()),
+        Family::Llama => bail!(
+            "{}: architecture '{}' is a decoder; embed needs a BERT encoder (architecture 'bert'); \
+             use generate for decoders",
+            path.display(),
+            file.architecture().unwrap_or("?")
+        ),
+    }
+}
+
 /// Runs `ggplan embed`.
 pub fn run(args: EmbedArgs) -> Result<ExitCode> {
-    let tokenizer = Tokenizer::from_hf_file(&args.hf.join("tokenizer.json"))
-        .with_context(|| format!("reading the tokenizer of {}", args.hf.display()))?;
-    let weights = Weights::open(args.hf.join("model.safetensors"))?;
+    let (tokenizer, weights, source) = open(&args)?;
     let shared = Shared::new(args.threads, Precision::Exact)?;
     let start = Instant::now();
     let mut run_seconds = 0.0;
@@ -47,7 +105,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         if ids.is_empty() {
             bail!("sentence {sentence:?} has no tokens");
         }
-        let cfg = BertConfig::from_hf_dir(&args.hf, ids.len() as i64)?;
+        let cfg = source.config(ids.len() as i64)?;
         let graph = bert::build_encoder(&cfg)?;
         let mut rt = shared.load(&graph, &weights)?;
         let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();

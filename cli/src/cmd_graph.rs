@@ -2,8 +2,9 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use ir::DType;
 use ir::files::gguf::GgufFile;
+use ir::{DType, Graph};
+use models::Family;
 use models::bert::{self, BertConfig};
 use models::llama::{self, CacheConfig, LlamaConfig};
 use std::path::PathBuf;
@@ -14,10 +15,12 @@ use std::process::ExitCode;
 #[command(
     after_help = "Examples:\n  ggplan graph --gguf SmolLM2-135M-Instruct.Q4_1.gguf --tokens 128 -o prefill.ron\n  \
     ggplan graph --gguf model.gguf --ctx 512 --decode -o decode.ron\n  \
-    ggplan graph --hf all-MiniLM-L6-v2/ --tokens 16 -o minilm.ron"
+    ggplan graph --hf all-MiniLM-L6-v2/ --tokens 16 -o minilm.ron\n  \
+    ggplan graph --gguf all-MiniLM-L6-v2.F16.gguf --tokens 16 -o minilm.ron"
 )]
 pub struct GraphArgs {
-    /// A llama-family GGUF file (llama, mistral, qwen2).
+    /// A GGUF file: a llama-family decoder (llama, mistral, qwen2) or a BERT
+    /// encoder (bert), by its general.architecture.
     #[arg(
         long,
         value_name = "FILE",
@@ -50,23 +53,16 @@ pub fn run(args: GraphArgs) -> Result<ExitCode> {
     let graph = match (&args.gguf, &args.hf) {
         (Some(path), _) => {
             let file = GgufFile::open(path)?;
-            let tokens = if args.decode { 1 } else { args.tokens };
-            let cfg = LlamaConfig::from_gguf(&file, tokens)?;
-            match (args.ctx, args.decode) {
-                (None, false) => llama::build_prefill(&cfg)?,
-                (ctx, _) => llama::build_cached(
-                    &cfg,
-                    &CacheConfig {
-                        n_ctx: ctx.unwrap_or(512),
-                        kv_dtype: if args.kv_f16 { DType::F16 } else { DType::F32 },
-                    },
-                )?,
+            match Family::of(&file)? {
+                Family::Llama => llama_graph(&args, &file)?,
+                Family::Bert => {
+                    refuse_cache_options(&args)?;
+                    bert::build_encoder(&BertConfig::from_gguf(&file, args.tokens)?)?
+                }
             }
         }
         (None, Some(dir)) => {
-            if args.ctx.is_some() || args.decode {
-                bail!("--ctx and --decode apply to llama-family GGUF models, not BERT encoders");
-            }
+            refuse_cache_options(&args)?;
             bert::build_encoder(&BertConfig::from_hf_dir(dir, args.tokens)?)?
         }
         (None, None) => bail!("give --gguf FILE or --hf DIR"),
@@ -79,4 +75,30 @@ pub fn run(args: GraphArgs) -> Result<ExitCode> {
         graph.len()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The prefill graph, or with `--ctx`/`--decode` the generation graph, of a
+/// llama-family file.
+fn llama_graph(args: &GraphArgs, file: &GgufFile) -> Result<Graph> {
+    let tokens = if args.decode { 1 } else { args.tokens };
+    let cfg = LlamaConfig::from_gguf(file, tokens)?;
+    Ok(match (args.ctx, args.decode) {
+        (None, false) => llama::build_prefill(&cfg)?,
+        (ctx, _) => llama::build_cached(
+            &cfg,
+            &CacheConfig {
+                n_ctx: ctx.unwrap_or(512),
+                kv_dtype: if args.kv_f16 { DType::F16 } else { DType::F32 },
+            },
+        )?,
+    })
+}
+
+/// A KV cache belongs to decoders: `--ctx` and `--decode` are refused for an
+/// encoder.
+fn refuse_cache_options(args: &GraphArgs) -> Result<()> {
+    if args.ctx.is_some() || args.decode {
+        bail!("--ctx and --decode apply to llama-family decoders, not BERT encoders");
+    }
+    Ok(())
 }

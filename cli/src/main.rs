@@ -74,7 +74,7 @@ enum Command {
     Eval(cmd_eval::EvalArgs),
     /// Run a plan on this machine's CPU (optionally checked against the reference).
     Run(cmd_run::RunArgs),
-    /// Sentence embeddings with a BERT encoder (Hugging Face folder), with a similarity table.
+    /// Sentence embeddings with a BERT encoder (Hugging Face folder or GGUF), with a similarity table.
     Embed(cmd_embed::EmbedArgs),
     /// Build a model's graph at a fixed shape from a GGUF file or a Hugging Face folder.
     Graph(cmd_graph::GraphArgs),

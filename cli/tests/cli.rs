@@ -116,6 +116,9 @@ fn every_subcommand_has_help_with_an_example() {
         "run",
         "memory",
         "devices",
+        "embed",
+        "graph",
+        "generate",
     ] {
         let out = ggplan(&[sub, "--help"]);
         assert!(out.status.success());

@@ -7,11 +7,18 @@
 //!   the prompt ids equal the reference's, and `--dump-logits` writes the prompt
 //!   logits within 1e-3 of PyTorch fp64;
 //! - all-MiniLM-L6-v2: `embed --save` writes [2, 384] embeddings with cosine
-//!   similarity >= 0.99999 to PyTorch fp64's.
+//!   similarity >= 0.99999 to PyTorch fp64's, from the Hugging Face folder and
+//!   from the folder converted to GGUF as llama.cpp's converter would.
+//!
+//! `graph` and `embed` on a tiny random BERT GGUF, and their errors on bad
+//! GGUF files (unknown architecture, a decoder given to `embed`, an unknown
+//! tokenizer model, a missing tensor), run everywhere.
 
 mod common;
 
-use common::ggplan;
+use common::{ggplan, scratch_dir, text};
+use ggplan_tests::bert_gguf::{Convert, HfBert, write_bert_gguf};
+use ggplan_tests::gguf_writer::Meta;
 use ggplan_tests::models::{minilm_dir, smollm2_gguf};
 use ggplan_tests::references::{read_json as json, read_npy_f64 as f32s, references};
 
@@ -135,4 +142,158 @@ fn embed_matches_sentence_transformers() {
         assert!(cosine >= 0.99999, "sentence {i}: cosine {cosine}");
     }
     let _ = std::fs::remove_file(&save);
+}
+
+/// `model` written as llama.cpp's converter would write it, into `dir`.
+fn bert_gguf(dir: &std::path::Path, name: &str, model: &HfBert, how: &Convert) -> String {
+    let path = dir.join(name);
+    write_bert_gguf(&path, model, how);
+    path.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn embed_gguf_matches_sentence_transformers() {
+    let Some(dir) = minilm_dir() else {
+        eprintln!("skipped: all-MiniLM-L6-v2 not installed (scripts/setup.sh)");
+        return;
+    };
+    let scratch = scratch_dir("embed-gguf");
+    let gguf = bert_gguf(
+        &scratch,
+        "minilm.gguf",
+        &HfBert::read(&dir),
+        &Convert::default(),
+    );
+    let refs = references().join("minilm");
+    let reference = json(&refs.join("reference.json"));
+    let sentences: Vec<&str> = reference["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let save = scratch.join("emb.npy");
+    let mut args = vec!["embed", "--gguf", &gguf, "--save", save.to_str().unwrap()];
+    args.extend(&sentences);
+    let out = ggplan(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout.contains("(12 tokens)"), "{stdout}");
+    let (shape, got) = f32s(&save);
+    let (want_shape, want) = f32s(&refs.join("embeddings_torch_fp64.npy"));
+    assert_eq!(shape, want_shape);
+    let dim = shape[1] as usize;
+    for (i, (a, b)) in got.chunks(dim).zip(want.chunks(dim)).enumerate() {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let cosine = dot / (norm(a) * norm(b));
+        assert!(cosine >= 0.99999, "sentence {i}: cosine {cosine}");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[test]
+fn graph_and_embed_read_a_bert_gguf() {
+    let scratch = scratch_dir("tiny-bert-gguf");
+    let gguf = bert_gguf(&scratch, "tiny.gguf", &HfBert::tiny(5), &Convert::default());
+    let ron = scratch.join("tiny.ron");
+    let out = ggplan(&[
+        "graph",
+        "--gguf",
+        &gguf,
+        "--tokens",
+        "6",
+        "-o",
+        ron.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let graph = std::fs::read_to_string(&ron).unwrap();
+    assert!(
+        graph.contains("\"blk.1.layer_output_norm.bias\""),
+        "{graph}"
+    );
+
+    let out = ggplan(&["graph", "--gguf", &gguf, "--decode", "-o", "x.ron"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not BERT encoders"), "{}", text(&out));
+
+    let out = ggplan(&["embed", "--gguf", &gguf, "Hello worlds!", "unbelievable"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("\"Hello worlds!\" (6 tokens)") && stdout.contains("cosine similarity"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[test]
+fn bad_gguf_files_are_named_errors() {
+    let scratch = scratch_dir("bad-bert-gguf");
+    let tiny = HfBert::tiny(5);
+    let set = |key: &str, value: Meta| Convert {
+        set: vec![(key.to_owned(), value)],
+        ..Convert::default()
+    };
+    let unknown = bert_gguf(
+        &scratch,
+        "t5.gguf",
+        &tiny,
+        &set("general.architecture", Meta::Str("t5")),
+    );
+    for args in [
+        ["graph", "--gguf", &unknown, "-o", "x.ron"].as_slice(),
+        ["embed", "--gguf", &unknown, "a"].as_slice(),
+    ] {
+        let out = ggplan(args);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let err = text(&out);
+        assert!(
+            err.contains("t5.gguf: architecture 't5' is not supported")
+                && err.contains("llama, mistral, qwen2 (decoders), bert (encoders)"),
+            "{args:?}: {err}"
+        );
+    }
+
+    let llama = bert_gguf(
+        &scratch,
+        "llama.gguf",
+        &tiny,
+        &set("general.architecture", Meta::Str("llama")),
+    );
+    let out = ggplan(&["embed", "--gguf", &llama, "a"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("is a decoder"), "{}", text(&out));
+
+    let spm = bert_gguf(
+        &scratch,
+        "spm.gguf",
+        &tiny,
+        &set("tokenizer.ggml.model", Meta::Str("llama")),
+    );
+    let out = ggplan(&["embed", "--gguf", &spm, "a"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("tokenizer.ggml.model is \"llama\""),
+        "{}",
+        text(&out)
+    );
+
+    let missing = bert_gguf(
+        &scratch,
+        "missing.gguf",
+        &tiny,
+        &Convert {
+            drop_tensors: vec!["blk.0.attn_q.bias".into()],
+            ..Convert::default()
+        },
+    );
+    let out = ggplan(&["embed", "--gguf", &missing, "a"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("missing.gguf: missing tensor 'blk.0.attn_q.bias'"),
+        "{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
 }

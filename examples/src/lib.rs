@@ -6,7 +6,7 @@
 //! workspace test `example_graphs` fails when a file drifts from its builder.
 
 use ir::{DType, Graph, GraphBuilder, RopeMode, RopeParams};
-use models::bert::{BertConfig, build_encoder};
+use models::bert::{BertConfig, BertNames, Pooling, build_encoder};
 use models::llama::{LlamaConfig, LlamaNames, build_prefill};
 use std::path::PathBuf;
 
@@ -107,7 +107,10 @@ pub fn bert2l_config() -> BertConfig {
         n_tokens: 48,
         eps: 1e-12,
         weight_dtype: DType::F32,
+        embd_dtype: DType::F32,
+        pooling: Pooling::Mean,
         l2_normalize: true,
+        names: BertNames::HuggingFace,
     }
 }
 

@@ -3,10 +3,13 @@
 //! - [`llama`]: llama-family decoders (prefill of `n_tokens` tokens, GQA, rope,
 //!   causal soft_max attention, SwiGLU FFN), node for node as ggml builds them,
 //!   and generation graphs over a KV cache held in state tensors;
-//! - [`bert`]: BERT encoders with mean pooling and L2 normalisation, as
-//!   sentence-transformers computes sentence embeddings;
-//! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE, Hugging
-//!   Face `tokenizer.json`), with streaming decoding for generation.
+//! - [`bert`]: BERT encoders with mean (or `[CLS]`) pooling and L2
+//!   normalisation, as sentence-transformers computes sentence embeddings,
+//!   from a Hugging Face folder or a GGUF file;
+//! - [`Family`]: which of the two a GGUF file's architecture is for;
+//! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE and
+//!   WordPiece, Hugging Face `tokenizer.json`), with streaming decoding for
+//!   generation.
 //!
 //! Invariants shared by every builder here:
 //! - graphs are built with [`ir::GraphBuilder`], so a returned graph has passed
@@ -24,8 +27,11 @@
 mod attention;
 pub mod bert;
 mod error;
+mod family;
+mod gguf_meta;
 pub mod llama;
 pub mod tokenizer;
 
 pub use error::Error;
+pub use family::{Family, SUPPORTED_ARCHITECTURES};
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};

@@ -1,5 +1,6 @@
 //! Shared support for the workspace integration tests in `tests/`.
 
+pub mod bert_gguf;
 pub mod gguf_writer;
 pub mod models;
 pub mod references;

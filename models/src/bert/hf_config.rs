@@ -6,11 +6,13 @@
 //!   wrong type is an error naming the field and the file;
 //! - only what the builder computes is accepted: `model_type` `bert` (when
 //!   given), `hidden_act` `gelu` (the exact erf form), absolute positions, and,
-//!   when the folder is a sentence-transformers model, mean pooling; the L2
-//!   normalisation follows `modules.json` (on when the folder has none);
-//! - weights are F32, the dtype of the Hugging Face safetensors files.
+//!   when the folder is a sentence-transformers model, mean or `[CLS]` pooling
+//!   (mean when the folder has no pooling module); the L2 normalisation
+//!   follows `modules.json` (on when the folder has none);
+//! - weights are F32, the dtype of the Hugging Face safetensors files, with
+//!   Hugging Face names ([`BertNames::HuggingFace`]).
 
-use super::BertConfig;
+use super::{BertConfig, BertNames, Pooling};
 use crate::Error;
 use ir::DType;
 use serde_json::{Map, Value};
@@ -64,6 +66,7 @@ impl BertConfig {
                 reason: format!("a sequence needs at least one token (got n_tokens = {n_tokens})"),
             });
         }
+        let (pooling, l2_normalize) = sentence_transformers_head(dir)?;
         Ok(BertConfig {
             n_layer: config.positive("num_hidden_layers")? as usize,
             n_embd,
@@ -75,18 +78,21 @@ impl BertConfig {
             n_tokens,
             eps: config.f32("layer_norm_eps")?,
             weight_dtype: DType::F32,
-            l2_normalize: sentence_transformers_normalizes(dir)?,
+            embd_dtype: DType::F32,
+            pooling,
+            l2_normalize,
+            names: BertNames::HuggingFace,
         })
     }
 }
 
-/// Whether the sentence-transformers pipeline in `dir` ends with L2
-/// normalisation (true when `modules.json` is absent); checks that its pooling,
-/// if any, is the mean over tokens that the builder computes.
-fn sentence_transformers_normalizes(dir: &Path) -> Result<bool, Error> {
+/// The pooling of the sentence-transformers pipeline in `dir` (mean when it
+/// has no pooling module) and whether it ends with L2 normalisation (true
+/// when `modules.json` is absent).
+fn sentence_transformers_head(dir: &Path) -> Result<(Pooling, bool), Error> {
     let path = dir.join("modules.json");
     if !path.exists() {
-        return Ok(true);
+        return Ok((Pooling::Mean, true));
     }
     let modules = read_json(&path)?;
     let modules = modules.as_array().ok_or_else(|| Error::File {
@@ -94,6 +100,7 @@ fn sentence_transformers_normalizes(dir: &Path) -> Result<bool, Error> {
         reason: "expected a JSON array of modules".into(),
     })?;
     let mut normalize = false;
+    let mut pooling = Pooling::Mean;
     for module in modules {
         let kind = module.get("type").and_then(Value::as_str).unwrap_or("");
         if kind == NORMALIZE_MODULE {
@@ -101,37 +108,54 @@ fn sentence_transformers_normalizes(dir: &Path) -> Result<bool, Error> {
         }
         if kind == POOLING_MODULE {
             let sub = module.get("path").and_then(Value::as_str).unwrap_or("");
-            let pooling = dir.join(sub).join("config.json");
-            if pooling.exists() {
-                check_mean_pooling(&Json::read(pooling)?)?;
+            let config = dir.join(sub).join("config.json");
+            if config.exists() {
+                pooling = pooling_mode(&Json::read(config)?)?;
             }
         }
     }
-    Ok(normalize)
+    Ok((pooling, normalize))
 }
 
-/// The builder pools by the mean over tokens only.
-fn check_mean_pooling(pooling: &Json) -> Result<(), Error> {
-    for (key, want) in [
-        ("pooling_mode_mean_tokens", true),
-        ("pooling_mode_cls_token", false),
-        ("pooling_mode_max_tokens", false),
-        ("pooling_mode_mean_sqrt_len_tokens", false),
-    ] {
-        let on = match pooling.map.get(key) {
-            None => false,
+/// The one pooling mode a sentence-transformers pooling config turns on: the
+/// mean over tokens or the `[CLS]` token; any other mode, or several, is an
+/// error naming the key.
+fn pooling_mode(pooling: &Json) -> Result<Pooling, Error> {
+    let flag = |key: &str| -> Result<bool, Error> {
+        match pooling.map.get(key) {
+            None => Ok(false),
             Some(v) => v
                 .as_bool()
-                .ok_or_else(|| pooling.bad(key, "should be a bool".into()))?,
-        };
-        if on != want {
+                .ok_or_else(|| pooling.bad(key, "should be a bool".into())),
+        }
+    };
+    let mean = flag("pooling_mode_mean_tokens")?;
+    let cls = flag("pooling_mode_cls_token")?;
+    for key in [
+        "pooling_mode_max_tokens",
+        "pooling_mode_mean_sqrt_len_tokens",
+        "pooling_mode_weightedmean_tokens",
+        "pooling_mode_lasttoken",
+    ] {
+        if flag(key)? {
             return Err(pooling.bad(
                 key,
-                format!("is {on}; only mean pooling over tokens is supported"),
+                "is true; only mean or [CLS] pooling is supported".into(),
             ));
         }
     }
-    Ok(())
+    match (mean, cls) {
+        (true, false) => Ok(Pooling::Mean),
+        (false, true) => Ok(Pooling::Cls),
+        (true, true) => Err(pooling.bad(
+            "pooling_mode_cls_token",
+            "is true beside pooling_mode_mean_tokens; only one pooling mode is supported".into(),
+        )),
+        (false, false) => Err(pooling.bad(
+            "pooling_mode_mean_tokens",
+            "is false and so is pooling_mode_cls_token; one of them must be on".into(),
+        )),
+    }
 }
 
 fn read_json(path: &Path) -> Result<Value, Error> {

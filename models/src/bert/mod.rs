@@ -1,31 +1,41 @@
 //! BERT encoders at a fixed shape, producing a sentence embedding as
-//! sentence-transformers does (all-MiniLM-L6-v2): mean pooling over the tokens,
-//! then L2 normalisation.
+//! sentence-transformers does (all-MiniLM-L6-v2): mean pooling over the tokens
+//! (or the `[CLS]` token's state), then L2 normalisation.
+//!
+//! Two front-ends fill the one [`BertConfig`] the builder reads:
+//! [`BertConfig::from_hf_dir`] (a Hugging Face folder, `hf_config.rs`) and
+//! [`BertConfig::from_gguf`] (a GGUF file as llama.cpp's converter writes it,
+//! `gguf_config.rs`). They differ only in where the hyperparameters come from
+//! and in the weight names ([`BertNames`]); the graph is the same.
 //!
 //! Invariants of [`build_encoder`]'s graph:
 //! - leafs, in this order: `tokens` (I32 input `[n_tokens]`), `pos` (I32
 //!   constant `0..n_tokens`), `token_types` (I32 constant, all 0), then the
-//!   weights with Hugging Face names ([`names`]): the three embedding tables,
+//!   weights named by `cfg.names` ([`names`]): the three embedding tables,
 //!   the embedding layer norm, and per layer every [`LayerPart`]'s weight and
-//!   bias; matrices take `weight_dtype`, everything else is F32;
+//!   bias; the token table takes `embd_dtype`, layer matrices `weight_dtype`,
+//!   everything else is F32;
 //! - nodes: `inp_tok`, `inp_type`, `inp_tok_type`, `inp_pos`, `inp_embd`,
 //!   `inp_norm`; per layer `l{i}.` + `q`, `k`, `v` (each a `.mm` node plus the
 //!   bias add), the attention nodes (see `attention`, no mask, scale
 //!   1/sqrt(head_dim)), `attn_out`, `attn_res`, `attn_norm`, `ffn_up`,
 //!   `ffn_gelu` (exact erf gelu), `ffn_down`, `ffn_res`, `l_out` (layer norms
-//!   are `{name}.norm`, `{name}.mul` and the bias add `{name}`); then `pool.t`,
-//!   `pool.t_cont`, `pool.mean` (`[1, n_embd]`) and, when normalising,
-//!   `pool.flat`, `embd.sqr`, `embd.sum_sq`, `embd.l2`; the last node,
-//!   `embedding` `[n_embd, 1]`, is the only output;
+//!   are `{name}.norm`, `{name}.mul` and the bias add `{name}`); then the
+//!   pooling: `pool.t`, `pool.t_cont`, `pool.mean` (`[1, n_embd]`) for
+//!   [`Pooling::Mean`], or `pool.cls` (a view of token 0's state) for
+//!   [`Pooling::Cls`]; when normalising, `pool.flat` (the pooled vector),
+//!   `embd.sqr`, `embd.sum_sq`, `embd.l2`; the last node, `embedding`
+//!   `[n_embd, 1]`, is the only output;
 //! - all tokens attend to all tokens (one sequence, no padding), all token
 //!   types are 0; the pooler weights are not used.
 
+mod gguf_config;
 mod hf_config;
 pub mod names;
 #[cfg(test)]
 mod tests;
 
-pub use names::LayerPart;
+pub use names::{BertNames, LayerPart};
 
 use crate::attention::{attend, heads_major, split_heads, transposed_values};
 use ir::{ConstInit, DType, Error, Graph, GraphBuilder, TensorId};
@@ -62,9 +72,26 @@ pub struct BertConfig {
     pub eps: f32,
     /// Dtype of the dense matrices of the layers.
     pub weight_dtype: DType,
+    /// Dtype of the token embedding table (F16 in llama.cpp's F16
+    /// conversions, which keep the position and token-type tables F32).
+    pub embd_dtype: DType,
+    /// How the token states become one vector.
+    pub pooling: Pooling,
     /// Divide the pooled embedding by its L2 norm (sentence-transformers'
     /// `Normalize` module).
     pub l2_normalize: bool,
+    /// How weights are named (the file they bind to).
+    pub names: BertNames,
+}
+
+/// How the token states become the sentence vector (sentence-transformers'
+/// `pooling_mode_*`, llama.cpp's `{arch}.pooling_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pooling {
+    /// The mean over all tokens (`pooling_mode_mean_tokens`; GGUF 1).
+    Mean,
+    /// The state of the first token, `[CLS]` (`pooling_mode_cls_token`; GGUF 2).
+    Cls,
 }
 
 impl BertConfig {
@@ -90,7 +117,7 @@ pub fn build_encoder(cfg: &BertConfig) -> Result<Graph, Error> {
                 "{} tokens need more positions than the {} rows of '{}'",
                 cfg.n_tokens,
                 cfg.n_ctx_train,
-                names::POSITION_EMBEDDINGS
+                cfg.names.position_embeddings()
             ),
         });
     }
@@ -104,28 +131,25 @@ pub fn build_encoder(cfg: &BertConfig) -> Result<Graph, Error> {
     let pos = b.constant(POSITIONS, DType::I32, [t, 1, 1, 1], arange)?;
     let types = b.constant(TOKEN_TYPES, DType::I32, [t, 1, 1, 1], ConstInit::Fill(0.0))?;
 
-    let word = b.weight(names::WORD_EMBEDDINGS, DType::F32, [e, cfg.n_vocab, 1, 1])?;
+    let names = cfg.names;
+    let word = b.weight(
+        names.word_embeddings(),
+        cfg.embd_dtype,
+        [e, cfg.n_vocab, 1, 1],
+    )?;
     let pos_table = b.weight(
-        names::POSITION_EMBEDDINGS,
+        names.position_embeddings(),
         DType::F32,
         [e, cfg.n_ctx_train, 1, 1],
     )?;
     let type_table = b.weight(
-        names::TOKEN_TYPE_EMBEDDINGS,
+        names.token_type_embeddings(),
         DType::F32,
         [e, cfg.n_types, 1, 1],
     )?;
     let embd_norm = Affine {
-        weight: b.weight(
-            format!("{}.weight", names::EMBEDDINGS_NORM),
-            DType::F32,
-            [e, 1, 1, 1],
-        )?,
-        bias: b.weight(
-            format!("{}.bias", names::EMBEDDINGS_NORM),
-            DType::F32,
-            [e, 1, 1, 1],
-        )?,
+        weight: b.weight(names.embeddings_norm(false), DType::F32, [e, 1, 1, 1])?,
+        bias: b.weight(names.embeddings_norm(true), DType::F32, [e, 1, 1, 1])?,
     };
     let layers = (0..cfg.n_layer)
         .map(|il| declare_layer_weights(&mut b, cfg, il))
@@ -140,7 +164,7 @@ pub fn build_encoder(cfg: &BertConfig) -> Result<Graph, Error> {
     for (il, w) in layers.iter().enumerate() {
         x = build_layer(&mut b, cfg, il, w, x)?;
     }
-    let out = pool(&mut b, x, cfg.l2_normalize)?;
+    let out = pool(&mut b, x, cfg.pooling, cfg.l2_normalize)?;
     b.mark_output(out)?;
     b.finish()
 }
@@ -166,8 +190,12 @@ fn declare_layer_weights(
         };
         let n_bias = if part.is_norm() { n_in } else { n_out };
         *slot = Affine {
-            weight: b.weight(names::layer_weight(il, part), dtype, [n_in, n_out, 1, 1])?,
-            bias: b.weight(names::layer_bias(il, part), DType::F32, [n_bias, 1, 1, 1])?,
+            weight: b.weight(cfg.names.layer_weight(il, part), dtype, [n_in, n_out, 1, 1])?,
+            bias: b.weight(
+                cfg.names.layer_bias(il, part),
+                DType::F32,
+                [n_bias, 1, 1, 1],
+            )?,
         };
     }
     Ok(out)
@@ -222,17 +250,39 @@ fn build_layer(
     )
 }
 
-/// Mean over tokens of `x [n_embd, n_tokens]`, optionally L2-normalised:
+/// The pooled vector of `x [n_embd, n_tokens]`, optionally L2-normalised:
 /// the output `embedding [n_embd, 1]`.
-fn pool(b: &mut GraphBuilder, x: TensorId, l2_normalize: bool) -> Result<TensorId, Error> {
+fn pool(
+    b: &mut GraphBuilder,
+    x: TensorId,
+    pooling: Pooling,
+    l2_normalize: bool,
+) -> Result<TensorId, Error> {
     let n_embd = b.tensor(x).ne()[0];
-    let xt = b.transpose("pool.t", x)?;
-    let xt = b.cont("pool.t_cont", xt)?;
-    let mean = b.mean("pool.mean", xt)?;
+    let pooled = if l2_normalize { "pool.flat" } else { EMBEDDING };
+    let v = match pooling {
+        Pooling::Mean => {
+            let xt = b.transpose("pool.t", x)?;
+            let xt = b.cont("pool.t_cont", xt)?;
+            let mean = b.mean("pool.mean", xt)?;
+            b.reshape(pooled, mean, [n_embd, 1, 1, 1])?
+        }
+        Pooling::Cls => {
+            // Token 0's state: the first column of the packed `x`.
+            let column = b.tensor(x).layout.nb[1];
+            let first = b.view(
+                "pool.cls",
+                x,
+                [n_embd, 1, 1, 1],
+                [column, column, column],
+                0,
+            )?;
+            b.cont(pooled, first)?
+        }
+    };
     if !l2_normalize {
-        return b.reshape(EMBEDDING, mean, [n_embd, 1, 1, 1]);
+        return Ok(v);
     }
-    let v = b.reshape("pool.flat", mean, [n_embd, 1, 1, 1])?;
     let sq = b.unary("embd.sqr", ir::Op::Sqr, v)?;
     let sum = b.sum_rows("embd.sum_sq", sq)?;
     let l2 = b.unary("embd.l2", ir::Op::Sqrt, sum)?;

@@ -1,5 +1,5 @@
 use super::*;
-use ir::Role;
+use ir::{Graph, Role};
 
 /// all-MiniLM-L6-v2's shapes, two layers, 12 tokens.
 fn minilm_like() -> BertConfig {
@@ -14,7 +14,10 @@ fn minilm_like() -> BertConfig {
         n_tokens: 12,
         eps: 1e-12,
         weight_dtype: DType::F32,
+        embd_dtype: DType::F32,
+        pooling: Pooling::Mean,
         l2_normalize: true,
+        names: BertNames::HuggingFace,
     }
 }
 
@@ -131,4 +134,88 @@ fn heads_that_do_not_divide_the_width_fail() {
     })
     .unwrap_err();
     assert!(matches!(err, Error::Op { op: "reshape", .. }), "{err}");
+}
+
+#[test]
+fn gguf_names_follow_llama_cpp_and_keep_the_graph() {
+    let hf = build_encoder(&minilm_like()).unwrap();
+    let gguf = build_encoder(&BertConfig {
+        names: BertNames::Gguf,
+        embd_dtype: DType::F16,
+        weight_dtype: DType::F16,
+        ..minilm_like()
+    })
+    .unwrap();
+    let weights = |g: &Graph| -> Vec<(String, DType, [i64; 4])> {
+        g.with_role(Role::Weight)
+            .map(|id| {
+                let t = g.tensor(id);
+                (t.name.clone(), t.dtype(), t.ne())
+            })
+            .collect()
+    };
+    let names: Vec<String> = weights(&gguf).into_iter().map(|w| w.0).collect();
+    assert_eq!(
+        names[..7],
+        [
+            "token_embd.weight",
+            "position_embd.weight",
+            "token_types.weight",
+            "token_embd_norm.weight",
+            "token_embd_norm.bias",
+            "blk.0.attn_q.weight",
+            "blk.0.attn_q.bias",
+        ]
+    );
+    for stem in [
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "attn_output_norm",
+        "ffn_up",
+        "ffn_down",
+        "layer_output_norm",
+    ] {
+        for suffix in ["weight", "bias"] {
+            let name = format!("blk.1.{stem}.{suffix}");
+            assert!(names.contains(&name), "{name} in {names:?}");
+        }
+    }
+    // Same shapes in the same order; the token table and the layer matrices
+    // take their dtypes, everything else stays F32.
+    for ((hn, hd, hne), (gn, gd, gne)) in weights(&hf).into_iter().zip(weights(&gguf)) {
+        assert_eq!(hne, gne, "{hn} vs {gn}");
+        let matrix = gn == "token_embd.weight"
+            || (hne[1] > 1 && gn.starts_with("blk.") && !gn.contains("norm"));
+        assert_eq!(gd, if matrix { DType::F16 } else { hd }, "{gn}");
+    }
+    // The nodes are the same, name for name.
+    let nodes = |g: &Graph| -> Vec<(String, Option<ir::Op>)> {
+        g.tensors()
+            .iter()
+            .filter(|t| !t.is_leaf())
+            .map(|t| (t.name.clone(), t.op))
+            .collect()
+    };
+    assert_eq!(nodes(&hf), nodes(&gguf));
+}
+
+#[test]
+fn cls_pooling_reads_the_first_token() {
+    for l2 in [true, false] {
+        let g = build_encoder(&BertConfig {
+            pooling: Pooling::Cls,
+            l2_normalize: l2,
+            ..minilm_like()
+        })
+        .unwrap();
+        assert!(g.find("pool.mean").is_none());
+        let cls = g.tensor(g.find("pool.cls").unwrap());
+        assert_eq!(cls.ne(), [384, 1, 1, 1]);
+        assert_eq!(cls.op, Some(ir::Op::View { offset: 0 }));
+        let out = g.tensor(g.find(EMBEDDING).unwrap());
+        assert_eq!(out.ne(), [384, 1, 1, 1]);
+        let want = if l2 { ir::Op::Div } else { ir::Op::Cont };
+        assert_eq!(out.op, Some(want));
+    }
 }

@@ -15,12 +15,10 @@
 
 use super::{LlamaConfig, LlamaNames};
 use crate::Error;
+use crate::gguf_meta::GgufMeta;
 use crate::llama::BlockWeight;
-use ir::files::TensorSource;
-use ir::files::gguf::{GgufFile, GgufTensorInfo};
-use ir::layout::fmt_ne;
-use ir::{Role, RopeMode, RopeParams};
-use std::path::PathBuf;
+use ir::files::gguf::GgufFile;
+use ir::{RopeMode, RopeParams};
 
 /// The architectures [`LlamaConfig::from_gguf`] accepts.
 const SUPPORTED: &str = "llama, mistral, qwen2";
@@ -35,10 +33,7 @@ impl LlamaConfig {
     /// missing tensor is [`Error::MissingTensor`], one of another shape or
     /// dtype is [`Error::BadTensor`], both naming the file and the tensor.
     pub fn from_gguf(file: &GgufFile, n_tokens: i64) -> Result<LlamaConfig, Error> {
-        let meta = Meta {
-            file,
-            path: file.path().to_path_buf(),
-        };
+        let meta = GgufMeta::new(file);
         let arch = meta.str("general.architecture")?;
         // All three name their tensors as llama does; qwen2 rotates halves
         // (NeoX) and adds q/k/v biases, which are read from the tensors.
@@ -47,7 +42,7 @@ impl LlamaConfig {
             "qwen2" => RopeMode::Neox,
             other => {
                 return Err(Error::UnsupportedArchitecture {
-                    file: meta.path.clone(),
+                    file: meta.path().to_path_buf(),
                     arch: other.to_owned(),
                     supported: SUPPORTED,
                 });
@@ -139,139 +134,11 @@ impl LlamaConfig {
             qkv_bias: file.tensor_info(&names.bias(0, BlockWeight::Wq)).is_some(),
             names,
         };
-        meta.check_binds(&cfg)?;
+        let first = cfg.names.block(0, BlockWeight::Wq);
+        meta.check_binds(
+            super::build_prefill(&cfg),
+            &format!("norms and biases are f32; block matrices share the dtype of '{first}'"),
+        )?;
         Ok(cfg)
-    }
-}
-
-/// Typed metadata lookups whose errors name the key and the file.
-struct Meta<'a> {
-    file: &'a GgufFile,
-    path: PathBuf,
-}
-
-impl<'a> Meta<'a> {
-    fn missing(&self, key: &str) -> Error {
-        Error::MissingKey {
-            file: self.path.clone(),
-            key: key.to_owned(),
-        }
-    }
-
-    fn bad(&self, key: &str, reason: String) -> Error {
-        Error::BadValue {
-            file: self.path.clone(),
-            key: key.to_owned(),
-            reason,
-        }
-    }
-
-    fn unsupported(&self, reason: String) -> Error {
-        Error::Unsupported {
-            file: self.path.clone(),
-            reason,
-        }
-    }
-
-    fn wrong_type(&self, key: &str, expected: &str) -> Error {
-        let found = self.file.get(key).map_or("absent", |v| v.type_name());
-        self.bad(key, format!("should be {expected} but is a {found}"))
-    }
-
-    fn opt_str(&self, key: &str) -> Result<Option<&'a str>, Error> {
-        match self.file.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "a string")),
-        }
-    }
-
-    fn str(&self, key: &str) -> Result<&'a str, Error> {
-        self.opt_str(key)?.ok_or_else(|| self.missing(key))
-    }
-
-    /// An integer that is at least 1, as `i64`.
-    fn opt_positive(&self, key: &str) -> Result<Option<i64>, Error> {
-        let Some(v) = self.file.get(key) else {
-            return Ok(None);
-        };
-        let n = v
-            .as_i64()
-            .ok_or_else(|| self.wrong_type(key, "an integer"))?;
-        if !(1..=i64::from(u32::MAX)).contains(&n) {
-            return Err(self.bad(key, format!("is {n}, outside 1..={}", u32::MAX)));
-        }
-        Ok(Some(n))
-    }
-
-    fn positive(&self, key: &str) -> Result<i64, Error> {
-        self.opt_positive(key)?.ok_or_else(|| self.missing(key))
-    }
-
-    /// A finite float.
-    fn opt_f32(&self, key: &str) -> Result<Option<f32>, Error> {
-        let Some(v) = self.file.get(key) else {
-            return Ok(None);
-        };
-        let x = v.as_f64().ok_or_else(|| self.wrong_type(key, "a number"))? as f32;
-        if !x.is_finite() {
-            return Err(self.bad(key, format!("is {x}, not a finite f32")));
-        }
-        Ok(Some(x))
-    }
-
-    fn f32(&self, key: &str) -> Result<f32, Error> {
-        self.opt_f32(key)?.ok_or_else(|| self.missing(key))
-    }
-
-    fn bad_tensor(&self, tensor: &str, reason: String) -> Error {
-        Error::BadTensor {
-            file: self.path.clone(),
-            tensor: tensor.to_owned(),
-            reason,
-        }
-    }
-
-    /// Every weight of `cfg`'s graph is in the file with the dtype and shape
-    /// the graph declares (the prefill and cached graphs declare the same).
-    fn check_binds(&self, cfg: &LlamaConfig) -> Result<(), Error> {
-        let graph = super::build_prefill(cfg)
-            .map_err(|e| self.unsupported(format!("the model does not form a graph: {e}")))?;
-        for id in graph.with_role(Role::Weight) {
-            let want = graph.tensor(id);
-            let have = self.tensor(&want.name)?;
-            if (have.dtype, have.ne) != (want.dtype(), want.ne()) {
-                let hint = if have.ne == want.ne() && have.dtype != want.dtype() {
-                    let first = cfg.names.block(0, BlockWeight::Wq);
-                    format!(
-                        " (norms and biases are f32; block matrices share the dtype of '{first}',                          mixed dtypes are not supported)"
-                    )
-                } else {
-                    String::new()
-                };
-                return Err(self.bad_tensor(
-                    &want.name,
-                    format!(
-                        "is {} {} but the model needs {} {}{hint}",
-                        have.dtype,
-                        fmt_ne(&have.ne),
-                        want.dtype(),
-                        fmt_ne(&want.ne())
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn tensor(&self, name: &str) -> Result<&'a GgufTensorInfo, Error> {
-        self.file
-            .tensor_info(name)
-            .ok_or_else(|| Error::MissingTensor {
-                file: self.path.clone(),
-                tensor: name.to_owned(),
-            })
     }
 }

@@ -25,9 +25,10 @@ pub enum TokenizerError {
         /// What is wrong with it.
         problem: String,
     },
-    /// `tokenizer.ggml.model` names a tokenizer kind other than byte-level BPE.
+    /// `tokenizer.ggml.model` names a tokenizer kind other than byte-level
+    /// BPE and WordPiece.
     #[error(
-        "{}: tokenizer.ggml.model is {model:?}; only \"gpt2\" (byte-level BPE) is supported",
+        "{}: tokenizer.ggml.model is {model:?}; supported: \"gpt2\" (byte-level BPE), \"bert\" (WordPiece)",
         file.display()
     )]
     UnsupportedModel {

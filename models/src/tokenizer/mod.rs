@@ -4,27 +4,34 @@
 //! `tokenizers` crate (pure Rust: its `fancy-regex` engine, not onig's C):
 //! - [`Tokenizer::from_hf_file`]: a `tokenizer.json` as it is (BERT WordPiece
 //!   for all-MiniLM-L6-v2), less its padding and truncation;
-//! - [`Tokenizer::from_gguf`]: the byte-level BPE vocabulary and merges in a
-//!   GGUF file's metadata, with the split rules its `tokenizer.ggml.pre`
-//!   names (`smollm`, `starcoder`, `gpt-2`, `llama-bpe`, `qwen2`).
+//! - [`Tokenizer::from_gguf`]: the vocabulary in a GGUF file's metadata,
+//!   by `tokenizer.ggml.model`: `gpt2`, a byte-level BPE with the split rules
+//!   its `tokenizer.ggml.pre` names (`smollm`, `starcoder`, `gpt-2`,
+//!   `llama-bpe`, `qwen2`; `gguf_bpe.rs`), or `bert`, a WordPiece stored in
+//!   llama.cpp's phantom-space form (`gguf_wordpiece.rs`).
 //!
 //! [`StreamDecoder`] turns ids into text one at a time for generation, holding
 //! back bytes until they form whole characters.
 //!
 //! Invariants: `encode` adds only the special tokens its source asks for
-//! (`[CLS]`/`[SEP]` by a `tokenizer.json`'s template; BOS only when a GGUF's
-//! `tokenizer.ggml.add_bos_token` is true); special tokens written in the input
+//! (`[CLS]`/`[SEP]` by a `tokenizer.json`'s template and for every GGUF
+//! WordPiece; BOS only when a GGUF BPE's `tokenizer.ggml.add_bos_token` is
+//! true); special tokens written in the input
 //! text are recognised as such; `decode` rejects ids outside the vocabulary
 //! and leaves special tokens out of its text; for byte-level BPE without
 //! special tokens in the text, `decode(encode(s)) == s`.
 
 mod error;
-mod gguf;
+mod gguf_bpe;
+mod gguf_meta;
+mod gguf_wordpiece;
 mod hf;
 mod pre;
 mod stream;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wordpiece_tests;
 
 use std::path::{Path, PathBuf};
 
@@ -64,11 +71,19 @@ impl Tokenizer {
     }
 
     /// The tokenizer in a GGUF file's metadata: `tokenizer.ggml.model` must be
-    /// `"gpt2"` (byte-level BPE) and `tokenizer.ggml.pre` a known pre-tokenizer
-    /// (`smollm`, `gpt-2`, `llama-bpe`, `qwen2`, `starcoder`); anything else
-    /// is an error naming the file and the value.
+    /// `"gpt2"` (byte-level BPE, whose `tokenizer.ggml.pre` must be a known
+    /// pre-tokenizer: `smollm`, `gpt-2`, `llama-bpe`, `qwen2`, `starcoder`) or
+    /// `"bert"` (WordPiece); anything else is an error naming the file and
+    /// the value.
     pub fn from_gguf(file: &ir::files::gguf::GgufFile) -> Result<Tokenizer, TokenizerError> {
-        gguf::from_gguf(file)
+        match gguf_meta::TokenizerMeta::new(file).str("tokenizer.ggml.model")? {
+            "gpt2" => gguf_bpe::from_gguf(file),
+            "bert" => gguf_wordpiece::from_gguf(file),
+            other => Err(TokenizerError::UnsupportedModel {
+                file: ir::files::TensorSource::path(file).to_path_buf(),
+                model: other.to_owned(),
+            }),
+        }
     }
 
     /// The ids of `text`, with the special tokens the source adds.

@@ -56,7 +56,7 @@ fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
 }
 
 /// Writes a GGUF v3 file with metadata `kvs` and no tensors, and opens it.
-fn write_gguf(name: &str, kvs: &[(&str, GgufValue)]) -> GgufFile {
+pub(super) fn write_gguf(name: &str, kvs: &[(&str, GgufValue)]) -> GgufFile {
     let mut out = GGUF_MAGIC.to_vec();
     out.extend(3u32.to_le_bytes());
     out.extend(0u64.to_le_bytes());
@@ -82,7 +82,7 @@ fn write_gguf(name: &str, kvs: &[(&str, GgufValue)]) -> GgufFile {
     file
 }
 
-fn strings(items: &[String]) -> GgufValue {
+pub(super) fn strings(items: &[String]) -> GgufValue {
     GgufValue::Array(items.iter().cloned().map(GgufValue::String).collect())
 }
 
@@ -287,7 +287,10 @@ fn load_errors_name_the_file_key_and_value() {
             GgufValue::String("llama".into()),
         )
     });
-    assert!(err.contains("tokenizer.ggml.model is \"llama\""), "{err}");
+    assert!(
+        err.contains("tokenizer.ggml.model is \"llama\"") && err.contains("\"bert\" (WordPiece)"),
+        "{err}"
+    );
 
     let err = load_error("unknown-pre", |kvs| {
         set(
