@@ -8,6 +8,7 @@
 //!   8-bit blocks of 32 ([`q8`]) into the shared scratch (phase 1, rows split
 //!   over threads), then integer dot products in tiles of src0 rows x src1
 //!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
+//!   Q4_0 / Q4_1 weights are repacked once at load for AVX2 ([`packed`]);
 //! - [`float`] (every other dtype): the `gemm` crate on f32, reading f32
 //!   operands in place through their strides (so permuted views cost no copy)
 //!   and converting anything else to f32 first ([`convert`]).
@@ -21,6 +22,7 @@
 
 pub mod convert;
 pub mod float;
+pub mod packed;
 pub mod q8;
 pub mod qdot;
 pub mod quantized;
@@ -63,10 +65,42 @@ pub fn prepare_mul_mat_with(
     src1: RawTensor,
     precision: Precision,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    // SAFETY: no repacking, so nothing is read now.
+    unsafe { prepare(dst, src0, src1, precision, None) }
+}
+
+/// [`prepare_mul_mat_with`] for a src0 that never changes (a weight): the
+/// kernel may read a copy of it repacked now through `repack` ([`packed`]).
+///
+/// # Safety
+/// src0's bytes are readable now and never change while the kernel lives.
+pub unsafe fn prepare_mul_mat_weights(
+    dst: RawTensor,
+    src0: RawTensor,
+    src1: RawTensor,
+    precision: Precision,
+    repack: &packed::RepackCache,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    // SAFETY: forwarded.
+    unsafe { prepare(dst, src0, src1, precision, Some(repack)) }
+}
+
+/// Both of the above.
+///
+/// # Safety
+/// With `repack`, as [`prepare_mul_mat_weights`].
+unsafe fn prepare(
+    dst: RawTensor,
+    src0: RawTensor,
+    src1: RawTensor,
+    precision: Precision,
+    repack: Option<&packed::RepackCache>,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     let geo = Geometry::new(dst, src0, src1)?;
     Ok(match (src0.dtype, precision) {
         (DType::Q8_0 | DType::Q4_0 | DType::Q4_1, Precision::Fast) => {
-            Box::new(quantized::QuantMatMul::new(geo))
+            // SAFETY: forwarded.
+            Box::new(unsafe { quantized::QuantMatMul::new(geo, repack) })
         }
         _ => Box::new(float::GemmMatMul::new(geo)),
     })

@@ -17,6 +17,14 @@
 //! partial group takes 256 bytes too; the places of its missing blocks hold
 //! garbage (the kernel multiplies them by zero weights).
 //!
+//! Then, from the next multiple of 64 bytes, `ql: [i8; 256 * groups]`: the
+//! quants once more, for the kernel over weights repacked at load
+//! ([`super::packed`]): for group `g` (blocks `b = 8 g ..`), 8 vectors of 32
+//! bytes; in vector `v`, the 4 bytes of lane `j` are quants `4 v .. 4 v + 4`
+//! of block `b + j` (an 8 x 8 transpose of the group's 4-byte words), so each
+//! 32-bit lane of an integer product belongs to one block. Lanes of blocks
+//! past the row's end are zero.
+//!
 //! Invariant: the scalar and the AVX2 quantizers give identical bytes (same
 //! f32 operations, same rounding), so the dot kernels can be compared alone.
 
@@ -30,8 +38,17 @@ pub const GROUP: usize = 8;
 
 /// Bytes of one quantized row of `k` values.
 pub fn row_bytes(k: usize) -> usize {
-    let nb = k / QK;
-    (k + 8 * nb + nb.div_ceil(GROUP) * GROUP * QK).next_multiple_of(64)
+    lanes_offset(k) + groups_bytes(k)
+}
+
+/// Bytes of `qp` (and of `ql`) for rows of `k` values: whole groups.
+fn groups_bytes(k: usize) -> usize {
+    (k / QK).div_ceil(GROUP) * GROUP * QK
+}
+
+/// Offset of `ql` in a row of `k` values (aligned to 64).
+fn lanes_offset(k: usize) -> usize {
+    (k + 8 * (k / QK) + groups_bytes(k)).next_multiple_of(64)
 }
 
 /// A quantized row, as the dot kernels read it.
@@ -45,6 +62,9 @@ pub struct QRow {
     pub s8: *const f32,
     /// The quants regrouped by groups of 8 blocks (module doc).
     pub qp: *const i8,
+    /// The quants transposed by groups of 8 blocks, one block per 32-bit
+    /// lane (module doc).
+    pub ql: *const i8,
 }
 
 impl QRow {
@@ -60,6 +80,7 @@ impl QRow {
                 d: base.add(k) as *const f32,
                 s8: base.add(k + 4 * (k / QK)) as *const f32,
                 qp: base.add(k + 8 * (k / QK)) as *const i8,
+                ql: base.add(lanes_offset(k)) as *const i8,
             }
         }
     }
@@ -105,6 +126,21 @@ pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
                             (row.qp as *mut i8).add(b * QK + i * 64 + half * 32 + side * 16),
                             QK / 2,
                         )
+                    };
+                }
+            }
+        }
+        for v in 0..QK / 4 {
+            for j in 0..GROUP {
+                let blk = b + j;
+                // SAFETY: lane j of vector v of group g lies inside ql; the
+                // 4 quants of block blk (when it exists) inside qs.
+                unsafe {
+                    let dst = (row.ql as *mut i8).add(b * QK + v * 32 + j * 4) as *mut [i8; 4];
+                    *dst = if blk < nb {
+                        (row.qs.add(blk * QK + v * 4) as *const [i8; 4]).read()
+                    } else {
+                        [0; 4]
                     };
                 }
             }

@@ -14,11 +14,19 @@
 //! Instruction sets, chosen at run time ([`Isa::detect`]): AVX-512 (BW, VNNI
 //! when present), AVX2 (+FMA, F16C), and a portable scalar path that is also
 //! the tests' oracle for the others.
+//!
+//! Weight rows come in their file layout ([`RowLayout::Natural`]: every
+//! kernel) or, for Q4_0 and Q4_1 weights on AVX2 hosts, repacked at load
+//! ([`RowLayout::Packed`], [`crate::cpu::matmul::packed`]: the AVX2 lane
+//! kernel only). AVX-512 hosts keep the natural layout and their own kernels
+//! (not measured on this project's AVX2 machine).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_group;
+#[cfg(target_arch = "x86_64")]
+mod avx2_lane;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod scalar;
@@ -113,15 +121,27 @@ impl Isa {
     }
 }
 
+/// How weight rows are laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowLayout {
+    /// As in the file (ggml's blocks).
+    Natural,
+    /// Q4_0 / Q4_1 repacked for the AVX2 lane kernel
+    /// ([`crate::cpu::matmul::packed`]).
+    Packed,
+}
+
 /// `out[r][c] = dot(weight row w[r], activation row a[c])` over `nb` blocks,
 /// for `w.len() <= TILE_R` and `a.len() <= TILE_C`.
 ///
 /// # Safety
-/// Each `w[r]` points to `nb` blocks of format `kind`; each `a[c]` to a
-/// quantized row of at least `nb` blocks; the host supports `isa`.
+/// Each `w[r]` points to `nb` blocks of format `kind` laid out as `rows`
+/// says; each `a[c]` to a quantized row of exactly `nb` blocks; the host
+/// supports `isa`; `Packed` rows only with Q4_0 or Q4_1 and a SIMD `isa`.
 pub unsafe fn tile(
     isa: Isa,
     kind: u8,
+    rows: RowLayout,
     w: &[*const u8],
     a: &[QRow],
     nb: usize,
@@ -130,9 +150,10 @@ pub unsafe fn tile(
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: forwarded; the host supports AVX2 (every non-scalar set includes it).
-        unsafe { simd_tile(isa, kind, w, a, nb, out) };
+        unsafe { simd_tile(isa, kind, rows, w, a, nb, out) };
         return;
     }
+    assert_eq!(rows, RowLayout::Natural, "packed rows need a SIMD kernel");
     for (r, &wr) in w.iter().enumerate() {
         for (c, &ac) in a.iter().enumerate() {
             // SAFETY: forwarded from the caller.
@@ -150,6 +171,7 @@ pub unsafe fn tile(
 unsafe fn simd_tile(
     isa: Isa,
     kind: u8,
+    rows: RowLayout,
     w: &[*const u8],
     a: &[QRow],
     nb: usize,
@@ -162,14 +184,20 @@ unsafe fn simd_tile(
     unsafe fn one<const R: usize, const C: usize>(
         isa: Isa,
         kind: u8,
+        rows: RowLayout,
         w: [*const u8; R],
         a: [QRow; C],
         nb: usize,
     ) -> [[f32; C]; R] {
         // SAFETY: forwarded from the caller, who checked the host's features.
         unsafe {
-            match isa {
-                Isa::Avx512 { vnni } => avx512::tile::<R, C>(vnni, kind, w, a, nb),
+            match (isa, rows) {
+                (_, RowLayout::Packed) => match kind {
+                    kind::Q4_0 => avx2_lane::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    kind::Q4_1 => avx2_lane::tile::<{ kind::Q4_1 }, R, C>(w, a, nb),
+                    _ => unreachable!("only Q4_0 and Q4_1 rows are repacked"),
+                },
+                (Isa::Avx512 { vnni }, _) => avx512::tile::<R, C>(vnni, kind, w, a, nb),
                 _ => match kind {
                     kind::Q8_0 => avx2_group::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_group::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
@@ -183,24 +211,30 @@ unsafe fn simd_tile(
     // columns taken from `w` and `a`.
     unsafe {
         if nr == TILE_R && nc == TILE_C {
-            let t =
-                one::<TILE_R, TILE_C>(isa, kind, w.try_into().unwrap(), a.try_into().unwrap(), nb);
+            let t = one::<TILE_R, TILE_C>(
+                isa,
+                kind,
+                rows,
+                w.try_into().unwrap(),
+                a.try_into().unwrap(),
+                nb,
+            );
             *out = t;
         } else if nr == TILE_R {
             for (c, &ac) in a.iter().enumerate() {
-                let t = one::<TILE_R, 1>(isa, kind, w.try_into().unwrap(), [ac], nb);
+                let t = one::<TILE_R, 1>(isa, kind, rows, w.try_into().unwrap(), [ac], nb);
                 for r in 0..TILE_R {
                     out[r][c] = t[r][0];
                 }
             }
         } else if nc == TILE_C {
             for (r, &wr) in w.iter().enumerate() {
-                out[r] = one::<1, TILE_C>(isa, kind, [wr], a.try_into().unwrap(), nb)[0];
+                out[r] = one::<1, TILE_C>(isa, kind, rows, [wr], a.try_into().unwrap(), nb)[0];
             }
         } else {
             for (r, &wr) in w.iter().enumerate() {
                 for (c, &ac) in a.iter().enumerate() {
-                    out[r][c] = one::<1, 1>(isa, kind, [wr], [ac], nb)[0][0];
+                    out[r][c] = one::<1, 1>(isa, kind, rows, [wr], [ac], nb)[0][0];
                 }
             }
         }

@@ -1,0 +1,157 @@
+//! Q4_0 and Q4_1 weights repacked once at load for the AVX2 lane kernel
+//! (`qdot::avx2_lane`), and the cache that shares one repacked copy between
+//! every kernel (and runtime) that reads the same weight.
+//!
+//! Layout: a repacked row has exactly the bytes of the original row, and rows
+//! sit at the same offsets, so a row's address moves by one fixed offset.
+//! Within a row, blocks go in groups of [`GROUP`] (the last group may hold
+//! `t < 8`); a group of `t` blocks starting at block `b` takes the bytes of
+//! those blocks (at `b * block_bytes`) and holds, in order:
+//! - the `t` f16 scales `d`;
+//! - Q4_1 only: the `t` f16 minimums `m`;
+//! - 4 vectors of `4 t` bytes: in vector `v`, the 4 bytes of lane `j` are
+//!   bytes `4 v .. 4 v + 4` of block `b + j`'s 16 nibble bytes (whose low
+//!   nibbles are values `4 v ..` and high nibbles values `16 + 4 v ..`).
+//!
+//! So one 32-byte load holds 4 bytes of each of 8 blocks: after the integer
+//! products, 32-bit lane `j` sums block `b + j` alone, and the blocks' scales
+//! apply as one vector per group, with no horizontal reduction per block.
+//! The activations' `ql` ([`super::q8`]) are transposed the same way.
+//!
+//! Invariants:
+//! - only tensors that never change after load are repacked (the runtime
+//!   passes a cache only for mul_mat operands whose root is a weight); the
+//!   original bytes stay where they were, for every other reader (get_rows);
+//! - a cached copy lives as long as a kernel holds it: the cache keeps weak
+//!   references, so its memory is what the loaded runtimes use
+//!   ([`RepackCache::live_bytes`]).
+
+use super::q8::{GROUP, QK};
+use super::qdot::kind;
+use crate::cpu::RawTensor;
+use crate::memory::AlignedBuffer;
+use ir::DType;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+
+/// A repacked copy of one weight tensor's bytes.
+pub struct PackedWeights {
+    buf: AlignedBuffer,
+    /// The original tensor's first byte (rows keep their offsets from it).
+    origin: usize,
+}
+
+impl PackedWeights {
+    /// Address in the repacked copy of the original row at `row`.
+    ///
+    /// # Safety
+    /// `row` is the first byte of a row of the tensor this was made from.
+    pub unsafe fn row(&self, row: *const u8) -> *const u8 {
+        // SAFETY: the copy has the original's span, rows at the same offsets.
+        unsafe { self.buf.as_ptr().add(row as usize - self.origin) }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Repacks `rows` rows of `nb` blocks of `kind` (Q4_0 or Q4_1) from `src`
+/// into `dst` (module doc).
+///
+/// # Safety
+/// `src` and `dst` hold `rows * nb * block_bytes(kind)` bytes each and do
+/// not overlap; `kind` is Q4_0 or Q4_1.
+pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, nb: usize) {
+    let bytes = kind::block_bytes(kind);
+    // Scale fields before the nibbles: d, and m for Q4_1.
+    let fields = if kind == kind::Q4_0 { 1 } else { 2 };
+    for r in 0..rows {
+        for b in (0..nb).step_by(GROUP) {
+            let t = GROUP.min(nb - b);
+            // SAFETY: blocks b..b + t of row r are inside both buffers; every
+            // write below stays inside their t * bytes bytes.
+            unsafe {
+                let from = src.add((r * nb + b) * bytes);
+                let to = dst.add((r * nb + b) * bytes);
+                for j in 0..t {
+                    let blk = from.add(j * bytes);
+                    for f in 0..fields {
+                        std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
+                    }
+                    let nibbles = blk.add(2 * fields);
+                    for v in 0..QK / 8 {
+                        std::ptr::copy_nonoverlapping(
+                            nibbles.add(4 * v),
+                            to.add(2 * fields * t + 4 * (v * t + j)),
+                            4,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a repacked copy is of: the original's address, dtype and extents.
+type Key = (usize, DType, [i64; 4]);
+
+/// Repacked copies by original address, shared by the kernels of every
+/// runtime loaded with one [`crate::FastKernels`].
+#[derive(Default)]
+pub struct RepackCache {
+    copies: Mutex<BTreeMap<Key, Weak<PackedWeights>>>,
+}
+
+impl RepackCache {
+    /// An empty cache.
+    pub fn new() -> RepackCache {
+        RepackCache::default()
+    }
+
+    /// The repacked copy of `src0`, made now or shared; `None` for dtypes
+    /// other than Q4_0 and Q4_1, tensors that are not contiguous, or when
+    /// the memory cannot be had (the kernel then reads the original).
+    ///
+    /// # Safety
+    /// `src0`'s bytes are readable and never change while the copy lives.
+    pub unsafe fn get(&self, src0: &RawTensor) -> Option<Arc<PackedWeights>> {
+        let kind = match src0.dtype {
+            DType::Q4_0 => kind::Q4_0,
+            DType::Q4_1 => kind::Q4_1,
+            _ => return None,
+        };
+        if !src0.is_contiguous() {
+            return None;
+        }
+        let key = (src0.data as usize, src0.dtype, src0.ne);
+        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = copies.get(&key).and_then(Weak::upgrade) {
+            return Some(p);
+        }
+        copies.retain(|_, w| w.strong_count() > 0);
+        let span = src0.span_bytes() as usize;
+        let buf = AlignedBuffer::zeroed(span, 64)?;
+        let nb = src0.ne[0] as usize / QK;
+        let rows = span / (nb * kind::block_bytes(kind));
+        // SAFETY: both hold `span` bytes = rows * nb blocks (contiguous).
+        unsafe { repack_rows(kind, src0.data, buf.as_ptr(), rows, nb) };
+        let p = Arc::new(PackedWeights {
+            buf,
+            origin: src0.data as usize,
+        });
+        copies.insert(key, Arc::downgrade(&p));
+        Some(p)
+    }
+
+    /// Bytes of the repacked copies that kernels hold now.
+    pub fn live_bytes(&self) -> u64 {
+        let copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        copies
+            .values()
+            .filter_map(Weak::upgrade)
+            .map(|p| p.bytes() as u64)
+            .sum()
+    }
+}

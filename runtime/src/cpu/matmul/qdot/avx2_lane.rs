@@ -1,0 +1,154 @@
+//! AVX2 tiles over Q4_0 / Q4_1 rows repacked at load ([`crate::cpu::matmul::packed`]):
+//! one block per 32-bit lane, so a group of 8 blocks costs per row and column
+//! 8 `maddubs`, 7 `i16` adds, one `madd`, one conversion and two FMAs, with
+//! no horizontal sum until the row's end.
+//!
+//! Per group of 8 blocks and weight row: 4 loads of 32 nibble bytes, each
+//! split into low nibbles (`and`) and high nibbles (`shift`, `and`); the
+//! `maddubs` with the activations' `ql` give i16 pairs of lane j = block j;
+//! the 8 results are added as i16 (each at most 2 * 15 * 127 = 3810 in
+//! magnitude, so 8 of them stay below 2^15), then one `madd` with ones makes
+//! the block sums, lane j = block j. The scales come as 8 f16 per group
+//! (one load and one F16C conversion each for d and m).
+//!
+//! A last group of `t < 8` blocks runs the same code with its vectors (`4 t`
+//! bytes each) and the activations' scales loaded under a lane mask, so the
+//! missing blocks' lanes are zero and nothing past a row is read.
+//!
+//! Float work per group, lane j = block j (weights d, m; activations d1,
+//! s8 = d1 sum(q) / 8):
+//! - Q4_0: `acc += d (d1 sum(u q) - 64 s8)`;
+//! - Q4_1: `acc += d d1 sum(u q) + m 8 s8`.
+
+use super::avx2::hsum;
+use super::kind;
+use crate::cpu::matmul::q8::{GROUP, QK, QRow};
+use std::arch::x86_64::*;
+
+/// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K` (Q4_0 or
+/// Q4_1), weight rows in the repacked layout.
+///
+/// # Safety
+/// Each `w[r]` points to a repacked row of `nb` blocks of `K`; each `a[c]`
+/// to a quantized row of exactly `nb` blocks; the host has AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    nb: usize,
+) -> [[f32; C]; R] {
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    for g in 0..nb / GROUP {
+        // SAFETY: forwarded; a whole group.
+        unsafe { group::<K, R, C, true>(w, a, g * GROUP, GROUP, &mut acc) };
+    }
+    if !nb.is_multiple_of(GROUP) {
+        let b = nb / GROUP * GROUP;
+        // SAFETY: forwarded; blocks b..nb exist.
+        unsafe { group::<K, R, C, false>(w, a, b, nb - b, &mut acc) };
+    }
+    acc.map(|row| row.map(|v| hsum(v)))
+}
+
+/// `t` f16 values at `p` (`t` = 8 when `FULL`) as f32, zero past `t`.
+///
+/// # Safety
+/// `p` has `2 t` readable bytes.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn f16s<const FULL: bool>(p: *const u8, t: usize) -> __m256 {
+    if FULL {
+        // SAFETY: 16 bytes (t = 8).
+        return _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p as *const __m128i) });
+    }
+    let mut h = [0u16; GROUP];
+    for (j, x) in h.iter_mut().enumerate().take(t) {
+        // SAFETY: j < t.
+        *x = unsafe { (p.add(2 * j) as *const u16).read_unaligned() };
+    }
+    // SAFETY: h has 16 bytes.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr() as *const __m128i) })
+}
+
+/// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
+///
+/// # Safety
+/// As [`tile`], with `b + t <= nb` and `b` a multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    b: usize,
+    t: usize,
+    acc: &mut [[__m256; C]; R],
+) {
+    let t = if FULL { GROUP } else { t };
+    let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(t as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    // Scale fields before the nibbles: d, and m for Q4_1.
+    let fields = if K == kind::Q4_0 { 1 } else { 2 };
+    // SAFETY: the activations' scales of blocks b..b + t (only those lanes
+    // are read) and their whole ql group; weight bytes inside the t blocks
+    // at b (repacked layout: fields, then 4 vectors of 4 t bytes).
+    unsafe {
+        let load = |p: *const f32| {
+            if FULL {
+                _mm256_loadu_ps(p)
+            } else {
+                _mm256_maskload_ps(p, mask)
+            }
+        };
+        let d1: [__m256; C] = std::array::from_fn(|c| load(a[c].d.add(b)));
+        // Q4_0: 64 s8 = 8 d1 sum(q); Q4_1: 8 s8 = d1 sum(q).
+        let f = _mm256_set1_ps(if K == kind::Q4_0 { 64.0 } else { 8.0 });
+        let s: [__m256; C] = std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), f));
+        for r in 0..R {
+            let p = w[r].add(b * kind::block_bytes(K));
+            let dw = f16s::<FULL>(p, t);
+            let mw = if K == kind::Q4_1 {
+                f16s::<FULL>(p.add(2 * t), t)
+            } else {
+                _mm256_setzero_ps()
+            };
+            let nib = p.add(2 * fields * t);
+            let x: [__m256i; 4] = std::array::from_fn(|v| {
+                let q = nib.add(4 * t * v);
+                if FULL {
+                    _mm256_loadu_si256(q as *const __m256i)
+                } else {
+                    _mm256_maskload_epi32(q as *const i32, mask)
+                }
+            });
+            let lo = x.map(|v| _mm256_and_si256(v, low));
+            let hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+            for c in 0..C {
+                let ql = a[c].ql.add(b * QK);
+                let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
+                // A tree of i16 adds: 8 products, depth 3.
+                let m: [__m256i; 4] = std::array::from_fn(|v| {
+                    _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo[v], q(v)),
+                        _mm256_maddubs_epi16(hi[v], q(v + 4)),
+                    )
+                });
+                let m =
+                    _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+                let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones));
+                acc[r][c] = if K == kind::Q4_0 {
+                    _mm256_fmadd_ps(dw, _mm256_fmsub_ps(sum, d1[c], s[c]), acc[r][c])
+                } else {
+                    _mm256_fmadd_ps(
+                        sum,
+                        _mm256_mul_ps(dw, d1[c]),
+                        _mm256_fmadd_ps(mw, s[c], acc[r][c]),
+                    )
+                };
+            }
+        }
+    }
+}
