@@ -200,48 +200,65 @@ impl QuantMatMul {
     /// # Safety
     /// As [`QuantMatMul::rows`].
     unsafe fn matvec_rows(&self, b: usize, rows: Range<usize>, scratch: *const u8) {
+        // SAFETY: forwarded.
+        unsafe {
+            match self.geo.n {
+                1 => self.matvec_cols::<1>(b, rows, scratch),
+                _ => self.matvec_cols::<TILE_C>(b, rows, scratch),
+            }
+        }
+    }
+
+    /// [`QuantMatMul::matvec_rows`] for `C` = N columns.
+    ///
+    /// # Safety
+    /// As [`QuantMatMul::rows`], with `C == N`.
+    unsafe fn matvec_cols<const C: usize>(&self, b: usize, rows: Range<usize>, scratch: *const u8) {
         let g = &self.geo;
         let (b2, b3) = g.batch_coords(b);
         let nb = g.k / QK;
-        let nc = g.n;
         // SAFETY: the columns of batch b were quantized in phase 1.
-        let a: [QRow; TILE_C] = std::array::from_fn(|c| unsafe {
-            let r = b * g.n + c.min(g.n - 1);
-            QRow::at(scratch.add(r * self.qrow_bytes), g.k)
+        let a: [QRow; C] = std::array::from_fn(|c| unsafe {
+            QRow::at(scratch.add((b * g.n + c) * self.qrow_bytes), g.k)
         });
-        let mut out = [[0f32; TILE_C]; TILE_R];
+        // Row i of this matrix at w0 + i * nb1, dst (i, c) at dst0[c] + i * nb0:
+        // the address helpers' divisions once per call, not per tile.
+        // SAFETY: row 0 and the C columns are inside the extents.
+        let (w0, dst0) = unsafe {
+            let dst0: [*mut f32; C] = std::array::from_fn(|c| g.dst_at(0, c, b2, b3));
+            (self.weight_row(0, b2, b3), dst0)
+        };
+        let (nb1, nb0) = (g.src0.nb[1] as usize, g.dst.nb[0] as usize / 4);
+        let layout = self.row_layout();
+        let full = qdot::full_tile::<C>(self.isa, self.kind, layout);
         let part = rows.len() / TILE_R;
-        let mut tile = |first: [usize; TILE_R], nr: usize| {
-            // SAFETY: the rows are inside `rows`, inside M.
-            let w: [*const u8; TILE_R] =
-                std::array::from_fn(|r| unsafe { self.weight_row(first[r.min(nr - 1)], b2, b3) });
-            let layout = self.row_layout();
-            // SAFETY: nb blocks in each row; self.isa checked at new.
-            unsafe {
-                qdot::tile(
-                    self.isa,
-                    self.kind,
-                    layout,
-                    &w[..nr],
-                    &a[..nc],
-                    nb,
-                    &mut out,
-                )
-            };
-            for (r, row) in out.iter().enumerate().take(nr) {
-                for (c, &v) in row.iter().enumerate().take(nc) {
+        for t in 0..part {
+            let first: [usize; TILE_R] = std::array::from_fn(|r| rows.start + r * part + t);
+            let w = first.map(|i| w0.wrapping_add(i * nb1));
+            // SAFETY: rows first[..] are inside M, nb blocks each; `full`
+            // was chosen for this kernel's isa, kind and layout.
+            let out = unsafe { full(w, a, nb) };
+            for r in 0..TILE_R {
+                for c in 0..C {
                     // SAFETY: inside dst; this thread owns these rows.
-                    unsafe { *g.dst_at(first[r], c, b2, b3) = v };
+                    unsafe { *dst0[c].add(first[r] * nb0) = out[r][c] };
                 }
             }
-        };
-        for t in 0..part {
-            tile(std::array::from_fn(|r| rows.start + r * part + t), TILE_R);
         }
         let rest = rows.start + TILE_R * part..rows.end;
         let nr = rest.len();
         if nr > 0 {
-            tile(std::array::from_fn(|r| rest.start + r.min(nr - 1)), nr);
+            let w: [*const u8; TILE_R] =
+                std::array::from_fn(|r| w0.wrapping_add((rest.start + r.min(nr - 1)) * nb1));
+            let mut out = [[0f32; TILE_C]; TILE_R];
+            // SAFETY: as above, through the general dispatch.
+            unsafe { qdot::tile(self.isa, self.kind, layout, &w[..nr], &a, nb, &mut out) };
+            for (r, row) in out.iter().enumerate().take(nr) {
+                for c in 0..C {
+                    // SAFETY: as above.
+                    unsafe { *dst0[c].add((rest.start + r) * nb0) = row[c] };
+                }
+            }
         }
     }
 }

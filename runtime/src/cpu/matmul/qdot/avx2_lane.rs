@@ -20,7 +20,7 @@
 //! - Q4_0: `acc += d (d1 sum(u q) - 64 s8)`;
 //! - Q4_1: `acc += d d1 sum(u q) + m 8 s8`.
 
-use super::avx2::hsum;
+use super::avx2::hsums;
 use super::kind;
 use crate::cpu::matmul::q8::{GROUP, QK, QRow};
 use std::arch::x86_64::*;
@@ -47,27 +47,27 @@ pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
         // SAFETY: forwarded; blocks b..nb exist.
         unsafe { group::<K, R, C, false>(w, a, b, nb - b, &mut acc) };
     }
-    acc.map(|row| row.map(|v| hsum(v)))
+    hsums(&acc)
 }
 
 /// `t` f16 values at `p` (`t` = 8 when `FULL`) as f32, zero past `t`.
+/// `pairs` masks the 32-bit words holding them (`ceil(t / 2)`), `lanes` the
+/// lanes below `t`: for odd `t` the last word's upper half belongs to the
+/// next field and is cleared after the conversion. (A masked load, not a
+/// copy through the stack: small stores feeding a wide load stall.)
 ///
 /// # Safety
-/// `p` has `2 t` readable bytes.
+/// `p` has `4 ceil(t / 2)` readable bytes.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn f16s<const FULL: bool>(p: *const u8, t: usize) -> __m256 {
+unsafe fn f16s<const FULL: bool>(p: *const u8, pairs: __m128i, lanes: __m256) -> __m256 {
     if FULL {
         // SAFETY: 16 bytes (t = 8).
         return _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p as *const __m128i) });
     }
-    let mut h = [0u16; GROUP];
-    for (j, x) in h.iter_mut().enumerate().take(t) {
-        // SAFETY: j < t.
-        *x = unsafe { (p.add(2 * j) as *const u16).read_unaligned() };
-    }
-    // SAFETY: h has 16 bytes.
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr() as *const __m128i) })
+    // SAFETY: only the words under `pairs` are read.
+    let h = unsafe { _mm_maskload_epi32(p as *const i32, pairs) };
+    _mm256_and_ps(_mm256_cvtph_ps(h), lanes)
 }
 
 /// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
@@ -90,6 +90,11 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
         _mm256_set1_epi32(t as i32),
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
     );
+    let lanes = _mm256_castsi256_ps(mask);
+    let pairs = _mm_cmpgt_epi32(
+        _mm_set1_epi32(t.div_ceil(2) as i32),
+        _mm_setr_epi32(0, 1, 2, 3),
+    );
     // Scale fields before the nibbles: d, and m for Q4_1.
     let fields = if K == kind::Q4_0 { 1 } else { 2 };
     // SAFETY: the activations' scales of blocks b..b + t (only those lanes
@@ -109,9 +114,9 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
         let s: [__m256; C] = std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), f));
         for r in 0..R {
             let p = w[r].add(b * kind::block_bytes(K));
-            let dw = f16s::<FULL>(p, t);
+            let dw = f16s::<FULL>(p, pairs, lanes);
             let mw = if K == kind::Q4_1 {
-                f16s::<FULL>(p.add(2 * t), t)
+                f16s::<FULL>(p.add(2 * t), pairs, lanes)
             } else {
                 _mm256_setzero_ps()
             };

@@ -162,6 +162,68 @@ pub unsafe fn tile(
     }
 }
 
+/// A kernel for full tiles of [`TILE_R`] weight rows x `C` activation rows,
+/// chosen once for an instruction set, weight format and row layout
+/// ([`full_tile`]), so that a matrix-vector product with short rows does not
+/// pay [`tile`]'s dispatch on every tile. Safety contract: [`tile`]'s.
+pub type FullTile<const C: usize> =
+    unsafe fn([*const u8; TILE_R], [QRow; C], usize) -> [[f32; C]; TILE_R];
+
+/// The [`FullTile`] kernel for (`isa`, `kind`, `rows`), under the same
+/// conditions as [`tile`] (`Packed` only with Q4 and a SIMD set).
+pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTile<C> {
+    /// Scalar dot products, one per output.
+    ///
+    /// # Safety
+    /// As [`tile`].
+    unsafe fn scalar_full<const K: u8, const C: usize>(
+        w: [*const u8; TILE_R],
+        a: [QRow; C],
+        nb: usize,
+    ) -> [[f32; C]; TILE_R] {
+        // SAFETY: forwarded.
+        std::array::from_fn(|r| std::array::from_fn(|c| unsafe { scalar::dot(K, w[r], a[c], nb) }))
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        /// AVX-512 for one format.
+        ///
+        /// # Safety
+        /// As [`tile`].
+        unsafe fn avx512_full<const VNNI: bool, const K: u8, const C: usize>(
+            w: [*const u8; TILE_R],
+            a: [QRow; C],
+            nb: usize,
+        ) -> [[f32; C]; TILE_R] {
+            // SAFETY: forwarded.
+            unsafe { avx512::tile::<TILE_R, C>(VNNI, K, w, a, nb) }
+        }
+        use kind::{Q4_0, Q4_1, Q8_0};
+        let k = kind;
+        match (isa, rows) {
+            (Isa::Scalar, _) => {}
+            (_, RowLayout::Packed) if k == Q4_0 => return avx2_lane::tile::<Q4_0, TILE_R, C>,
+            (_, RowLayout::Packed) if k == Q4_1 => return avx2_lane::tile::<Q4_1, TILE_R, C>,
+            (_, RowLayout::Packed) => unreachable!("only Q4_0 and Q4_1 rows are repacked"),
+            (Isa::Avx512 { vnni: true }, _) if k == Q8_0 => return avx512_full::<true, Q8_0, C>,
+            (Isa::Avx512 { vnni: true }, _) if k == Q4_0 => return avx512_full::<true, Q4_0, C>,
+            (Isa::Avx512 { vnni: true }, _) => return avx512_full::<true, Q4_1, C>,
+            (Isa::Avx512 { .. }, _) if k == Q8_0 => return avx512_full::<false, Q8_0, C>,
+            (Isa::Avx512 { .. }, _) if k == Q4_0 => return avx512_full::<false, Q4_0, C>,
+            (Isa::Avx512 { .. }, _) => return avx512_full::<false, Q4_1, C>,
+            (Isa::Avx2, _) if k == Q8_0 => return avx2_group::tile::<Q8_0, TILE_R, C>,
+            (Isa::Avx2, _) if k == Q4_0 => return avx2_group::tile::<Q4_0, TILE_R, C>,
+            (Isa::Avx2, _) => return avx2_group::tile::<Q4_1, TILE_R, C>,
+        }
+    }
+    assert_eq!(rows, RowLayout::Natural, "packed rows need a SIMD kernel");
+    match kind {
+        kind::Q8_0 => scalar_full::<{ kind::Q8_0 }, C>,
+        kind::Q4_0 => scalar_full::<{ kind::Q4_0 }, C>,
+        _ => scalar_full::<{ kind::Q4_1 }, C>,
+    }
+}
+
 /// [`tile`] for AVX2 and AVX-512: full tiles in one kernel call, partial ones
 /// as columns of rows or rows of columns.
 ///
