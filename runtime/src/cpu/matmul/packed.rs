@@ -11,7 +11,11 @@
 //! - Q4_1 only: the `t` f16 minimums `m`;
 //! - 4 vectors of `4 t` bytes: in vector `v`, the 4 bytes of lane `j` are
 //!   bytes `4 v .. 4 v + 4` of block `b + j`'s 16 nibble bytes (whose low
-//!   nibbles are values `4 v ..` and high nibbles values `16 + 4 v ..`).
+//!   nibbles are values `4 v ..` and high nibbles values `16 + 4 v ..`);
+//!   except in a last group of `t <= 4` blocks ([`PAIRED_TAIL`]): there the
+//!   blocks' 16 nibble bytes follow one another, so one 32-byte load holds
+//!   a pair of blocks (half the work of a group of 8 for K = 576, whose rows
+//!   end in 2 blocks).
 //!
 //! So one 32-byte load holds 4 bytes of each of 8 blocks: after the integer
 //! products, 32-bit lane `j` sums block `b + j` alone, and the blocks' scales
@@ -26,7 +30,7 @@
 //!   references, so its memory is what the loaded runtimes use
 //!   ([`RepackCache::live_bytes`]).
 
-use super::q8::{GROUP, QK};
+use super::q8::{GROUP, PAIRED_TAIL, QK};
 use super::qdot::kind;
 use crate::cpu::RawTensor;
 use crate::memory::AlignedBuffer;
@@ -81,10 +85,15 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
                         std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
                     }
                     let nibbles = blk.add(2 * fields);
+                    let dst = to.add(2 * fields * t);
+                    if t <= PAIRED_TAIL {
+                        std::ptr::copy_nonoverlapping(nibbles, dst.add(16 * j), 16);
+                        continue;
+                    }
                     for v in 0..QK / 8 {
                         std::ptr::copy_nonoverlapping(
                             nibbles.add(4 * v),
-                            to.add(2 * fields * t + 4 * (v * t + j)),
+                            dst.add(4 * (v * t + j)),
                             4,
                         );
                     }

@@ -23,7 +23,11 @@
 //! bytes; in vector `v`, the 4 bytes of lane `j` are quants `4 v .. 4 v + 4`
 //! of block `b + j` (an 8 x 8 transpose of the group's 4-byte words), so each
 //! 32-bit lane of an integer product belongs to one block. Lanes of blocks
-//! past the row's end are zero.
+//! past the row's end are zero. A last group of `t <= 4` blocks
+//! ([`PAIRED_TAIL`]) is laid out in pairs instead: for pair `p` (blocks
+//! `b + 2p`, `b + 2p + 1`), 64 bytes: both blocks' quants 0..16, then both
+//! blocks' quants 16..32 (zeros for a block past the end), as the repacked
+//! weights' nibbles of such a group come in plain block order.
 //!
 //! Invariant: the scalar and the AVX2 quantizers give identical bytes (same
 //! f32 operations, same rounding), so the dot kernels can be compared alone.
@@ -33,8 +37,12 @@ use super::qdot::Isa;
 /// Values per block.
 pub const QK: usize = 32;
 
-/// Blocks per group in the regrouped quants `qp`.
+/// Blocks per group in the regrouped quants `qp` and `ql`.
 pub const GROUP: usize = 8;
+
+/// A last group of at most this many blocks is laid out in pairs in `ql`
+/// (and in repacked weights).
+pub const PAIRED_TAIL: usize = GROUP / 2;
 
 /// Bytes of one quantized row of `k` values.
 pub fn row_bytes(k: usize) -> usize {
@@ -130,18 +138,23 @@ pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
                 }
             }
         }
-        for v in 0..QK / 4 {
-            for j in 0..GROUP {
-                let blk = b + j;
-                // SAFETY: lane j of vector v of group g lies inside ql; the
-                // 4 quants of block blk (when it exists) inside qs.
-                unsafe {
-                    let dst = (row.ql as *mut i8).add(b * QK + v * 32 + j * 4) as *mut [i8; 4];
-                    *dst = if blk < nb {
-                        (row.qs.add(blk * QK + v * 4) as *const [i8; 4]).read()
-                    } else {
-                        [0; 4]
-                    };
+        // SAFETY: the group's 256 bytes of ql lie inside the row.
+        let ql = unsafe { std::slice::from_raw_parts_mut((row.ql as *mut i8).add(b * QK), 256) };
+        ql.fill(0);
+        let t = GROUP.min(nb - b);
+        for blk in b..b + t {
+            // SAFETY: block blk's quants lie inside qs.
+            let q = unsafe { std::slice::from_raw_parts(row.qs.add(blk * QK), QK) };
+            let j = blk - b;
+            if t <= PAIRED_TAIL {
+                let (p, side) = (j / 2, j % 2);
+                for half in 0..2 {
+                    let at = 64 * p + 32 * half + 16 * side;
+                    ql[at..at + 16].copy_from_slice(&q[16 * half..16 * half + 16]);
+                }
+            } else {
+                for v in 0..QK / 4 {
+                    ql[32 * v + 4 * j..32 * v + 4 * j + 4].copy_from_slice(&q[4 * v..4 * v + 4]);
                 }
             }
         }

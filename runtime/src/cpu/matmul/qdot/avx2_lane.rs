@@ -11,9 +11,12 @@
 //! the block sums, lane j = block j. The scales come as 8 f16 per group
 //! (one load and one F16C conversion each for d and m).
 //!
-//! A last group of `t < 8` blocks runs the same code with its vectors (`4 t`
-//! bytes each) and the activations' scales loaded under a lane mask, so the
-//! missing blocks' lanes are zero and nothing past a row is read.
+//! A last group of `4 < t < 8` blocks runs the same code with its vectors
+//! (`4 t` bytes each) and the activations' scales loaded under a lane mask,
+//! so the missing blocks' lanes are zero and nothing past a row is read. A
+//! last group of `t <= 4` blocks (K = 576 ends in 2) comes in pairs of
+//! blocks, one per 128-bit half ([`pairs`]): 4 lanes per block, its scales
+//! spread over them by a permute, at half a group's work or less.
 //!
 //! Float work per group, lane j = block j (weights d, m; activations d1,
 //! s8 = d1 sum(q) / 8):
@@ -22,7 +25,7 @@
 
 use super::avx2::hsums;
 use super::kind;
-use crate::cpu::matmul::q8::{GROUP, QK, QRow};
+use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
 /// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K` (Q4_0 or
@@ -42,10 +45,13 @@ pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
         // SAFETY: forwarded; a whole group.
         unsafe { group::<K, R, C, true>(w, a, g * GROUP, GROUP, &mut acc) };
     }
-    if !nb.is_multiple_of(GROUP) {
-        let b = nb / GROUP * GROUP;
+    let b = nb / GROUP * GROUP;
+    if nb - b > PAIRED_TAIL {
         // SAFETY: forwarded; blocks b..nb exist.
         unsafe { group::<K, R, C, false>(w, a, b, nb - b, &mut acc) };
+    } else if nb > b {
+        // SAFETY: forwarded; blocks b..nb exist, laid out in pairs.
+        unsafe { pairs::<K, R, C>(w, a, b, nb - b, &mut acc) };
     }
     hsums(&acc)
 }
@@ -153,6 +159,94 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
                         _mm256_fmadd_ps(mw, s[c], acc[r][c]),
                     )
                 };
+            }
+        }
+    }
+}
+
+/// Adds the last `t <= 4` blocks `b..b + t` to `acc`, two blocks per vector
+/// (lanes 0..4: block `b + 2p`, lanes 4..8: block `b + 2p + 1`), whose
+/// 16 nibble bytes follow one another in the repacked row; the activations'
+/// `ql` hold the same pairs. Each block's constant term is spread evenly
+/// over its 4 lanes (all lanes are summed at the end).
+///
+/// # Safety
+/// As [`tile`], with `b + t == nb`, `t <= 4` and `b` a multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    b: usize,
+    t: usize,
+    acc: &mut [[__m256; C]; R],
+) {
+    let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(t as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    let lanes = _mm256_castsi256_ps(mask);
+    let words = _mm_cmpgt_epi32(
+        _mm_set1_epi32(t.div_ceil(2) as i32),
+        _mm_setr_epi32(0, 1, 2, 3),
+    );
+    // Pair p's lanes take blocks 2p (lanes 0..4) and 2p + 1 (lanes 4..8).
+    let spread = [
+        _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+        _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+    ];
+    let fields = if K == kind::Q4_0 { 1 } else { 2 };
+    // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
+    let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
+    // SAFETY: the activations' scales of blocks b..b + t (masked) and their
+    // ql group; weight bytes inside the t blocks at b (repacked layout:
+    // fields, then the blocks' nibble bytes in order).
+    unsafe {
+        let d1: [__m256; C] = std::array::from_fn(|c| _mm256_maskload_ps(a[c].d.add(b), mask));
+        let s: [__m256; C] =
+            std::array::from_fn(|c| _mm256_mul_ps(_mm256_maskload_ps(a[c].s8.add(b), mask), f));
+        for r in 0..R {
+            let p0 = w[r].add(b * kind::block_bytes(K));
+            let dw = f16s::<false>(p0, words, lanes);
+            let mw = if K == kind::Q4_1 {
+                f16s::<false>(p0.add(2 * t), words, lanes)
+            } else {
+                _mm256_setzero_ps()
+            };
+            let nib = p0.add(2 * fields * t);
+            for (p, &spread) in spread.iter().enumerate().take(t.div_ceil(2)) {
+                let x = if 2 * p + 1 < t {
+                    _mm256_loadu_si256(nib.add(32 * p) as *const __m256i)
+                } else {
+                    let x = _mm_loadu_si128(nib.add(32 * p) as *const __m128i);
+                    _mm256_set_m128i(_mm_setzero_si128(), x)
+                };
+                let lo = _mm256_and_si256(x, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+                let dwp = _mm256_permutevar8x32_ps(dw, spread);
+                let mwp = _mm256_permutevar8x32_ps(mw, spread);
+                for c in 0..C {
+                    let ql = a[c].ql.add(b * QK + 64 * p);
+                    let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
+                    let m = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, q(0)),
+                        _mm256_maddubs_epi16(hi, q(1)),
+                    );
+                    let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones));
+                    let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
+                    let sp = _mm256_permutevar8x32_ps(s[c], spread);
+                    acc[r][c] = if K == kind::Q4_0 {
+                        _mm256_fmadd_ps(dwp, _mm256_fmsub_ps(sum, d1p, sp), acc[r][c])
+                    } else {
+                        _mm256_fmadd_ps(
+                            sum,
+                            _mm256_mul_ps(dwp, d1p),
+                            _mm256_fmadd_ps(mwp, sp, acc[r][c]),
+                        )
+                    };
+                }
             }
         }
     }

@@ -110,7 +110,7 @@ fn simd_tiles_match_scalar_dots() {
     let mut rng = Rng::new(13);
     for t in QUANTS {
         let kind = qdot::weight_kind(t).unwrap();
-        for nb in [1, 2, 4, 7, 8, 9, 13, 18, 48, 128] {
+        for nb in [1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 18, 48, 128] {
             let k = nb * q8::QK;
             let wbytes = t.row_bytes(k as u64).unwrap() as usize;
             let mut w = Buf::new(wbytes * TILE_R);
