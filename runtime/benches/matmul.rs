@@ -98,7 +98,7 @@ fn time(kernels: &[Box<dyn CpuKernel>], nth: usize, runs: usize) -> (f64, f64) {
 }
 
 /// `copies` independent products dst = src0 x src1 (distinct src0 each),
-/// src0 prepared as a weight, as the runtime does (Q4 repacked on AVX2).
+/// src0 prepared as a weight, as the runtime does (repacked on AVX2).
 fn products(
     t0: DType,
     (k, m, n): (i64, i64, i64),

@@ -8,7 +8,7 @@
 //!   8-bit blocks of 32 ([`q8`]) into the shared scratch (phase 1, rows split
 //!   over threads), then integer dot products in tiles of src0 rows x src1
 //!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
-//!   Q4_0 / Q4_1 weights are repacked once at load for AVX2 ([`packed`]);
+//!   weights are repacked once at load for AVX2 ([`packed`]);
 //! - [`float`] (every other dtype): the `gemm` crate on f32, reading f32
 //!   operands in place through their strides (so permuted views cost no copy)
 //!   and converting anything else to f32 first ([`convert`]).

@@ -1,6 +1,6 @@
-//! Q4_0 and Q4_1 weights repacked once at load for the AVX2 lane kernel
-//! (`qdot::avx2_lane`), and the cache that shares one repacked copy between
-//! every kernel (and runtime) that reads the same weight.
+//! Q8_0, Q4_0 and Q4_1 weights repacked once at load for the AVX2 lane
+//! kernel (`qdot::avx2_lane`), and the cache that shares one repacked copy
+//! between every kernel (and runtime) that reads the same weight.
 //!
 //! Layout: a repacked row has exactly the bytes of the original row, and rows
 //! sit at the same offsets, so a row's address moves by one fixed offset.
@@ -9,18 +9,25 @@
 //! those blocks (at `b * block_bytes`) and holds, in order:
 //! - the `t` f16 scales `d`;
 //! - Q4_1 only: the `t` f16 minimums `m`;
-//! - 4 vectors of `4 t` bytes: in vector `v`, the 4 bytes of lane `j` are
-//!   bytes `4 v .. 4 v + 4` of block `b + j`'s 16 nibble bytes (whose low
-//!   nibbles are values `4 v ..` and high nibbles values `16 + 4 v ..`);
-//!   except in a last group of `t <= 4` blocks ([`PAIRED_TAIL`]): there the
-//!   blocks' 16 nibble bytes follow one another, so one 32-byte load holds
-//!   a pair of blocks (half the work of a group of 8 for K = 576, whose rows
-//!   end in 2 blocks).
+//! - the quants (Q8_0: 32 bytes a block; Q4: 16 bytes of nibbles, whose low
+//!   nibbles are values 0..16 and high nibbles values 16..32) as vectors of
+//!   `4 t` bytes (8 for Q8_0, 4 for Q4): in vector `v`, the 4 bytes of lane
+//!   `j` are bytes `4 v .. 4 v + 4` of block `b + j`'s quants;
+//! - except in a last group of `t <= 4` blocks ([`PAIRED_TAIL`]), whose
+//!   quants come in pairs of blocks, to fill one 32-byte load with two:
+//!   Q4 blocks' 16 bytes one after the other; Q8_0 pairs as 16 bytes of
+//!   each block (values 0..16), then 16 of each (values 16..32), a last
+//!   block alone as its 32 bytes. (Half the work of a group of 8 for
+//!   K = 576, whose rows end in 2 blocks.)
 //!
 //! So one 32-byte load holds 4 bytes of each of 8 blocks: after the integer
 //! products, 32-bit lane `j` sums block `b + j` alone, and the blocks' scales
 //! apply as one vector per group, with no horizontal reduction per block.
-//! The activations' `ql` ([`super::q8`]) are transposed the same way.
+//! The activations' `ql` ([`super::q8`]) are laid out the same way.
+//!
+//! Memory: one copy of each repacked weight beside the original (which stays
+//! mapped or in the weights arena); SmolLM2-135M's Q8_0 token embedding is
+//! also its output head, so it exists twice (get_rows reads the original).
 //!
 //! Invariants:
 //! - only tensors that never change after load are repacked (the runtime
@@ -61,16 +68,27 @@ impl PackedWeights {
     }
 }
 
-/// Repacks `rows` rows of `nb` blocks of `kind` (Q4_0 or Q4_1) from `src`
-/// into `dst` (module doc).
+/// Scale fields (f16 each) before the quants in a block of `kind`: d, and
+/// m for Q4_1.
+pub(crate) fn scale_fields(kind: u8) -> usize {
+    if kind == kind::Q4_1 { 2 } else { 1 }
+}
+
+/// Quant bytes in a block of `kind`: 32 for Q8_0, 16 of nibbles for Q4.
+pub(crate) fn quant_bytes(kind: u8) -> usize {
+    if kind == kind::Q8_0 { QK } else { QK / 2 }
+}
+
+/// Repacks `rows` rows of `nb` blocks of `kind` from `src` into `dst`
+/// (module doc).
 ///
 /// # Safety
 /// `src` and `dst` hold `rows * nb * block_bytes(kind)` bytes each and do
-/// not overlap; `kind` is Q4_0 or Q4_1.
+/// not overlap.
 pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, nb: usize) {
     let bytes = kind::block_bytes(kind);
-    // Scale fields before the nibbles: d, and m for Q4_1.
-    let fields = if kind == kind::Q4_0 { 1 } else { 2 };
+    let fields = scale_fields(kind);
+    let quants = quant_bytes(kind);
     for r in 0..rows {
         for b in (0..nb).step_by(GROUP) {
             let t = GROUP.min(nb - b);
@@ -79,23 +97,37 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
             unsafe {
                 let from = src.add((r * nb + b) * bytes);
                 let to = dst.add((r * nb + b) * bytes);
+                let qdst = to.add(2 * fields * t);
                 for j in 0..t {
                     let blk = from.add(j * bytes);
                     for f in 0..fields {
                         std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
                     }
-                    let nibbles = blk.add(2 * fields);
-                    let dst = to.add(2 * fields * t);
-                    if t <= PAIRED_TAIL {
-                        std::ptr::copy_nonoverlapping(nibbles, dst.add(16 * j), 16);
-                        continue;
-                    }
-                    for v in 0..QK / 8 {
-                        std::ptr::copy_nonoverlapping(
-                            nibbles.add(4 * v),
-                            dst.add(4 * (v * t + j)),
-                            4,
-                        );
+                    let q = blk.add(2 * fields);
+                    if t > PAIRED_TAIL {
+                        for v in 0..quants / 4 {
+                            std::ptr::copy_nonoverlapping(
+                                q.add(4 * v),
+                                qdst.add(4 * (v * t + j)),
+                                4,
+                            );
+                        }
+                    } else if kind != kind::Q8_0 {
+                        std::ptr::copy_nonoverlapping(q, qdst.add(16 * j), 16);
+                    } else {
+                        // Pair p: both blocks' quants 0..16, then both
+                        // blocks' 16..32; a last block alone: its 32 bytes.
+                        let (p, side) = (j / 2, j % 2);
+                        let whole_pair = 2 * p + 1 < t;
+                        for h in 0..2 {
+                            let at = 64 * p
+                                + if whole_pair {
+                                    32 * h + 16 * side
+                                } else {
+                                    16 * h
+                                };
+                            std::ptr::copy_nonoverlapping(q.add(16 * h), qdst.add(at), 16);
+                        }
                     }
                 }
             }
@@ -120,17 +152,13 @@ impl RepackCache {
     }
 
     /// The repacked copy of `src0`, made now or shared; `None` for dtypes
-    /// other than Q4_0 and Q4_1, tensors that are not contiguous, or when
-    /// the memory cannot be had (the kernel then reads the original).
+    /// other than Q8_0, Q4_0 and Q4_1, tensors that are not contiguous, or
+    /// when the memory cannot be had (the kernel then reads the original).
     ///
     /// # Safety
     /// `src0`'s bytes are readable and never change while the copy lives.
     pub unsafe fn get(&self, src0: &RawTensor) -> Option<Arc<PackedWeights>> {
-        let kind = match src0.dtype {
-            DType::Q4_0 => kind::Q4_0,
-            DType::Q4_1 => kind::Q4_1,
-            _ => return None,
-        };
+        let kind = super::qdot::weight_kind(src0.dtype)?;
         if !src0.is_contiguous() {
             return None;
         }

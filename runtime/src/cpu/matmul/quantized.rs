@@ -13,7 +13,7 @@
 //! once: one core keeps more memory reads in flight that way (4096 x 4096
 //! Q8_0: 16.6 -> 24 GB/s on this machine's one core).
 //!
-//! Q4_0 and Q4_1 weights (src0 that never changes, with a [`RepackCache`])
+//! Weights (src0 that never changes, with a [`RepackCache`])
 //! are repacked once at load for the AVX2 lane kernel ([`super::packed`]).
 //!
 //! Invariant: scratch holds one quantized row ([`q8::row_bytes`]) per src1 row

@@ -1,15 +1,18 @@
-//! AVX2 tiles over Q4_0 / Q4_1 rows repacked at load ([`crate::cpu::matmul::packed`]):
-//! one block per 32-bit lane, so a group of 8 blocks costs per row and column
-//! 8 `maddubs`, 7 `i16` adds, one `madd`, one conversion and two FMAs, with
-//! no horizontal sum until the row's end.
+//! AVX2 tiles over Q8_0 / Q4_0 / Q4_1 rows repacked at load
+//! ([`crate::cpu::matmul::packed`]): one block per 32-bit lane, so the
+//! integer sums of 8 blocks land in one vector (lane j = block j) with no
+//! horizontal reduction until the row's end, and the blocks' scales apply
+//! as one vector per group (8 f16, one load and one F16C conversion).
 //!
-//! Per group of 8 blocks and weight row: 4 loads of 32 nibble bytes, each
-//! split into low nibbles (`and`) and high nibbles (`shift`, `and`); the
-//! `maddubs` with the activations' `ql` give i16 pairs of lane j = block j;
-//! the 8 results are added as i16 (each at most 2 * 15 * 127 = 3810 in
-//! magnitude, so 8 of them stay below 2^15), then one `madd` with ones makes
-//! the block sums, lane j = block j. The scales come as 8 f16 per group
-//! (one load and one F16C conversion each for d and m).
+//! Per group of 8 blocks, weight row and column:
+//! - Q4: 4 loads of 32 nibble bytes, each split into low nibbles (`and`)
+//!   and high nibbles (`shift`, `and`); 8 `maddubs` with the activations'
+//!   `ql`, added as i16 (each at most 2 * 15 * 127 = 3810 in magnitude, so 8
+//!   of them stay below 2^15), one `madd` with ones, one conversion, two FMAs;
+//! - Q8_0: 8 loads of 32 bytes; per vector the weights' signs move onto the
+//!   activations (`maddubs` takes unsigned x signed), a `maddubs` and a
+//!   `madd` (the i16 pair sums reach 2 * 128 * 127, so each is widened
+//!   alone), 7 i32 adds, one conversion, one FMA.
 //!
 //! A last group of `4 < t < 8` blocks runs the same code with its vectors
 //! (`4 t` bytes each) and the activations' scales loaded under a lane mask,
@@ -20,16 +23,18 @@
 //!
 //! Float work per group, lane j = block j (weights d, m; activations d1,
 //! s8 = d1 sum(q) / 8):
+//! - Q8_0: `acc += d d1 sum(w q)`;
 //! - Q4_0: `acc += d (d1 sum(u q) - 64 s8)`;
 //! - Q4_1: `acc += d d1 sum(u q) + m 8 s8`.
 
 use super::avx2::hsums;
 use super::kind;
+use crate::cpu::matmul::packed::scale_fields;
 use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
-/// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K` (Q4_0 or
-/// Q4_1), weight rows in the repacked layout.
+/// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K`, weight
+/// rows in the repacked layout.
 ///
 /// # Safety
 /// Each `w[r]` points to a repacked row of `nb` blocks of `K`; each `a[c]`
@@ -101,11 +106,10 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
         _mm_set1_epi32(t.div_ceil(2) as i32),
         _mm_setr_epi32(0, 1, 2, 3),
     );
-    // Scale fields before the nibbles: d, and m for Q4_1.
-    let fields = if K == kind::Q4_0 { 1 } else { 2 };
+    let fields = scale_fields(K);
     // SAFETY: the activations' scales of blocks b..b + t (only those lanes
     // are read) and their whole ql group; weight bytes inside the t blocks
-    // at b (repacked layout: fields, then 4 vectors of 4 t bytes).
+    // at b (repacked layout: fields, then vectors of 4 t bytes).
     unsafe {
         let load = |p: *const f32| {
             if FULL {
@@ -126,15 +130,26 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
             } else {
                 _mm256_setzero_ps()
             };
-            let nib = p.add(2 * fields * t);
-            let x: [__m256i; 4] = std::array::from_fn(|v| {
-                let q = nib.add(4 * t * v);
+            let qw = p.add(2 * fields * t);
+            let vector = |v: usize| {
+                let q = qw.add(4 * t * v);
                 if FULL {
                     _mm256_loadu_si256(q as *const __m256i)
                 } else {
                     _mm256_maskload_epi32(q as *const i32, mask)
                 }
-            });
+            };
+            if K == kind::Q8_0 {
+                let x: [__m256i; 8] = std::array::from_fn(vector);
+                for c in 0..C {
+                    let ql = a[c].ql.add(b * QK);
+                    let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
+                    let sum = _mm256_cvtepi32_ps(q8_sums(x, std::array::from_fn(q), ones));
+                    acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dw, d1[c]), acc[r][c]);
+                }
+                continue;
+            }
+            let x: [__m256i; 4] = std::array::from_fn(vector);
             let lo = x.map(|v| _mm256_and_si256(v, low));
             let hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
             for c in 0..C {
@@ -165,9 +180,9 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
 }
 
 /// Adds the last `t <= 4` blocks `b..b + t` to `acc`, two blocks per vector
-/// (lanes 0..4: block `b + 2p`, lanes 4..8: block `b + 2p + 1`), whose
-/// 16 nibble bytes follow one another in the repacked row; the activations'
-/// `ql` hold the same pairs. Each block's constant term is spread evenly
+/// (lanes 0..4: block `b + 2p`, lanes 4..8: block `b + 2p + 1`), paired in
+/// the repacked row as the module `packed` says; the activations' `ql` hold
+/// the same pairs. Each block's constant term is spread evenly
 /// over its 4 lanes (all lanes are summed at the end).
 ///
 /// # Safety
@@ -197,7 +212,7 @@ unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
         _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
         _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
     ];
-    let fields = if K == kind::Q4_0 { 1 } else { 2 };
+    let fields = scale_fields(K);
     // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
     let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
     // SAFETY: the activations' scales of blocks b..b + t (masked) and their
@@ -215,17 +230,38 @@ unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
             } else {
                 _mm256_setzero_ps()
             };
-            let nib = p0.add(2 * fields * t);
+            let qw = p0.add(2 * fields * t);
             for (p, &spread) in spread.iter().enumerate().take(t.div_ceil(2)) {
-                let x = if 2 * p + 1 < t {
-                    _mm256_loadu_si256(nib.add(32 * p) as *const __m256i)
-                } else {
-                    let x = _mm_loadu_si128(nib.add(32 * p) as *const __m128i);
+                let dwp = _mm256_permutevar8x32_ps(dw, spread);
+                // 32 bytes at `at`, or 16 (a last block alone) and zeros.
+                let half = |at: *const u8| {
+                    let x = _mm_loadu_si128(at as *const __m128i);
                     _mm256_set_m128i(_mm_setzero_si128(), x)
+                };
+                if K == kind::Q8_0 {
+                    let pair = qw.add(64 * p);
+                    let x = if 2 * p + 1 < t {
+                        [0, 32].map(|o| _mm256_loadu_si256(pair.add(o) as *const __m256i))
+                    } else {
+                        [0, 16].map(|o| half(pair.add(o)))
+                    };
+                    for c in 0..C {
+                        let ql = a[c].ql.add(b * QK + 64 * p);
+                        let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
+                        let m = [0, 1].map(|h| q8_product(x[h], q(h), ones));
+                        let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(m[0], m[1]));
+                        let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
+                        acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dwp, d1p), acc[r][c]);
+                    }
+                    continue;
+                }
+                let x = if 2 * p + 1 < t {
+                    _mm256_loadu_si256(qw.add(32 * p) as *const __m256i)
+                } else {
+                    half(qw.add(32 * p))
                 };
                 let lo = _mm256_and_si256(x, low);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
-                let dwp = _mm256_permutevar8x32_ps(dw, spread);
                 let mwp = _mm256_permutevar8x32_ps(mw, spread);
                 for c in 0..C {
                     let ql = a[c].ql.add(b * QK + 64 * p);
@@ -250,4 +286,24 @@ unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
             }
         }
     }
+}
+
+/// Q8_0: the 32-bit sums of 4 products `w q` of one weight vector and one
+/// activation vector. `maddubs` multiplies unsigned by signed bytes, so the
+/// weights' signs move onto the activations; each i16 pair sum reaches
+/// 2 * 128 * 127 and is widened at once (two would overflow).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q8_product(w: __m256i, q: __m256i, ones: __m256i) -> __m256i {
+    let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+    _mm256_madd_epi16(p, ones)
+}
+
+/// Q8_0: lane j = the sum of block j's products over 8 vectors.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q8_sums(w: [__m256i; 8], q: [__m256i; 8], ones: __m256i) -> __m256i {
+    let m: [__m256i; 8] = std::array::from_fn(|v| q8_product(w[v], q[v], ones));
+    let m: [__m256i; 4] = std::array::from_fn(|i| _mm256_add_epi32(m[2 * i], m[2 * i + 1]));
+    _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]))
 }

@@ -16,7 +16,7 @@
 //! the tests' oracle for the others.
 //!
 //! Weight rows come in their file layout ([`RowLayout::Natural`]: every
-//! kernel) or, for Q4_0 and Q4_1 weights on AVX2 hosts, repacked at load
+//! kernel) or, for weights on AVX2 hosts, repacked at load
 //! ([`RowLayout::Packed`], [`crate::cpu::matmul::packed`]: the AVX2 lane
 //! kernel only). AVX-512 hosts keep the natural layout and their own kernels
 //! (not measured on this project's AVX2 machine).
@@ -126,8 +126,7 @@ impl Isa {
 pub enum RowLayout {
     /// As in the file (ggml's blocks).
     Natural,
-    /// Q4_0 / Q4_1 repacked for the AVX2 lane kernel
-    /// ([`crate::cpu::matmul::packed`]).
+    /// Repacked for the AVX2 lane kernel ([`crate::cpu::matmul::packed`]).
     Packed,
 }
 
@@ -137,7 +136,7 @@ pub enum RowLayout {
 /// # Safety
 /// Each `w[r]` points to `nb` blocks of format `kind` laid out as `rows`
 /// says; each `a[c]` to a quantized row of exactly `nb` blocks; the host
-/// supports `isa`; `Packed` rows only with Q4_0 or Q4_1 and a SIMD `isa`.
+/// supports `isa`; `Packed` rows only with a SIMD `isa`.
 pub unsafe fn tile(
     isa: Isa,
     kind: u8,
@@ -170,7 +169,7 @@ pub type FullTile<const C: usize> =
     unsafe fn([*const u8; TILE_R], [QRow; C], usize) -> [[f32; C]; TILE_R];
 
 /// The [`FullTile`] kernel for (`isa`, `kind`, `rows`), under the same
-/// conditions as [`tile`] (`Packed` only with Q4 and a SIMD set).
+/// conditions as [`tile`] (`Packed` only with a SIMD set).
 pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTile<C> {
     /// Scalar dot products, one per output.
     ///
@@ -202,9 +201,9 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
         let k = kind;
         match (isa, rows) {
             (Isa::Scalar, _) => {}
+            (_, RowLayout::Packed) if k == Q8_0 => return avx2_lane::tile::<Q8_0, TILE_R, C>,
             (_, RowLayout::Packed) if k == Q4_0 => return avx2_lane::tile::<Q4_0, TILE_R, C>,
-            (_, RowLayout::Packed) if k == Q4_1 => return avx2_lane::tile::<Q4_1, TILE_R, C>,
-            (_, RowLayout::Packed) => unreachable!("only Q4_0 and Q4_1 rows are repacked"),
+            (_, RowLayout::Packed) => return avx2_lane::tile::<Q4_1, TILE_R, C>,
             (Isa::Avx512 { vnni: true }, _) if k == Q8_0 => return avx512_full::<true, Q8_0, C>,
             (Isa::Avx512 { vnni: true }, _) if k == Q4_0 => return avx512_full::<true, Q4_0, C>,
             (Isa::Avx512 { vnni: true }, _) => return avx512_full::<true, Q4_1, C>,
@@ -255,9 +254,9 @@ unsafe fn simd_tile(
         unsafe {
             match (isa, rows) {
                 (_, RowLayout::Packed) => match kind {
+                    kind::Q8_0 => avx2_lane::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_lane::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
-                    kind::Q4_1 => avx2_lane::tile::<{ kind::Q4_1 }, R, C>(w, a, nb),
-                    _ => unreachable!("only Q4_0 and Q4_1 rows are repacked"),
+                    _ => avx2_lane::tile::<{ kind::Q4_1 }, R, C>(w, a, nb),
                 },
                 (Isa::Avx512 { vnni }, _) => avx512::tile::<R, C>(vnni, kind, w, a, nb),
                 _ => match kind {

@@ -139,15 +139,11 @@ fn simd_tiles_match_scalar_dots() {
             let ap: [q8::QRow; TILE_C] = std::array::from_fn(|c| unsafe {
                 q8::QRow::at(a.ptr().add(c * q8::row_bytes(k)), k)
             });
-            // The same rows repacked (Q4 only; module `packed`).
+            // The same rows repacked (module `packed`).
             let mut packed = Buf::new(wbytes * TILE_R);
-            let layouts = if t == DType::Q8_0 {
-                vec![RowLayout::Natural]
-            } else {
-                // SAFETY: both buffers hold TILE_R rows of nb blocks.
-                unsafe { repack_rows(kind, w.ptr(), packed.ptr(), TILE_R, nb) };
-                vec![RowLayout::Natural, RowLayout::Packed]
-            };
+            // SAFETY: both buffers hold TILE_R rows of nb blocks.
+            unsafe { repack_rows(kind, w.ptr(), packed.ptr(), TILE_R, nb) };
+            let layouts = [RowLayout::Natural, RowLayout::Packed];
             let mut want = [[0f32; TILE_C]; TILE_R];
             // SAFETY: nb blocks in every row; scalar runs anywhere.
             unsafe {
