@@ -87,7 +87,7 @@ pub fn load(
     })?;
     let r = rt.load_report();
     println!(
-        "loaded plan '{}' ({} steps) on {} threads in {:.1} ms: weights {:.1} MiB in place + {:.1} MiB copied ({:.1} ms), kernels prepared in {:.1} ms",
+        "loaded plan '{}' ({} steps) on {} threads in {:.1} ms: weights {:.1} MiB in place + {:.1} MiB copied ({:.1} ms), kernels prepared in {:.1} ms ({:.1} MiB of weights repacked)",
         plan.graph_name,
         rt.steps().len(),
         rt.pool().n_threads(),
@@ -96,6 +96,7 @@ pub fn load(
         r.weight_bytes_copied as f64 / 1048576.0,
         r.weights_time.as_secs_f64() * 1e3,
         r.prepare_time.as_secs_f64() * 1e3,
+        r.weight_bytes_repacked as f64 / 1048576.0,
     );
     if !r.fallbacks.is_empty() {
         println!(

@@ -15,7 +15,8 @@
 
 use ir::{DType, Layout};
 use runtime::ceiling::{self, Ceilings};
-use runtime::cpu::matmul::{Route, prepare_mul_mat, prepare_mul_mat_on};
+use runtime::cpu::matmul::packed::RepackCache;
+use runtime::cpu::matmul::{Precision, Route, prepare_mul_mat_on, prepare_mul_mat_weights};
 use runtime::cpu::{CpuKernel, RawTensor, ThreadPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -96,7 +97,8 @@ fn time(kernels: &[Box<dyn CpuKernel>], nth: usize, runs: usize) -> (f64, f64) {
     (wall, cpu)
 }
 
-/// `copies` independent products dst = src0 x src1 (distinct src0 each).
+/// `copies` independent products dst = src0 x src1 (distinct src0 each),
+/// src0 prepared as a weight, as the runtime does (repacked on AVX2).
 fn products(
     t0: DType,
     (k, m, n): (i64, i64, i64),
@@ -104,11 +106,14 @@ fn products(
 ) -> (Vec<Buf>, Vec<Box<dyn CpuKernel>>, String) {
     let mut keep = Vec::new();
     let mut kernels = Vec::new();
+    let repack = RepackCache::new();
     for c in 0..copies {
         let (b0, a) = tensor(t0, [k, m, 1, 1], 1 + c as u64);
         let (b1, b) = tensor(DType::F32, [k, n, 1, 1], 1000 + c as u64);
         let (b2, d) = tensor(DType::F32, [m, n, 1, 1], 2000 + c as u64);
-        let kernel = prepare_mul_mat(d, a, b).unwrap();
+        // SAFETY: src0 is written above and never again; its buffer lives
+        // as long as the kernel (both returned together).
+        let kernel = unsafe { prepare_mul_mat_weights(d, a, b, Precision::Fast, &repack) }.unwrap();
         keep.extend([b0, b1, b2]);
         kernels.push(kernel);
     }
@@ -202,7 +207,10 @@ fn crossover(c: &Ceilings) {
                 let (b0, a) = tensor(t, [k, m, 1, 1], 1);
                 let (b1, b) = tensor(DType::F32, [k, n, 1, 1], 2);
                 let (b2, d) = tensor(DType::F32, [m, n, 1, 1], 3);
-                let kernels = vec![prepare_mul_mat_on(d, a, b, route).unwrap()];
+                let repack = RepackCache::default();
+                // SAFETY: the weights stay unchanged while the kernel lives.
+                let kernel = unsafe { prepare_mul_mat_on(d, a, b, route, Some(&repack)) };
+                let kernels = vec![kernel.unwrap()];
                 let (_, cpu) = time(&kernels, 1, 20);
                 drop((b0, b1, b2));
                 let g = 2.0 * (k * m * n) as f64 / cpu / 1e9;

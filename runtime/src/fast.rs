@@ -12,18 +12,21 @@
 
 use crate::RuntimeError;
 use crate::cpu::jit::Jit;
-use crate::cpu::matmul::{Precision, prepare_mul_mat_with};
+use crate::cpu::matmul::packed::RepackCache;
+use crate::cpu::matmul::{Precision, prepare_mul_mat_weights, prepare_mul_mat_with};
 use crate::cpu::ops::prepare_op;
 use crate::cpu::{CpuKernel, RawTensor};
 use ir::Op;
 use ir::plan::Expr;
 
-/// The fast kernel families. The JIT and its kernel cache live here: runtimes
-/// loaded with the same instance (prefill and decode) compile each distinct
-/// kernel once.
+/// The fast kernel families. The JIT and its kernel cache live here, and the
+/// weights repacked for the quantized matmuls: runtimes loaded with the same
+/// instance (prefill and decode) compile each distinct kernel once and share
+/// each repacked weight.
 pub struct FastKernels {
     precision: Precision,
     jit: Jit,
+    repack: RepackCache,
 }
 
 impl FastKernels {
@@ -32,7 +35,13 @@ impl FastKernels {
         Ok(FastKernels {
             precision,
             jit: Jit::new()?,
+            repack: RepackCache::new(),
         })
+    }
+
+    /// Bytes of repacked weight copies that loaded kernels hold now.
+    pub fn repacked_bytes(&self) -> u64 {
+        self.repack.live_bytes()
     }
 
     /// The JIT (for its statistics).
@@ -40,14 +49,28 @@ impl FastKernels {
         &self.jit
     }
 
-    /// A kernel for one op step, or `Unsupported`.
+    /// A kernel for one op step, or `Unsupported`. `src0_is_weight`: srcs[0]
+    /// is (a view of) a weight, bound before preparation and never written.
     pub(crate) fn op(
         &self,
         op: &Op,
         dst: RawTensor,
         srcs: &[RawTensor],
+        src0_is_weight: bool,
     ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
         let jitted = match op {
+            // SAFETY: a weight's bytes are bound before preparation and no
+            // step writes them (plan checker), and they live as long as the
+            // runtime that holds this kernel.
+            Op::MulMat if src0_is_weight => unsafe {
+                return prepare_mul_mat_weights(
+                    dst,
+                    srcs[0],
+                    srcs[1],
+                    self.precision,
+                    &self.repack,
+                );
+            },
             Op::MulMat => return prepare_mul_mat_with(dst, srcs[0], srcs[1], self.precision),
             Op::SoftMax { scale, max_bias } => {
                 self.jit

@@ -70,6 +70,10 @@ pub struct LoadReport {
     pub weight_bytes_in_place: u64,
     /// Weight bytes copied into the weights arena.
     pub weight_bytes_copied: u64,
+    /// Bytes of repacked weight copies held by the kernels of this runtime
+    /// and of every other runtime loaded with the same [`FastKernels`] (each
+    /// copy counted once): memory beyond the weights themselves.
+    pub weight_bytes_repacked: u64,
     /// Steps that run on the reference fallback (slow), as `step: what`.
     pub fallbacks: Vec<String>,
     /// Time to bind weights.
@@ -242,6 +246,7 @@ impl Runtime {
         }
         .prepare_all()?;
         report.prepare_time = t1.elapsed();
+        report.weight_bytes_repacked = kernels.repacked_bytes();
         report.fallbacks = steps
             .iter()
             .enumerate()

@@ -13,8 +13,8 @@
 use crate::RuntimeError;
 use crate::cpu::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use crate::cpu::{CpuKernel, RawTensor, ThreadCtx};
-use ir::Op;
 use ir::plan::{FusedKernel, Plan, Step};
+use ir::{Op, Role};
 
 /// A step ready to run, with the figures a profile prints.
 pub struct PreparedStep {
@@ -123,7 +123,12 @@ impl Preparer<'_> {
             Step::Op { op, dst, srcs } => {
                 let d = self.raw(*dst);
                 let s: Vec<RawTensor> = srcs.iter().map(|&t| self.raw(t)).collect();
-                let (kernel, fallback) = self.op_kernel(op, d, &s)?;
+                // A weight (through views): bound before preparation, never
+                // written; copies of weights are intermediates.
+                let src0_is_weight = srcs.first().is_some_and(|&t| {
+                    self.plan.tensors[self.plan.owner(t) as usize].role == Role::Weight
+                });
+                let (kernel, fallback) = self.op_kernel(op, d, &s, src0_is_weight)?;
                 let bytes = self.span(*dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
                 let flops = match op {
                     Op::MulMat => 2 * s[0].ne[0] as u64 * d.n_elements() as u64,
@@ -178,8 +183,9 @@ impl Preparer<'_> {
         op: &Op,
         dst: RawTensor,
         srcs: &[RawTensor],
+        src0_is_weight: bool,
     ) -> Result<(Box<dyn CpuKernel>, bool), RuntimeError> {
-        match self.fast.op(op, dst, srcs) {
+        match self.fast.op(op, dst, srcs, src0_is_weight) {
             Ok(k) => Ok((k, false)),
             Err(RuntimeError::Unsupported { .. }) => Ok((
                 Box::new(ReferenceKernel::new(*op, dst, srcs.to_vec())),

@@ -10,6 +10,7 @@
 //!   8-bit blocks of 32 ([`q8`]) into the shared scratch (phase 1, rows split
 //!   over threads), then integer dot products in tiles of src0 rows x src1
 //!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
+//!   weights are repacked once at load for AVX2 ([`packed`]);
 //! - [`float`] (every other dtype, and quantized src0 times many columns):
 //!   the `gemm` crate on f32, reading f32
 //!   operands in place through their strides (so permuted views cost no copy)
@@ -24,6 +25,7 @@
 
 pub mod convert;
 pub mod float;
+pub mod packed;
 pub mod q8;
 pub mod qdot;
 pub mod quantized;
@@ -104,23 +106,69 @@ pub fn prepare_mul_mat_with(
     src1: RawTensor,
     precision: Precision,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    // SAFETY: no repacking, so nothing is read now.
+    unsafe { prepare(dst, src0, src1, precision, None) }
+}
+
+/// [`prepare_mul_mat_with`] for a src0 that never changes (a weight): the
+/// kernel may read a copy of it repacked now through `repack` ([`packed`]).
+///
+/// # Safety
+/// src0's bytes are readable now and never change while the kernel lives.
+pub unsafe fn prepare_mul_mat_weights(
+    dst: RawTensor,
+    src0: RawTensor,
+    src1: RawTensor,
+    precision: Precision,
+    repack: &packed::RepackCache,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    // SAFETY: forwarded.
+    unsafe { prepare(dst, src0, src1, precision, Some(repack)) }
+}
+
+/// Both of the above.
+///
+/// # Safety
+/// With `repack`, as [`prepare_mul_mat_weights`].
+unsafe fn prepare(
+    dst: RawTensor,
+    src0: RawTensor,
+    src1: RawTensor,
+    precision: Precision,
+    repack: Option<&packed::RepackCache>,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     let geo = Geometry::new(dst, src0, src1)?;
     let chosen = route(src0.dtype, geo.n, precision);
-    prepare_route(geo, chosen)
+    // SAFETY: forwarded.
+    unsafe { prepare_route(geo, chosen, repack) }
 }
 
 /// `dst = mul_mat(src0, src1)` on the given route (benchmarks and tests
-/// compare the routes; [`Route::Int8Dot`] needs a Q8_0, Q4_0 or Q4_1 src0).
-pub fn prepare_mul_mat_on(
+/// compare the routes; [`Route::Int8Dot`] needs a Q8_0, Q4_0 or Q4_1 src0),
+/// with src0 repacked through `repack` when given.
+///
+/// # Safety
+/// With `repack`, as [`prepare_mul_mat_weights`].
+pub unsafe fn prepare_mul_mat_on(
     dst: RawTensor,
     src0: RawTensor,
     src1: RawTensor,
     route: Route,
+    repack: Option<&packed::RepackCache>,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-    prepare_route(Geometry::new(dst, src0, src1)?, route)
+    // SAFETY: forwarded.
+    unsafe { prepare_route(Geometry::new(dst, src0, src1)?, route, repack) }
 }
 
-fn prepare_route(geo: Geometry, route: Route) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+/// The kernel of `route` for `geo`.
+///
+/// # Safety
+/// With `repack`, as [`prepare_mul_mat_weights`].
+unsafe fn prepare_route(
+    geo: Geometry,
+    route: Route,
+    repack: Option<&packed::RepackCache>,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     Ok(match route {
         Route::Int8Dot => {
             if !matches!(geo.src0.dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1) {
@@ -129,7 +177,8 @@ fn prepare_route(geo: Geometry, route: Route) -> Result<Box<dyn CpuKernel>, Runt
                     geo.src0.dtype
                 )));
             }
-            Box::new(quantized::QuantMatMul::new(geo))
+            // SAFETY: forwarded.
+            Box::new(unsafe { quantized::QuantMatMul::new(geo, repack) })
         }
         Route::F32Gemm => Box::new(float::GemmMatMul::new(geo)),
     })

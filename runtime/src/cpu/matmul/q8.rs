@@ -17,6 +17,18 @@
 //! partial group takes 256 bytes too; the places of its missing blocks hold
 //! garbage (the kernel multiplies them by zero weights).
 //!
+//! Then, from the next multiple of 64 bytes, `ql: [i8; 256 * groups]`: the
+//! quants once more, for the kernel over weights repacked at load
+//! ([`super::packed`]): for group `g` (blocks `b = 8 g ..`), 8 vectors of 32
+//! bytes; in vector `v`, the 4 bytes of lane `j` are quants `4 v .. 4 v + 4`
+//! of block `b + j` (an 8 x 8 transpose of the group's 4-byte words), so each
+//! 32-bit lane of an integer product belongs to one block. Lanes of blocks
+//! past the row's end are zero. A last group of `t <= 4` blocks
+//! ([`PAIRED_TAIL`]) is laid out in pairs instead: for pair `p` (blocks
+//! `b + 2p`, `b + 2p + 1`), 64 bytes: both blocks' quants 0..16, then both
+//! blocks' quants 16..32 (zeros for a block past the end), as the repacked
+//! weights' nibbles of such a group come in plain block order.
+//!
 //! Invariant: the scalar and the AVX2 quantizers give identical bytes (same
 //! f32 operations, same rounding), so the dot kernels can be compared alone.
 
@@ -25,13 +37,26 @@ use super::qdot::Isa;
 /// Values per block.
 pub const QK: usize = 32;
 
-/// Blocks per group in the regrouped quants `qp`.
+/// Blocks per group in the regrouped quants `qp` and `ql`.
 pub const GROUP: usize = 8;
+
+/// A last group of at most this many blocks is laid out in pairs in `ql`
+/// (and in repacked weights).
+pub const PAIRED_TAIL: usize = GROUP / 2;
 
 /// Bytes of one quantized row of `k` values.
 pub fn row_bytes(k: usize) -> usize {
-    let nb = k / QK;
-    (k + 8 * nb + nb.div_ceil(GROUP) * GROUP * QK).next_multiple_of(64)
+    lanes_offset(k) + groups_bytes(k)
+}
+
+/// Bytes of `qp` (and of `ql`) for rows of `k` values: whole groups.
+fn groups_bytes(k: usize) -> usize {
+    (k / QK).div_ceil(GROUP) * GROUP * QK
+}
+
+/// Offset of `ql` in a row of `k` values (aligned to 64).
+fn lanes_offset(k: usize) -> usize {
+    (k + 8 * (k / QK) + groups_bytes(k)).next_multiple_of(64)
 }
 
 /// A quantized row, as the dot kernels read it.
@@ -45,6 +70,9 @@ pub struct QRow {
     pub s8: *const f32,
     /// The quants regrouped by groups of 8 blocks (module doc).
     pub qp: *const i8,
+    /// The quants transposed by groups of 8 blocks, one block per 32-bit
+    /// lane (module doc).
+    pub ql: *const i8,
 }
 
 impl QRow {
@@ -60,6 +88,7 @@ impl QRow {
                 d: base.add(k) as *const f32,
                 s8: base.add(k + 4 * (k / QK)) as *const f32,
                 qp: base.add(k + 8 * (k / QK)) as *const i8,
+                ql: base.add(lanes_offset(k)) as *const i8,
             }
         }
     }
@@ -106,6 +135,26 @@ pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
                             QK / 2,
                         )
                     };
+                }
+            }
+        }
+        // SAFETY: the group's 256 bytes of ql lie inside the row.
+        let ql = unsafe { std::slice::from_raw_parts_mut((row.ql as *mut i8).add(b * QK), 256) };
+        ql.fill(0);
+        let t = GROUP.min(nb - b);
+        for blk in b..b + t {
+            // SAFETY: block blk's quants lie inside qs.
+            let q = unsafe { std::slice::from_raw_parts(row.qs.add(blk * QK), QK) };
+            let j = blk - b;
+            if t <= PAIRED_TAIL {
+                let (p, side) = (j / 2, j % 2);
+                for half in 0..2 {
+                    let at = 64 * p + 32 * half + 16 * side;
+                    ql[at..at + 16].copy_from_slice(&q[16 * half..16 * half + 16]);
+                }
+            } else {
+                for v in 0..QK / 4 {
+                    ql[32 * v + 4 * j..32 * v + 4 * j + 4].copy_from_slice(&q[4 * v..4 * v + 4]);
                 }
             }
         }

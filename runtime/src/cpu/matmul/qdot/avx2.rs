@@ -20,6 +20,20 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
+/// Every accumulator's lane sum. (Loops, not `array::map`, whose closure
+/// was not inlined: a call per row cost about as much as a group of blocks.)
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn hsums<const R: usize, const C: usize>(acc: &[[__m256; C]; R]) -> [[f32; C]; R] {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = hsum(acc[r][c]);
+        }
+    }
+    out
+}
+
 /// The f16 at `p` in all 8 lanes, looked up in `table` (every f16 as f32):
 /// one load and a broadcast load, where F16C would add two shuffle-port uops
 /// per block and row (they made the Q4 matrix-vector kernels compute bound).
@@ -112,5 +126,5 @@ pub(super) unsafe fn tile_k<const K: u8, const R: usize, const C: usize>(
             }
         }
     }
-    acc.map(|row| row.map(|v| hsum(v)))
+    hsums(&acc)
 }

@@ -14,11 +14,19 @@
 //! Instruction sets, chosen at run time ([`Isa::detect`]): AVX-512 (BW, VNNI
 //! when present), AVX2 (+FMA, F16C), and a portable scalar path that is also
 //! the tests' oracle for the others.
+//!
+//! Weight rows come in their file layout ([`RowLayout::Natural`]: every
+//! kernel) or, for weights on AVX2 hosts, repacked at load
+//! ([`RowLayout::Packed`], [`crate::cpu::matmul::packed`]: the AVX2 lane
+//! kernel only). AVX-512 hosts keep the natural layout and their own kernels
+//! (not measured on this project's AVX2 machine).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_group;
+#[cfg(target_arch = "x86_64")]
+mod avx2_lane;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod scalar;
@@ -88,9 +96,36 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The best the host supports.
+    /// The set the kernels use on this host: AVX2 wherever the host has it,
+    /// AVX-512 hosts included. Measured on an AVX-512 VNNI Xeon (16 cores,
+    /// 2026-11-22, `benches/matmul.rs`, one thread): the AVX2 lane kernel on
+    /// repacked weights reads 4096x4096 Q8_0 / Q4_0 / Q4_1 at 20.5 / 15.8 /
+    /// 17.6 GB/s against 14.0 / 7.5 / 5.6 for the AVX-512 VNNI tiles, and
+    /// SmolLM2's decode mul_mats run at 143 tokens/s against 64. The AVX-512
+    /// kernels stay, tested on hosts that have them, until they beat it.
+    ///
+    /// `GGPLAN_QDOT_ISA` (`scalar`, `avx2`, `avx512`, `avx512vnni`) names
+    /// another set the host has, to compare them on one machine; a name the
+    /// host lacks is ignored.
     pub fn detect() -> Isa {
-        *Isa::available().last().expect("scalar is always available")
+        let available = Isa::available();
+        let wanted = std::env::var("GGPLAN_QDOT_ISA").ok().and_then(|name| {
+            available.iter().copied().find(|isa| {
+                let label = match isa {
+                    Isa::Scalar => "scalar",
+                    Isa::Avx2 => "avx2",
+                    Isa::Avx512 { vnni: false } => "avx512",
+                    Isa::Avx512 { vnni: true } => "avx512vnni",
+                };
+                label == name
+            })
+        });
+        let default = if available.contains(&Isa::Avx2) {
+            Isa::Avx2
+        } else {
+            Isa::Scalar
+        };
+        wanted.unwrap_or(default)
     }
 
     /// Every set the host supports, weakest first (tests run them all).
@@ -113,15 +148,26 @@ impl Isa {
     }
 }
 
+/// How weight rows are laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowLayout {
+    /// As in the file (ggml's blocks).
+    Natural,
+    /// Repacked for the AVX2 lane kernel ([`crate::cpu::matmul::packed`]).
+    Packed,
+}
+
 /// `out[r][c] = dot(weight row w[r], activation row a[c])` over `nb` blocks,
 /// for `w.len() <= TILE_R` and `a.len() <= TILE_C`.
 ///
 /// # Safety
-/// Each `w[r]` points to `nb` blocks of format `kind`; each `a[c]` to a
-/// quantized row of at least `nb` blocks; the host supports `isa`.
+/// Each `w[r]` points to `nb` blocks of format `kind` laid out as `rows`
+/// says; each `a[c]` to a quantized row of exactly `nb` blocks; the host
+/// supports `isa`; `Packed` rows only with a SIMD `isa`.
 pub unsafe fn tile(
     isa: Isa,
     kind: u8,
+    rows: RowLayout,
     w: &[*const u8],
     a: &[QRow],
     nb: usize,
@@ -130,14 +176,77 @@ pub unsafe fn tile(
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: forwarded; the host supports AVX2 (every non-scalar set includes it).
-        unsafe { simd_tile(isa, kind, w, a, nb, out) };
+        unsafe { simd_tile(isa, kind, rows, w, a, nb, out) };
         return;
     }
+    assert_eq!(rows, RowLayout::Natural, "packed rows need a SIMD kernel");
     for (r, &wr) in w.iter().enumerate() {
         for (c, &ac) in a.iter().enumerate() {
             // SAFETY: forwarded from the caller.
             out[r][c] = unsafe { scalar::dot(kind, wr, ac, nb) };
         }
+    }
+}
+
+/// A kernel for full tiles of [`TILE_R`] weight rows x `C` activation rows,
+/// chosen once for an instruction set, weight format and row layout
+/// ([`full_tile`]), so that a matrix-vector product with short rows does not
+/// pay [`tile`]'s dispatch on every tile. Safety contract: [`tile`]'s.
+pub type FullTile<const C: usize> =
+    unsafe fn([*const u8; TILE_R], [QRow; C], usize) -> [[f32; C]; TILE_R];
+
+/// The [`FullTile`] kernel for (`isa`, `kind`, `rows`), under the same
+/// conditions as [`tile`] (`Packed` only with a SIMD set).
+pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTile<C> {
+    /// Scalar dot products, one per output.
+    ///
+    /// # Safety
+    /// As [`tile`].
+    unsafe fn scalar_full<const K: u8, const C: usize>(
+        w: [*const u8; TILE_R],
+        a: [QRow; C],
+        nb: usize,
+    ) -> [[f32; C]; TILE_R] {
+        // SAFETY: forwarded.
+        std::array::from_fn(|r| std::array::from_fn(|c| unsafe { scalar::dot(K, w[r], a[c], nb) }))
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        /// AVX-512 for one format.
+        ///
+        /// # Safety
+        /// As [`tile`].
+        unsafe fn avx512_full<const VNNI: bool, const K: u8, const C: usize>(
+            w: [*const u8; TILE_R],
+            a: [QRow; C],
+            nb: usize,
+        ) -> [[f32; C]; TILE_R] {
+            // SAFETY: forwarded.
+            unsafe { avx512::tile::<TILE_R, C>(VNNI, K, w, a, nb) }
+        }
+        use kind::{Q4_0, Q4_1, Q8_0};
+        let k = kind;
+        match (isa, rows) {
+            (Isa::Scalar, _) => {}
+            (_, RowLayout::Packed) if k == Q8_0 => return avx2_lane::tile::<Q8_0, TILE_R, C>,
+            (_, RowLayout::Packed) if k == Q4_0 => return avx2_lane::tile::<Q4_0, TILE_R, C>,
+            (_, RowLayout::Packed) => return avx2_lane::tile::<Q4_1, TILE_R, C>,
+            (Isa::Avx512 { vnni: true }, _) if k == Q8_0 => return avx512_full::<true, Q8_0, C>,
+            (Isa::Avx512 { vnni: true }, _) if k == Q4_0 => return avx512_full::<true, Q4_0, C>,
+            (Isa::Avx512 { vnni: true }, _) => return avx512_full::<true, Q4_1, C>,
+            (Isa::Avx512 { .. }, _) if k == Q8_0 => return avx512_full::<false, Q8_0, C>,
+            (Isa::Avx512 { .. }, _) if k == Q4_0 => return avx512_full::<false, Q4_0, C>,
+            (Isa::Avx512 { .. }, _) => return avx512_full::<false, Q4_1, C>,
+            (Isa::Avx2, _) if k == Q8_0 => return avx2_group::tile::<Q8_0, TILE_R, C>,
+            (Isa::Avx2, _) if k == Q4_0 => return avx2_group::tile::<Q4_0, TILE_R, C>,
+            (Isa::Avx2, _) => return avx2_group::tile::<Q4_1, TILE_R, C>,
+        }
+    }
+    assert_eq!(rows, RowLayout::Natural, "packed rows need a SIMD kernel");
+    match kind {
+        kind::Q8_0 => scalar_full::<{ kind::Q8_0 }, C>,
+        kind::Q4_0 => scalar_full::<{ kind::Q4_0 }, C>,
+        _ => scalar_full::<{ kind::Q4_1 }, C>,
     }
 }
 
@@ -150,6 +259,7 @@ pub unsafe fn tile(
 unsafe fn simd_tile(
     isa: Isa,
     kind: u8,
+    rows: RowLayout,
     w: &[*const u8],
     a: &[QRow],
     nb: usize,
@@ -162,14 +272,20 @@ unsafe fn simd_tile(
     unsafe fn one<const R: usize, const C: usize>(
         isa: Isa,
         kind: u8,
+        rows: RowLayout,
         w: [*const u8; R],
         a: [QRow; C],
         nb: usize,
     ) -> [[f32; C]; R] {
         // SAFETY: forwarded from the caller, who checked the host's features.
         unsafe {
-            match isa {
-                Isa::Avx512 { vnni } => avx512::tile::<R, C>(vnni, kind, w, a, nb),
+            match (isa, rows) {
+                (_, RowLayout::Packed) => match kind {
+                    kind::Q8_0 => avx2_lane::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
+                    kind::Q4_0 => avx2_lane::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    _ => avx2_lane::tile::<{ kind::Q4_1 }, R, C>(w, a, nb),
+                },
+                (Isa::Avx512 { vnni }, _) => avx512::tile::<R, C>(vnni, kind, w, a, nb),
                 _ => match kind {
                     kind::Q8_0 => avx2_group::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_group::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
@@ -183,24 +299,30 @@ unsafe fn simd_tile(
     // columns taken from `w` and `a`.
     unsafe {
         if nr == TILE_R && nc == TILE_C {
-            let t =
-                one::<TILE_R, TILE_C>(isa, kind, w.try_into().unwrap(), a.try_into().unwrap(), nb);
+            let t = one::<TILE_R, TILE_C>(
+                isa,
+                kind,
+                rows,
+                w.try_into().unwrap(),
+                a.try_into().unwrap(),
+                nb,
+            );
             *out = t;
         } else if nr == TILE_R {
             for (c, &ac) in a.iter().enumerate() {
-                let t = one::<TILE_R, 1>(isa, kind, w.try_into().unwrap(), [ac], nb);
+                let t = one::<TILE_R, 1>(isa, kind, rows, w.try_into().unwrap(), [ac], nb);
                 for r in 0..TILE_R {
                     out[r][c] = t[r][0];
                 }
             }
         } else if nc == TILE_C {
             for (r, &wr) in w.iter().enumerate() {
-                out[r] = one::<1, TILE_C>(isa, kind, [wr], a.try_into().unwrap(), nb)[0];
+                out[r] = one::<1, TILE_C>(isa, kind, rows, [wr], a.try_into().unwrap(), nb)[0];
             }
         } else {
             for (r, &wr) in w.iter().enumerate() {
                 for (c, &ac) in a.iter().enumerate() {
-                    out[r][c] = one::<1, 1>(isa, kind, [wr], [ac], nb)[0][0];
+                    out[r][c] = one::<1, 1>(isa, kind, rows, [wr], [ac], nb)[0][0];
                 }
             }
         }

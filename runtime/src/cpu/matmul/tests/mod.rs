@@ -4,6 +4,7 @@
 mod float;
 mod quant;
 
+use super::packed::RepackCache;
 use super::qdot::Isa;
 use super::quantized::QuantMatMul;
 use super::shape::Geometry;
@@ -78,8 +79,9 @@ impl Tensor {
 enum Route {
     /// Whatever `prepare_mul_mat` picks.
     Default,
-    /// The integer kernel with this instruction set.
-    Quant(Isa),
+    /// The integer kernel with this instruction set; `true`: src0 prepared
+    /// as a weight (repacked where the set does that: AVX2).
+    Quant(Isa, bool),
 }
 
 /// Runs mul_mat(a, b) through `route` on pools of 1, 2 and 3 threads and
@@ -94,6 +96,7 @@ fn check(a: &mut Tensor, b: &mut Tensor, route: Route) {
     ];
     let out = Layout::contiguous(DType::F32, ne).unwrap();
     let want = compute(&Op::MulMat, &[&va, &vb], &out);
+    let repack = RepackCache::new();
     for nth in 1..=3 {
         let mut dst = Buf::new(out.span_bytes() as usize);
         for w in dst.bytes().chunks_exact_mut(4) {
@@ -107,11 +110,22 @@ fn check(a: &mut Tensor, b: &mut Tensor, route: Route) {
         };
         let kernel: Box<dyn CpuKernel> = match route {
             Route::Default => super::prepare_mul_mat(raw_dst, a.raw(), b.raw()).unwrap(),
-            Route::Quant(isa) => Box::new(QuantMatMul::with_isa(
-                Geometry::new(raw_dst, a.raw(), b.raw()).unwrap(),
-                isa,
-            )),
+            // SAFETY: a's bytes do not change while the kernel lives.
+            Route::Quant(isa, weight) => Box::new(unsafe {
+                QuantMatMul::with_isa(
+                    Geometry::new(raw_dst, a.raw(), b.raw()).unwrap(),
+                    isa,
+                    weight.then_some(&repack),
+                )
+            }),
         };
+        if let Route::Quant(Isa::Avx2, true) = route {
+            assert!(
+                kernel.describe().contains("repacked"),
+                "{}",
+                kernel.describe()
+            );
+        }
         let mut scratch = Buf::new(kernel.scratch_bytes());
         let scratch_ptr = scratch.ptr() as usize;
         let pool = ThreadPool::new(nth);

@@ -11,7 +11,10 @@ use kernels::testing::Rng;
 const QUANTS: [DType; 3] = [DType::Q8_0, DType::Q4_0, DType::Q4_1];
 
 fn routes() -> Vec<Route> {
-    let mut v: Vec<Route> = Isa::available().into_iter().map(Route::Quant).collect();
+    let mut v: Vec<Route> = Isa::available()
+        .into_iter()
+        .flat_map(|isa| [Route::Quant(isa, false), Route::Quant(isa, true)])
+        .collect();
     v.push(Route::Default);
     v
 }
@@ -35,6 +38,13 @@ fn quantized_odd_sizes_every_isa() {
             (288, 5, 4),
             (576, 7, 5),
             (512, 3, 2),
+            // SmolLM2's K and the 4096 benchmark, matrix-vector (rows split
+            // in four streams, odd counts leave a partial tile) and prefill.
+            (576, 783, 1),
+            (576, 4096, 1),
+            (4096, 783, 1),
+            (1536, 17, 2),
+            (576, 3, 5),
         ] {
             let mut a = Tensor::packed(&mut rng, t, [k, m, 1, 1]);
             let mut b = Tensor::packed(&mut rng, DType::F32, [k, n, 1, 1]);
@@ -95,11 +105,12 @@ fn simd_quantizer_matches_scalar() {
 /// kernel uses and block counts with and without whole groups of 8.
 #[test]
 fn simd_tiles_match_scalar_dots() {
-    use crate::cpu::matmul::qdot::{self, TILE_C, TILE_R};
+    use crate::cpu::matmul::packed::repack_rows;
+    use crate::cpu::matmul::qdot::{self, RowLayout, TILE_C, TILE_R};
     let mut rng = Rng::new(13);
     for t in QUANTS {
         let kind = qdot::weight_kind(t).unwrap();
-        for nb in [1, 7, 8, 9, 13, 18, 48] {
+        for nb in [1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 18, 48, 128] {
             let k = nb * q8::QK;
             let wbytes = t.row_bytes(k as u64).unwrap() as usize;
             let mut w = Buf::new(wbytes * TILE_R);
@@ -128,20 +139,45 @@ fn simd_tiles_match_scalar_dots() {
             let ap: [q8::QRow; TILE_C] = std::array::from_fn(|c| unsafe {
                 q8::QRow::at(a.ptr().add(c * q8::row_bytes(k)), k)
             });
+            // The same rows repacked (module `packed`).
+            let mut packed = Buf::new(wbytes * TILE_R);
+            // SAFETY: both buffers hold TILE_R rows of nb blocks.
+            unsafe { repack_rows(kind, w.ptr(), packed.ptr(), TILE_R, nb) };
+            let layouts = [RowLayout::Natural, RowLayout::Packed];
             let mut want = [[0f32; TILE_C]; TILE_R];
             // SAFETY: nb blocks in every row; scalar runs anywhere.
-            unsafe { qdot::tile(Isa::Scalar, kind, &wp, &ap, nb, &mut want) };
-            for isa in Isa::available() {
+            unsafe {
+                qdot::tile(
+                    Isa::Scalar,
+                    kind,
+                    RowLayout::Natural,
+                    &wp,
+                    &ap,
+                    nb,
+                    &mut want,
+                )
+            };
+            let simd = Isa::available().into_iter().filter(|&i| i != Isa::Scalar);
+            let cases = std::iter::once((Isa::Scalar, RowLayout::Natural))
+                .chain(simd.flat_map(|i| layouts.iter().map(move |&l| (i, l))));
+            for (isa, layout) in cases {
+                let base = match layout {
+                    RowLayout::Natural => w.ptr(),
+                    RowLayout::Packed => packed.ptr(),
+                };
+                // SAFETY: rows inside the buffer.
+                let wp: [*const u8; TILE_R] =
+                    std::array::from_fn(|r| unsafe { base.add(r * wbytes) as *const u8 });
                 for (nr, nc) in [(TILE_R, TILE_C), (TILE_R, 1), (1, TILE_C), (1, 1), (3, 1)] {
                     let mut got = [[f32::NAN; TILE_C]; TILE_R];
                     // SAFETY: as above; the host has isa.
-                    unsafe { qdot::tile(isa, kind, &wp[..nr], &ap[..nc], nb, &mut got) };
+                    unsafe { qdot::tile(isa, kind, layout, &wp[..nr], &ap[..nc], nb, &mut got) };
                     for r in 0..nr {
                         for c in 0..nc {
                             let (x, y) = (want[r][c], got[r][c]);
                             assert!(
                                 (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
-                                "{t} {isa:?} nb {nb} tile {nr}x{nc} [{r}][{c}]: {x} vs {y}"
+                                "{t} {isa:?} {layout:?} nb {nb} tile {nr}x{nc} [{r}][{c}]: {x} vs {y}"
                             );
                         }
                     }

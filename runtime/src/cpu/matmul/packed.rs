@@ -1,0 +1,194 @@
+//! Q8_0, Q4_0 and Q4_1 weights repacked once at load for the AVX2 lane
+//! kernel (`qdot::avx2_lane`), and the cache that shares one repacked copy
+//! between every kernel (and runtime) that reads the same weight.
+//!
+//! Layout: a repacked row has exactly the bytes of the original row, and rows
+//! sit at the same offsets, so a row's address moves by one fixed offset.
+//! Within a row, blocks go in groups of [`GROUP`] (the last group may hold
+//! `t < 8`); a group of `t` blocks starting at block `b` takes the bytes of
+//! those blocks (at `b * block_bytes`) and holds, in order:
+//! - the `t` f16 scales `d`;
+//! - Q4_1 only: the `t` f16 minimums `m`;
+//! - the quants (Q8_0: 32 bytes a block; Q4: 16 bytes of nibbles, whose low
+//!   nibbles are values 0..16 and high nibbles values 16..32) as vectors of
+//!   `4 t` bytes (8 for Q8_0, 4 for Q4): in vector `v`, the 4 bytes of lane
+//!   `j` are bytes `4 v .. 4 v + 4` of block `b + j`'s quants;
+//! - except in a last group of `t <= 4` blocks ([`PAIRED_TAIL`]), whose
+//!   quants come in pairs of blocks, to fill one 32-byte load with two:
+//!   Q4 blocks' 16 bytes one after the other; Q8_0 pairs as 16 bytes of
+//!   each block (values 0..16), then 16 of each (values 16..32), a last
+//!   block alone as its 32 bytes. (Half the work of a group of 8 for
+//!   K = 576, whose rows end in 2 blocks.)
+//!
+//! So one 32-byte load holds 4 bytes of each of 8 blocks: after the integer
+//! products, 32-bit lane `j` sums block `b + j` alone, and the blocks' scales
+//! apply as one vector per group, with no horizontal reduction per block.
+//! The activations' `ql` ([`super::q8`]) are laid out the same way.
+//!
+//! Memory: one copy of each repacked weight beside the original (which stays
+//! mapped or in the weights arena); SmolLM2-135M's Q8_0 token embedding is
+//! also its output head, so it exists twice (get_rows reads the original).
+//!
+//! Invariants:
+//! - only tensors that never change after load are repacked (the runtime
+//!   passes a cache only for mul_mat operands whose root is a weight); the
+//!   original bytes stay where they were, for every other reader (get_rows);
+//! - a cached copy lives as long as a kernel holds it: the cache keeps weak
+//!   references, so its memory is what the loaded runtimes use
+//!   ([`RepackCache::live_bytes`]).
+
+use super::q8::{GROUP, PAIRED_TAIL, QK};
+use super::qdot::kind;
+use crate::cpu::RawTensor;
+use crate::memory::AlignedBuffer;
+use ir::DType;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+
+/// A repacked copy of one weight tensor's bytes.
+pub struct PackedWeights {
+    buf: AlignedBuffer,
+    /// The original tensor's first byte (rows keep their offsets from it).
+    origin: usize,
+}
+
+impl PackedWeights {
+    /// Address in the repacked copy of the original row at `row`.
+    ///
+    /// # Safety
+    /// `row` is the first byte of a row of the tensor this was made from.
+    pub unsafe fn row(&self, row: *const u8) -> *const u8 {
+        // SAFETY: the copy has the original's span, rows at the same offsets.
+        unsafe { self.buf.as_ptr().add(row as usize - self.origin) }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Scale fields (f16 each) before the quants in a block of `kind`: d, and
+/// m for Q4_1.
+pub(crate) fn scale_fields(kind: u8) -> usize {
+    if kind == kind::Q4_1 { 2 } else { 1 }
+}
+
+/// Quant bytes in a block of `kind`: 32 for Q8_0, 16 of nibbles for Q4.
+pub(crate) fn quant_bytes(kind: u8) -> usize {
+    if kind == kind::Q8_0 { QK } else { QK / 2 }
+}
+
+/// Repacks `rows` rows of `nb` blocks of `kind` from `src` into `dst`
+/// (module doc).
+///
+/// # Safety
+/// `src` and `dst` hold `rows * nb * block_bytes(kind)` bytes each and do
+/// not overlap.
+pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, nb: usize) {
+    let bytes = kind::block_bytes(kind);
+    let fields = scale_fields(kind);
+    let quants = quant_bytes(kind);
+    for r in 0..rows {
+        for b in (0..nb).step_by(GROUP) {
+            let t = GROUP.min(nb - b);
+            // SAFETY: blocks b..b + t of row r are inside both buffers; every
+            // write below stays inside their t * bytes bytes.
+            unsafe {
+                let from = src.add((r * nb + b) * bytes);
+                let to = dst.add((r * nb + b) * bytes);
+                let qdst = to.add(2 * fields * t);
+                for j in 0..t {
+                    let blk = from.add(j * bytes);
+                    for f in 0..fields {
+                        std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
+                    }
+                    let q = blk.add(2 * fields);
+                    if t > PAIRED_TAIL {
+                        for v in 0..quants / 4 {
+                            std::ptr::copy_nonoverlapping(
+                                q.add(4 * v),
+                                qdst.add(4 * (v * t + j)),
+                                4,
+                            );
+                        }
+                    } else if kind != kind::Q8_0 {
+                        std::ptr::copy_nonoverlapping(q, qdst.add(16 * j), 16);
+                    } else {
+                        // Pair p: both blocks' quants 0..16, then both
+                        // blocks' 16..32; a last block alone: its 32 bytes.
+                        let (p, side) = (j / 2, j % 2);
+                        let whole_pair = 2 * p + 1 < t;
+                        for h in 0..2 {
+                            let at = 64 * p
+                                + if whole_pair {
+                                    32 * h + 16 * side
+                                } else {
+                                    16 * h
+                                };
+                            std::ptr::copy_nonoverlapping(q.add(16 * h), qdst.add(at), 16);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a repacked copy is of: the original's address, dtype and extents.
+type Key = (usize, DType, [i64; 4]);
+
+/// Repacked copies by original address, shared by the kernels of every
+/// runtime loaded with one [`crate::FastKernels`].
+#[derive(Default)]
+pub struct RepackCache {
+    copies: Mutex<BTreeMap<Key, Weak<PackedWeights>>>,
+}
+
+impl RepackCache {
+    /// An empty cache.
+    pub fn new() -> RepackCache {
+        RepackCache::default()
+    }
+
+    /// The repacked copy of `src0`, made now or shared; `None` for dtypes
+    /// other than Q8_0, Q4_0 and Q4_1, tensors that are not contiguous, or
+    /// when the memory cannot be had (the kernel then reads the original).
+    ///
+    /// # Safety
+    /// `src0`'s bytes are readable and never change while the copy lives.
+    pub unsafe fn get(&self, src0: &RawTensor) -> Option<Arc<PackedWeights>> {
+        let kind = super::qdot::weight_kind(src0.dtype)?;
+        if !src0.is_contiguous() {
+            return None;
+        }
+        let key = (src0.data as usize, src0.dtype, src0.ne);
+        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = copies.get(&key).and_then(Weak::upgrade) {
+            return Some(p);
+        }
+        copies.retain(|_, w| w.strong_count() > 0);
+        let span = src0.span_bytes() as usize;
+        let buf = AlignedBuffer::zeroed(span, 64)?;
+        let nb = src0.ne[0] as usize / QK;
+        let rows = span / (nb * kind::block_bytes(kind));
+        // SAFETY: both hold `span` bytes = rows * nb blocks (contiguous).
+        unsafe { repack_rows(kind, src0.data, buf.as_ptr(), rows, nb) };
+        let p = Arc::new(PackedWeights {
+            buf,
+            origin: src0.data as usize,
+        });
+        copies.insert(key, Arc::downgrade(&p));
+        Some(p)
+    }
+
+    /// Bytes of the repacked copies that kernels hold now.
+    pub fn live_bytes(&self) -> u64 {
+        let copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        copies
+            .values()
+            .filter_map(Weak::upgrade)
+            .map(|p| p.bytes() as u64)
+            .sum()
+    }
+}

@@ -1,0 +1,309 @@
+//! AVX2 tiles over Q8_0 / Q4_0 / Q4_1 rows repacked at load
+//! ([`crate::cpu::matmul::packed`]): one block per 32-bit lane, so the
+//! integer sums of 8 blocks land in one vector (lane j = block j) with no
+//! horizontal reduction until the row's end, and the blocks' scales apply
+//! as one vector per group (8 f16, one load and one F16C conversion).
+//!
+//! Per group of 8 blocks, weight row and column:
+//! - Q4: 4 loads of 32 nibble bytes, each split into low nibbles (`and`)
+//!   and high nibbles (`shift`, `and`); 8 `maddubs` with the activations'
+//!   `ql`, added as i16 (each at most 2 * 15 * 127 = 3810 in magnitude, so 8
+//!   of them stay below 2^15), one `madd` with ones, one conversion, two FMAs;
+//! - Q8_0: 8 loads of 32 bytes; per vector the weights' signs move onto the
+//!   activations (`maddubs` takes unsigned x signed), a `maddubs` and a
+//!   `madd` (the i16 pair sums reach 2 * 128 * 127, so each is widened
+//!   alone), 7 i32 adds, one conversion, one FMA.
+//!
+//! A last group of `4 < t < 8` blocks runs the same code with its vectors
+//! (`4 t` bytes each) and the activations' scales loaded under a lane mask,
+//! so the missing blocks' lanes are zero and nothing past a row is read. A
+//! last group of `t <= 4` blocks (K = 576 ends in 2) comes in pairs of
+//! blocks, one per 128-bit half ([`pairs`]): 4 lanes per block, its scales
+//! spread over them by a permute, at half a group's work or less.
+//!
+//! Float work per group, lane j = block j (weights d, m; activations d1,
+//! s8 = d1 sum(q) / 8):
+//! - Q8_0: `acc += d d1 sum(w q)`;
+//! - Q4_0: `acc += d (d1 sum(u q) - 64 s8)`;
+//! - Q4_1: `acc += d d1 sum(u q) + m 8 s8`.
+
+use super::avx2::hsums;
+use super::kind;
+use crate::cpu::matmul::packed::scale_fields;
+use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
+use std::arch::x86_64::*;
+
+/// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K`, weight
+/// rows in the repacked layout.
+///
+/// # Safety
+/// Each `w[r]` points to a repacked row of `nb` blocks of `K`; each `a[c]`
+/// to a quantized row of exactly `nb` blocks; the host has AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    nb: usize,
+) -> [[f32; C]; R] {
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    for g in 0..nb / GROUP {
+        // SAFETY: forwarded; a whole group.
+        unsafe { group::<K, R, C, true>(w, a, g * GROUP, GROUP, &mut acc) };
+    }
+    let b = nb / GROUP * GROUP;
+    if nb - b > PAIRED_TAIL {
+        // SAFETY: forwarded; blocks b..nb exist.
+        unsafe { group::<K, R, C, false>(w, a, b, nb - b, &mut acc) };
+    } else if nb > b {
+        // SAFETY: forwarded; blocks b..nb exist, laid out in pairs.
+        unsafe { pairs::<K, R, C>(w, a, b, nb - b, &mut acc) };
+    }
+    hsums(&acc)
+}
+
+/// `t` f16 values at `p` (`t` = 8 when `FULL`) as f32, zero past `t`.
+/// `pairs` masks the 32-bit words holding them (`ceil(t / 2)`), `lanes` the
+/// lanes below `t`: for odd `t` the last word's upper half belongs to the
+/// next field and is cleared after the conversion. (A masked load, not a
+/// copy through the stack: small stores feeding a wide load stall.)
+///
+/// # Safety
+/// `p` has `4 ceil(t / 2)` readable bytes.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn f16s<const FULL: bool>(p: *const u8, pairs: __m128i, lanes: __m256) -> __m256 {
+    if FULL {
+        // SAFETY: 16 bytes (t = 8).
+        return _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p as *const __m128i) });
+    }
+    // SAFETY: only the words under `pairs` are read.
+    let h = unsafe { _mm_maskload_epi32(p as *const i32, pairs) };
+    _mm256_and_ps(_mm256_cvtph_ps(h), lanes)
+}
+
+/// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
+///
+/// # Safety
+/// As [`tile`], with `b + t <= nb` and `b` a multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    b: usize,
+    t: usize,
+    acc: &mut [[__m256; C]; R],
+) {
+    let t = if FULL { GROUP } else { t };
+    let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(t as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    let lanes = _mm256_castsi256_ps(mask);
+    let pairs = _mm_cmpgt_epi32(
+        _mm_set1_epi32(t.div_ceil(2) as i32),
+        _mm_setr_epi32(0, 1, 2, 3),
+    );
+    let fields = scale_fields(K);
+    // SAFETY: the activations' scales of blocks b..b + t (only those lanes
+    // are read) and their whole ql group; weight bytes inside the t blocks
+    // at b (repacked layout: fields, then vectors of 4 t bytes).
+    unsafe {
+        let load = |p: *const f32| {
+            if FULL {
+                _mm256_loadu_ps(p)
+            } else {
+                _mm256_maskload_ps(p, mask)
+            }
+        };
+        let d1: [__m256; C] = std::array::from_fn(|c| load(a[c].d.add(b)));
+        // Q4_0: 64 s8 = 8 d1 sum(q); Q4_1: 8 s8 = d1 sum(q).
+        let f = _mm256_set1_ps(if K == kind::Q4_0 { 64.0 } else { 8.0 });
+        let s: [__m256; C] = std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), f));
+        for r in 0..R {
+            let p = w[r].add(b * kind::block_bytes(K));
+            let dw = f16s::<FULL>(p, pairs, lanes);
+            let mw = if K == kind::Q4_1 {
+                f16s::<FULL>(p.add(2 * t), pairs, lanes)
+            } else {
+                _mm256_setzero_ps()
+            };
+            let qw = p.add(2 * fields * t);
+            let vector = |v: usize| {
+                let q = qw.add(4 * t * v);
+                if FULL {
+                    _mm256_loadu_si256(q as *const __m256i)
+                } else {
+                    _mm256_maskload_epi32(q as *const i32, mask)
+                }
+            };
+            if K == kind::Q8_0 {
+                let x: [__m256i; 8] = std::array::from_fn(vector);
+                for c in 0..C {
+                    let ql = a[c].ql.add(b * QK);
+                    let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
+                    let sum = _mm256_cvtepi32_ps(q8_sums(x, std::array::from_fn(q), ones));
+                    acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dw, d1[c]), acc[r][c]);
+                }
+                continue;
+            }
+            let x: [__m256i; 4] = std::array::from_fn(vector);
+            let lo = x.map(|v| _mm256_and_si256(v, low));
+            let hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+            for c in 0..C {
+                let ql = a[c].ql.add(b * QK);
+                let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
+                // A tree of i16 adds: 8 products, depth 3.
+                let m: [__m256i; 4] = std::array::from_fn(|v| {
+                    _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo[v], q(v)),
+                        _mm256_maddubs_epi16(hi[v], q(v + 4)),
+                    )
+                });
+                let m =
+                    _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+                let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones));
+                acc[r][c] = if K == kind::Q4_0 {
+                    _mm256_fmadd_ps(dw, _mm256_fmsub_ps(sum, d1[c], s[c]), acc[r][c])
+                } else {
+                    _mm256_fmadd_ps(
+                        sum,
+                        _mm256_mul_ps(dw, d1[c]),
+                        _mm256_fmadd_ps(mw, s[c], acc[r][c]),
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// Adds the last `t <= 4` blocks `b..b + t` to `acc`, two blocks per vector
+/// (lanes 0..4: block `b + 2p`, lanes 4..8: block `b + 2p + 1`), paired in
+/// the repacked row as the module `packed` says; the activations' `ql` hold
+/// the same pairs. Each block's constant term is spread evenly
+/// over its 4 lanes (all lanes are summed at the end).
+///
+/// # Safety
+/// As [`tile`], with `b + t == nb`, `t <= 4` and `b` a multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    b: usize,
+    t: usize,
+    acc: &mut [[__m256; C]; R],
+) {
+    let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(t as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    let lanes = _mm256_castsi256_ps(mask);
+    let words = _mm_cmpgt_epi32(
+        _mm_set1_epi32(t.div_ceil(2) as i32),
+        _mm_setr_epi32(0, 1, 2, 3),
+    );
+    // Pair p's lanes take blocks 2p (lanes 0..4) and 2p + 1 (lanes 4..8).
+    let spread = [
+        _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+        _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+    ];
+    let fields = scale_fields(K);
+    // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
+    let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
+    // SAFETY: the activations' scales of blocks b..b + t (masked) and their
+    // ql group; weight bytes inside the t blocks at b (repacked layout:
+    // fields, then the blocks' nibble bytes in order).
+    unsafe {
+        let d1: [__m256; C] = std::array::from_fn(|c| _mm256_maskload_ps(a[c].d.add(b), mask));
+        let s: [__m256; C] =
+            std::array::from_fn(|c| _mm256_mul_ps(_mm256_maskload_ps(a[c].s8.add(b), mask), f));
+        for r in 0..R {
+            let p0 = w[r].add(b * kind::block_bytes(K));
+            let dw = f16s::<false>(p0, words, lanes);
+            let mw = if K == kind::Q4_1 {
+                f16s::<false>(p0.add(2 * t), words, lanes)
+            } else {
+                _mm256_setzero_ps()
+            };
+            let qw = p0.add(2 * fields * t);
+            for (p, &spread) in spread.iter().enumerate().take(t.div_ceil(2)) {
+                let dwp = _mm256_permutevar8x32_ps(dw, spread);
+                // 32 bytes at `at`, or 16 (a last block alone) and zeros.
+                let half = |at: *const u8| {
+                    let x = _mm_loadu_si128(at as *const __m128i);
+                    _mm256_set_m128i(_mm_setzero_si128(), x)
+                };
+                if K == kind::Q8_0 {
+                    let pair = qw.add(64 * p);
+                    let x = if 2 * p + 1 < t {
+                        [0, 32].map(|o| _mm256_loadu_si256(pair.add(o) as *const __m256i))
+                    } else {
+                        [0, 16].map(|o| half(pair.add(o)))
+                    };
+                    for c in 0..C {
+                        let ql = a[c].ql.add(b * QK + 64 * p);
+                        let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
+                        let m = [0, 1].map(|h| q8_product(x[h], q(h), ones));
+                        let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(m[0], m[1]));
+                        let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
+                        acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dwp, d1p), acc[r][c]);
+                    }
+                    continue;
+                }
+                let x = if 2 * p + 1 < t {
+                    _mm256_loadu_si256(qw.add(32 * p) as *const __m256i)
+                } else {
+                    half(qw.add(32 * p))
+                };
+                let lo = _mm256_and_si256(x, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+                let mwp = _mm256_permutevar8x32_ps(mw, spread);
+                for c in 0..C {
+                    let ql = a[c].ql.add(b * QK + 64 * p);
+                    let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
+                    let m = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, q(0)),
+                        _mm256_maddubs_epi16(hi, q(1)),
+                    );
+                    let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones));
+                    let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
+                    let sp = _mm256_permutevar8x32_ps(s[c], spread);
+                    acc[r][c] = if K == kind::Q4_0 {
+                        _mm256_fmadd_ps(dwp, _mm256_fmsub_ps(sum, d1p, sp), acc[r][c])
+                    } else {
+                        _mm256_fmadd_ps(
+                            sum,
+                            _mm256_mul_ps(dwp, d1p),
+                            _mm256_fmadd_ps(mwp, sp, acc[r][c]),
+                        )
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Q8_0: the 32-bit sums of 4 products `w q` of one weight vector and one
+/// activation vector. `maddubs` multiplies unsigned by signed bytes, so the
+/// weights' signs move onto the activations; each i16 pair sum reaches
+/// 2 * 128 * 127 and is widened at once (two would overflow).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q8_product(w: __m256i, q: __m256i, ones: __m256i) -> __m256i {
+    let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+    _mm256_madd_epi16(p, ones)
+}
+
+/// Q8_0: lane j = the sum of block j's products over 8 vectors.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q8_sums(w: [__m256i; 8], q: [__m256i; 8], ones: __m256i) -> __m256i {
+    let m: [__m256i; 8] = std::array::from_fn(|v| q8_product(w[v], q[v], ones));
+    let m: [__m256i; 4] = std::array::from_fn(|i| _mm256_add_epi32(m[2 * i], m[2 * i + 1]));
+    _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]))
+}
