@@ -14,6 +14,7 @@ use std::process::ExitCode;
 #[command(
     after_help = "Examples:\n  ggplan graph --gguf SmolLM2-135M-Instruct.Q4_1.gguf --tokens 128 -o prefill.ron\n  \
     ggplan graph --gguf model.gguf --ctx 512 --decode -o decode.ron\n  \
+    ggplan graph --gguf model.gguf --ctx 2048 --attend 128 --decode -o decode128.ron\n  \
     ggplan graph --hf all-MiniLM-L6-v2/ --tokens 16 -o minilm.ron"
 )]
 pub struct GraphArgs {
@@ -37,6 +38,10 @@ pub struct GraphArgs {
     /// The one-token decode graph (llama only; implies a cache, 512 rows unless --ctx).
     #[arg(long)]
     decode: bool,
+    /// Attend over only the first ROWS cache rows (llama only; default: all
+    /// --ctx rows), as `generate` does in its context buckets.
+    #[arg(long, value_name = "ROWS")]
+    attend: Option<i64>,
     /// F16 KV cache instead of F32.
     #[arg(long)]
     kv_f16: bool,
@@ -52,20 +57,22 @@ pub fn run(args: GraphArgs) -> Result<ExitCode> {
             let file = GgufFile::open(path)?;
             let tokens = if args.decode { 1 } else { args.tokens };
             let cfg = LlamaConfig::from_gguf(&file, tokens)?;
-            match (args.ctx, args.decode) {
-                (None, false) => llama::build_prefill(&cfg)?,
-                (ctx, _) => llama::build_cached(
-                    &cfg,
-                    &CacheConfig {
+            match (args.ctx, args.decode, args.attend) {
+                (None, false, None) => llama::build_prefill(&cfg)?,
+                (ctx, _, attend) => {
+                    let cache = CacheConfig {
                         n_ctx: ctx.unwrap_or(512),
                         kv_dtype: if args.kv_f16 { DType::F16 } else { DType::F32 },
-                    },
-                )?,
+                    };
+                    llama::build_cached_attending(&cfg, &cache, attend.unwrap_or(cache.n_ctx))?
+                }
             }
         }
         (None, Some(dir)) => {
-            if args.ctx.is_some() || args.decode {
-                bail!("--ctx and --decode apply to llama-family GGUF models, not BERT encoders");
+            if args.ctx.is_some() || args.decode || args.attend.is_some() {
+                bail!(
+                    "--ctx, --attend and --decode apply to llama-family GGUF models, not BERT encoders"
+                );
             }
             bert::build_encoder(&BertConfig::from_hf_dir(dir, args.tokens)?)?
         }
