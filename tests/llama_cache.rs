@@ -102,14 +102,15 @@ fn run(g: &Graph, inputs: BTreeMap<String, Dense>) -> (Vec<f64>, BTreeMap<String
     (logits, state)
 }
 
-/// The inputs of a step of `TOKENS[n_past..n_past + n]` over `state`.
+/// The inputs of a step of `TOKENS[n_past..n_past + n]` over `state`, for a
+/// graph attending over the first `attend` of `n_ctx` cache rows.
 fn step_bindings(
     n_past: usize,
     n: usize,
-    n_ctx: i64,
+    (n_ctx, attend): (i64, i64),
     state: BTreeMap<String, Dense>,
 ) -> BTreeMap<String, Dense> {
-    let step = step_inputs(n_past as i64, n as i64, n_ctx).unwrap();
+    let step = step_inputs(n_past as i64, n as i64, n_ctx, attend).unwrap();
     let mut inputs = state;
     inputs.insert(
         llama::TOKENS.into(),
@@ -126,43 +127,46 @@ fn step_bindings(
     let mask = step.kq_mask.iter().map(|&m| f64::from(m)).collect();
     inputs.insert(
         llama::KQ_MASK.into(),
-        Dense::new([n_ctx, n as i64, 1, 1], mask),
+        Dense::new([attend, n as i64, 1, 1], mask),
     );
     inputs
 }
 
 /// Logits of `TOKENS` generated as a `PROMPT`-token prefill then one decode
 /// step per remaining token, the cache carried over from `initial` state
-/// (zeros where not given).
+/// (zeros where not given), every graph attending over the whole cache.
 fn generated_logits(
     cfg: &LlamaConfig,
     cache: CacheConfig,
     initial: BTreeMap<String, Dense>,
 ) -> Vec<f64> {
-    let prefill = build_cached(
-        &LlamaConfig {
-            n_tokens: PROMPT as i64,
+    generated_logits_in_windows(cfg, cache, initial, |_| cache.n_ctx)
+}
+
+/// [`generated_logits`] with each step's graph attending over the first
+/// `window(rows)` cache rows, `rows` being the tokens cached after the step.
+fn generated_logits_in_windows(
+    cfg: &LlamaConfig,
+    cache: CacheConfig,
+    initial: BTreeMap<String, Dense>,
+    window: impl Fn(i64) -> i64,
+) -> Vec<f64> {
+    let graph = |n_tokens: usize, attend: i64| {
+        let cfg = LlamaConfig {
+            n_tokens: n_tokens as i64,
             ..cfg.clone()
-        },
-        &cache,
-    )
-    .unwrap();
-    let decode = build_cached(
-        &LlamaConfig {
-            n_tokens: 1,
-            ..cfg.clone()
-        },
-        &cache,
-    )
-    .unwrap();
+        };
+        llama::build_cached_attending(&cfg, &cache, attend).unwrap()
+    };
     let mut state = initial;
     let mut logits = Vec::new();
     let mut n_past = 0;
     let steps = std::iter::once(PROMPT).chain(std::iter::repeat_n(1, TOKENS.len() - PROMPT));
     for n in steps {
-        let g = if n == PROMPT { &prefill } else { &decode };
-        let inputs = step_bindings(n_past, n, cache.n_ctx, state);
-        let (out, next_state) = run(g, inputs);
+        let attend = window((n_past + n) as i64);
+        let g = graph(n, attend);
+        let inputs = step_bindings(n_past, n, (cache.n_ctx, attend), state);
+        let (out, next_state) = run(&g, inputs);
         logits.extend(out);
         state = next_state;
         n_past += n;
@@ -247,6 +251,23 @@ fn stale_cache_rows_are_masked_out() {
 }
 
 #[test]
+fn attending_over_a_window_of_the_cache_changes_no_logit() {
+    // Windows doubling from 2 rows (2, 4, 8, then the whole 16-row cache),
+    // each step in the smallest that holds its tokens: the same logits, to
+    // the bit, as attending over every row (the rows left out are masked).
+    let c = cache(DType::F32);
+    let doubling = |rows: i64| (1..).map(|p| 1i64 << p).find(|&w| w >= rows).unwrap();
+    for cfg in [small(), qwen2_like()] {
+        let full = generated_logits(&cfg, c, BTreeMap::new());
+        let windows = generated_logits_in_windows(&cfg, c, BTreeMap::new(), doubling);
+        assert_eq!(windows, full);
+        // The exact window (no spare row at all) too.
+        let tight = generated_logits_in_windows(&cfg, c, BTreeMap::new(), |rows| rows);
+        assert_eq!(tight, full);
+    }
+}
+
+#[test]
 fn cached_graphs_compile_and_their_plans_compute_them() {
     // The compiler's view of the cache: state written through set_rows and
     // read through views, on one device and split across two.
@@ -261,14 +282,25 @@ fn cached_graphs_compile_and_their_plans_compute_them() {
     )
     .unwrap();
     let decode = build_cached(&LlamaConfig { n_tokens: 1, ..cfg }, &c).unwrap();
-    let (_, state) = run(&prefill, step_bindings(0, 5, c.n_ctx, BTreeMap::new()));
+    let window = llama::build_cached_attending(
+        &LlamaConfig {
+            n_tokens: 1,
+            ..cfg.clone()
+        },
+        &c,
+        8,
+    )
+    .unwrap();
+    let full = (c.n_ctx, c.n_ctx);
+    let (_, state) = run(&prefill, step_bindings(0, 5, full, BTreeMap::new()));
     let offload = PlacementOptions {
         offload_layers: Some(1),
         ..Default::default()
     };
     for (g, inputs) in [
-        (&prefill, step_bindings(0, 5, c.n_ctx, BTreeMap::new())),
-        (&decode, step_bindings(5, 1, c.n_ctx, state)),
+        (&prefill, step_bindings(0, 5, full, BTreeMap::new())),
+        (&decode, step_bindings(5, 1, full, state.clone())),
+        (&window, step_bindings(5, 1, (c.n_ctx, 8), state)),
     ] {
         let bindings = || Bindings {
             weights: Weights::Random { seed: SEED },
@@ -281,8 +313,9 @@ fn cached_graphs_compile_and_their_plans_compute_them() {
             ("cpu+cuda0", offload.clone(), Policy::Cost),
         ] {
             let name = format!(
-                "{} on {target}",
-                g.tensor(g.find(llama::LOGITS).unwrap()).ne()[1]
+                "{} tokens over {} rows on {target}",
+                g.tensor(g.find(llama::LOGITS).unwrap()).ne()[1],
+                g.tensor(g.find(llama::KQ_MASK).unwrap()).ne()[0]
             );
             let opts = CompileOptions {
                 policy,

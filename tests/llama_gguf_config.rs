@@ -93,7 +93,7 @@ fn decode_binds(cfg: &LlamaConfig, file: &GgufFile) {
         &cache,
     )
     .unwrap();
-    let step = llama::step_inputs(0, 1, cache.n_ctx).unwrap();
+    let step = llama::step_inputs(0, 1, cache.n_ctx, cache.n_ctx).unwrap();
     let inputs = BTreeMap::from([
         (llama::TOKENS.to_owned(), i32_input(&[5])),
         (llama::POSITIONS.to_owned(), i32_input(&step.pos)),

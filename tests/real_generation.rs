@@ -61,7 +61,7 @@ fn step(
     state: BTreeMap<String, Dense>,
 ) -> (Vec<f64>, BTreeMap<String, Dense>) {
     let n = tokens.len() as i64;
-    let s = step_inputs(n_past, n, n_ctx).unwrap_or_else(|e| panic!("{e}"));
+    let s = step_inputs(n_past, n, n_ctx, n_ctx).unwrap_or_else(|e| panic!("{e}"));
     let mut inputs = state;
     inputs.insert(llama::TOKENS.into(), i32_input(tokens.iter().copied()));
     inputs.insert(

@@ -133,6 +133,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             prompt: "Once upon a time, in a small village by the sea, there lived a".into(),
             max_tokens: 32,
             ctx: 128,
+            min_bucket: crate::decode_buckets::DEFAULT_MIN_BUCKET,
             dump_logits: None,
             json: false,
             precision: crate::cmd_generate::PrecisionArg::Fast,

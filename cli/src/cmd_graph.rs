@@ -15,6 +15,7 @@ use std::process::ExitCode;
 #[command(
     after_help = "Examples:\n  ggplan graph --gguf SmolLM2-135M-Instruct.Q4_1.gguf --tokens 128 -o prefill.ron\n  \
     ggplan graph --gguf model.gguf --ctx 512 --decode -o decode.ron\n  \
+    ggplan graph --gguf model.gguf --ctx 2048 --attend 128 --decode -o decode128.ron\n  \
     ggplan graph --hf all-MiniLM-L6-v2/ --tokens 16 -o minilm.ron\n  \
     ggplan graph --gguf all-MiniLM-L6-v2.F16.gguf --tokens 16 -o minilm.ron"
 )]
@@ -40,6 +41,10 @@ pub struct GraphArgs {
     /// The one-token decode graph (llama only; implies a cache, 512 rows unless --ctx).
     #[arg(long)]
     decode: bool,
+    /// Attend over only the first ROWS cache rows (llama only; default: all
+    /// --ctx rows), as `generate` does in its context buckets.
+    #[arg(long, value_name = "ROWS")]
+    attend: Option<i64>,
     /// F16 KV cache instead of F32.
     #[arg(long)]
     kv_f16: bool,
@@ -82,23 +87,23 @@ pub fn run(args: GraphArgs) -> Result<ExitCode> {
 fn llama_graph(args: &GraphArgs, file: &GgufFile) -> Result<Graph> {
     let tokens = if args.decode { 1 } else { args.tokens };
     let cfg = LlamaConfig::from_gguf(file, tokens)?;
-    Ok(match (args.ctx, args.decode) {
-        (None, false) => llama::build_prefill(&cfg)?,
-        (ctx, _) => llama::build_cached(
-            &cfg,
-            &CacheConfig {
+    Ok(match (args.ctx, args.decode, args.attend) {
+        (None, false, None) => llama::build_prefill(&cfg)?,
+        (ctx, _, attend) => {
+            let cache = CacheConfig {
                 n_ctx: ctx.unwrap_or(512),
                 kv_dtype: if args.kv_f16 { DType::F16 } else { DType::F32 },
-            },
-        )?,
+            };
+            llama::build_cached_attending(&cfg, &cache, attend.unwrap_or(cache.n_ctx))?
+        }
     })
 }
 
-/// A KV cache belongs to decoders: `--ctx` and `--decode` are refused for an
-/// encoder.
+/// A KV cache belongs to decoders: `--ctx`, `--attend` and `--decode` are
+/// refused for an encoder.
 fn refuse_cache_options(args: &GraphArgs) -> Result<()> {
-    if args.ctx.is_some() || args.decode {
-        bail!("--ctx and --decode apply to llama-family decoders, not BERT encoders");
+    if args.ctx.is_some() || args.decode || args.attend.is_some() {
+        bail!("--ctx, --attend and --decode apply to llama-family decoders, not BERT encoders");
     }
     Ok(())
 }

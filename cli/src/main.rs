@@ -21,6 +21,7 @@ mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
 mod cuda_probe;
+mod decode_buckets;
 mod host_info;
 mod logging;
 mod memory_svg;

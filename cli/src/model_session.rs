@@ -53,12 +53,26 @@ impl Shared {
         with_progress(
             &self.options,
             &format!("loading '{}'", graph.name),
-            |options| {
-                Runtime::load(Arc::new(plan), weights.clone(), options)
-                    .with_context(|| format!("loading the plan of '{}'", graph.name))
-            },
+            |options| load_plan(plan, graph, weights, options),
         )
     }
+
+    /// [`Shared::load`] without a progress bar, for plans loaded while text
+    /// is being streamed to the terminal (a bar would overwrite it).
+    pub fn load_quietly(&self, graph: &Graph, weights: &Weights) -> Result<Runtime> {
+        load_plan(compile_cpu(graph)?, graph, weights, &self.options)
+    }
+}
+
+/// Loads a compiled `plan` of `graph` (errors name the graph).
+fn load_plan(
+    plan: Plan,
+    graph: &Graph,
+    weights: &Weights,
+    options: &LoadOptions,
+) -> Result<Runtime> {
+    Runtime::load(Arc::new(plan), weights.clone(), options)
+        .with_context(|| format!("loading the plan of '{}'", graph.name))
 }
 
 /// `graph` compiled for this machine's CPU (the `cpu` preset, cost policy).

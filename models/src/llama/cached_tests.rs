@@ -158,7 +158,7 @@ fn qkv_biases_follow_their_projections() {
 
 #[test]
 fn step_inputs_mask_causally_and_hide_unfilled_rows() {
-    let s = step_inputs(3, 2, 6).unwrap();
+    let s = step_inputs(3, 2, 6, 6).unwrap();
     assert_eq!(s.pos, [3, 4]);
     assert_eq!(s.kv_idx, [3, 4]);
     let ninf = f32::NEG_INFINITY;
@@ -169,16 +169,16 @@ fn step_inputs_mask_causally_and_hide_unfilled_rows() {
             0.0, 0.0, 0.0, 0.0, 0.0, ninf, // query at 4: rows 0..=4; row 5 unfilled
         ]
     );
-    let first = step_inputs(0, 1, 4).unwrap();
+    let first = step_inputs(0, 1, 4, 4).unwrap();
     assert_eq!(first.kq_mask, [0.0, ninf, ninf, ninf]);
-    let full = step_inputs(0, 4, 4).unwrap();
+    let full = step_inputs(0, 4, 4, 4).unwrap();
     assert_eq!(full.pos, [0, 1, 2, 3]);
     assert_eq!(full.kq_mask[15], 0.0);
 }
 
 #[test]
 fn step_inputs_refuse_a_context_overflow_naming_both_numbers() {
-    let err = step_inputs(14, 3, 16).unwrap_err();
+    let err = step_inputs(14, 3, 16, 16).unwrap_err();
     assert_eq!(
         err,
         StepError::ContextOverflow {
@@ -189,7 +189,111 @@ fn step_inputs_refuse_a_context_overflow_naming_both_numbers() {
     );
     let msg = err.to_string();
     assert!(msg.contains("17") && msg.contains("n_ctx = 16"), "{msg}");
-    assert!(matches!(step_inputs(-1, 1, 4), Err(StepError::BadCount(_))));
-    assert!(matches!(step_inputs(0, 0, 4), Err(StepError::BadCount(_))));
-    assert!(step_inputs(15, 1, 16).is_ok());
+    assert!(matches!(
+        step_inputs(-1, 1, 4, 4),
+        Err(StepError::BadCount(_))
+    ));
+    assert!(matches!(
+        step_inputs(0, 0, 4, 4),
+        Err(StepError::BadCount(_))
+    ));
+    assert!(step_inputs(15, 1, 16, 16).is_ok());
+}
+
+#[test]
+fn a_window_of_the_whole_cache_is_the_plain_cached_graph() {
+    for t in [1, 5] {
+        let plain = build_cached(&small(t), &F32_CACHE).unwrap();
+        let window = build_cached_attending(&small(t), &F32_CACHE, F32_CACHE.n_ctx).unwrap();
+        assert_eq!(ir::text::to_ron(&window), ir::text::to_ron(&plain));
+    }
+}
+
+#[test]
+fn a_smaller_window_reads_a_prefix_of_the_full_sized_cache() {
+    let f16 = CacheConfig {
+        kv_dtype: DType::F16,
+        ..F32_CACHE
+    };
+    let g = build_cached_attending(&small(3), &f16, 4).unwrap();
+    assert_eq!(ir::verify::verify(&g), vec![]);
+    // The state is the full cache, as in every other plan sharing it.
+    let full = build_cached(&small(1), &f16).unwrap();
+    assert_eq!(leafs(&g, Role::State), leafs(&full, Role::State));
+    let by = |name: &str| g.tensor(g.find(name).unwrap());
+    let root = |name: &str| {
+        let at = g.storage_of(g.find(name).unwrap());
+        (g.tensor(at.root).name.clone(), at.offset)
+    };
+    assert_eq!(by(KQ_MASK).ne(), [4, 3, 1, 1]);
+    // K: the first 4 slots, strided over heads as before (f16: es = 2).
+    let k = by("l1.k_cached");
+    assert_eq!(k.ne(), [8, 4, 2, 1]);
+    assert_eq!(k.layout.nb[..3], [2, 32, 16]);
+    assert_eq!(root("l1.k_cached"), ("l1.cache_k".into(), 0));
+    // V (transposed): the first 4 elements of each 16-slot row.
+    let v = by("l1.v_cached");
+    assert_eq!((v.op, v.ne()), (Some(Op::View { offset: 0 }), [4, 8, 2, 1]));
+    assert_eq!(v.layout.nb[..3], [2, 32, 256]);
+    assert_eq!(g.tensor(v.srcs[0]).op, Some(Op::SetRows));
+    assert_eq!(root("l1.v_cached"), ("l1.cache_v".into(), 0));
+    // Writes still index the whole cache.
+    let set = by("l1.k_cache_set");
+    assert_eq!(set.ne(), [16, 16, 1, 1]);
+    assert_eq!(by("l0.kq").ne(), [4, 3, 4, 1]);
+    assert_eq!(by("l0.kqv").ne(), [8, 3, 4, 1]);
+}
+
+#[test]
+fn windows_outside_the_cache_or_smaller_than_the_batch_are_refused_by_name() {
+    for attend in [0, 17] {
+        let err = build_cached_attending(&small(1), &F32_CACHE, attend)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(KQ_MASK) && err.contains(&format!("attend = {attend}")),
+            "{err}"
+        );
+    }
+    let err = build_cached_attending(&small(5), &F32_CACHE, 4)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("5 tokens") && err.contains("attend = 4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn step_inputs_over_a_window_mask_its_rows_and_refuse_what_does_not_fit() {
+    let ninf = f32::NEG_INFINITY;
+    let s = step_inputs(2, 1, 16, 4).unwrap();
+    assert_eq!((s.pos, s.kv_idx), (vec![2], vec![2]));
+    assert_eq!(s.kq_mask, [0.0, 0.0, 0.0, ninf]);
+    assert_eq!(
+        step_inputs(3, 2, 16, 4),
+        Err(StepError::WindowOverflow {
+            n_past: 3,
+            n_tokens: 2,
+            attend: 4
+        })
+    );
+    let msg = step_inputs(3, 2, 16, 4).unwrap_err().to_string();
+    assert!(msg.contains("5") && msg.contains("attend = 4"), "{msg}");
+    assert_eq!(
+        step_inputs(0, 1, 16, 32),
+        Err(StepError::WindowBeyondContext {
+            attend: 32,
+            n_ctx: 16
+        })
+    );
+    // Past the cache itself, the context overflow is what is reported.
+    assert!(matches!(
+        step_inputs(16, 1, 16, 8),
+        Err(StepError::ContextOverflow { .. })
+    ));
+    assert!(matches!(
+        step_inputs(0, 1, 16, 0),
+        Err(StepError::BadCount(_))
+    ));
 }

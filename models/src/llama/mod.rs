@@ -5,8 +5,9 @@
 //!   llama.cpp's `llm_build_llama` builds it without a KV cache (keys and values
 //!   of the batch attend to each other directly);
 //! - [`build_cached`] (in `cached.rs`): `n_tokens` tokens at arbitrary positions
-//!   over a KV cache held in state tensors, for generation; [`step_inputs`]
-//!   computes its per-step inputs.
+//!   over a KV cache held in state tensors, for generation, attending over the
+//!   whole cache or ([`build_cached_attending`]) over its first `attend` rows;
+//!   [`step_inputs`] computes its per-step inputs.
 //!
 //! Both add the q/k/v biases (`{p}.q_bias`, `{p}.k_bias`, `{p}.v_bias`, after
 //! each projection) when `qkv_bias` is set (qwen2); without them the nodes below
@@ -37,7 +38,7 @@ mod step;
 #[cfg(test)]
 mod tests;
 
-pub use cached::{CacheConfig, build_cached, cache_k_name, cache_v_name};
+pub use cached::{CacheConfig, build_cached, build_cached_attending, cache_k_name, cache_v_name};
 pub use names::{BlockWeight, LlamaNames};
 pub use step::{StepError, StepInputs, step_inputs};
 
@@ -255,7 +256,7 @@ fn project(
 /// One decoder block over the residual stream `x [n_embd, n_tokens]`.
 /// Without a `cache`, the batch's keys and values attend to each other (the
 /// prefill graph, node for node ggml's); with one, they are written into it
-/// and attention reads every cache row.
+/// and attention reads the cache rows the layer cache attends over.
 #[allow(clippy::too_many_arguments)]
 fn build_block(
     b: &mut GraphBuilder,

@@ -15,8 +15,14 @@
 //!   src0 costs O(M K) per run against O(M N K) multiply-adds, and for small N
 //!   (decode) the block stays in L1/L2, so the weights are read from memory once.
 //!
+//! - times one column (decode), at most [`MATVEC_ROWS`] src0 rows per gemm
+//!   call on both routes, so every row takes the same gemm kernel.
+//!
 //! Threads: gemm runs with `Parallelism::None` inside each pool thread; the
 //! pool divides dst into matrices and ranges of rows or columns ([`Split`]).
+//!
+//! Invariant: with one src1 column, a dst element's bits depend only on its
+//! src0 row, the column and K, never on M, the row range or the thread split.
 
 use super::convert::row_to_f32;
 use super::shape::Geometry;
@@ -30,6 +36,17 @@ use std::cell::RefCell;
 /// micro-kernels are 16 or 32 rows tall... any multiple of 16 keeps them whole
 /// for all but the last item).
 const ALIGN: usize = 16;
+
+/// Most src0 rows per gemm call when src1 has one column (a matrix-vector
+/// product, as in decode), and per converted block. gemm computes such a
+/// product with its horizontal (dot-product) kernel when `m * n <= 256` and
+/// with its gemv kernel above, and the two sum a row's products in different
+/// orders. Capped at 256 rows, every row takes the horizontal kernel whatever
+/// M and the thread split are, so its value depends only on its own data:
+/// attention over the first rows of a KV cache (a decode context bucket)
+/// gives, to the bit, the scores and values of attention over the whole
+/// masked cache (tests/runtime_windows.rs).
+const MATVEC_ROWS: usize = 256;
 
 thread_local! {
     /// Per-thread block of src0 rows widened to f32 (kept across runs).
@@ -120,23 +137,28 @@ impl GemmMatMul {
         let dst_at = |i: usize| unsafe { g.dst_at(i, cols.start, b2, b3) };
         if g.src0.dtype == DType::F32 {
             let a = F32View::of_tensor(&g.src0);
-            // SAFETY: row rows.start of src0's matrix for (b2, b3).
-            let lhs = unsafe { g.src0_row(rows.start, b2, b3) } as *const f32;
-            // SAFETY: every view covers the (rows x cols x k) block.
-            unsafe {
-                gemm_f32(
-                    (rows.len(), n, k),
-                    (dst_at(rows.start), d.s[0], d.s[1]),
-                    (lhs, a.s[1], a.s[0]),
-                    (rhs, src1.s[0], src1.s[1]),
-                )
-            };
+            // One column: rows in blocks (see MATVEC_ROWS); otherwise one call.
+            let step = if n == 1 { MATVEC_ROWS } else { rows.len() };
+            for start in rows.clone().step_by(step.max(1)) {
+                let m = step.min(rows.end - start);
+                // SAFETY: row `start` < rows.end of src0's matrix for (b2, b3).
+                let lhs = unsafe { g.src0_row(start, b2, b3) } as *const f32;
+                // SAFETY: every view covers the (m x cols x k) block.
+                unsafe {
+                    gemm_f32(
+                        (m, n, k),
+                        (dst_at(start), d.s[0], d.s[1]),
+                        (lhs, a.s[1], a.s[0]),
+                        (rhs, src1.s[0], src1.s[1]),
+                    )
+                };
+            }
             return;
         }
         // Rows per converted block: small enough to stay in L2 when there is
         // little work per row, large enough to amortise gemm's packing of src1.
         let budget = if n <= 8 { 64 << 10 } else { 1 << 20 };
-        let mb = (budget / (4 * k)).clamp(ALIGN, 256);
+        let mb = (budget / (4 * k)).clamp(ALIGN, MATVEC_ROWS);
         ROWS.with_borrow_mut(|buf| {
             buf.resize(mb * k, 0.0);
             for start in rows.clone().step_by(mb) {

@@ -177,3 +177,57 @@ fn quantized_rows_widen_exactly_as_the_reference() {
         }
     }
 }
+
+/// mul_mat(a with only its first `rows` rows, b) on `nth` threads: f32 dst.
+fn first_rows_times(a: &mut Tensor, b: &mut Tensor, rows: i64, nth: usize) -> Vec<f32> {
+    let mut a_rows = a.raw();
+    a_rows.ne[1] = rows;
+    let ne = [rows, b.layout.ne[1], b.layout.ne[2], b.layout.ne[3]];
+    let out = ir::Layout::contiguous(DType::F32, ne).unwrap();
+    let mut dst = super::Buf::new(out.span_bytes() as usize);
+    let raw_dst = crate::cpu::RawTensor {
+        data: dst.ptr(),
+        dtype: DType::F32,
+        ne,
+        nb: out.nb,
+    };
+    let kernel = super::super::prepare_mul_mat(raw_dst, a_rows, b.raw()).unwrap();
+    let mut scratch = super::Buf::new(kernel.scratch_bytes());
+    let scratch_ptr = scratch.ptr() as usize;
+    let pool = crate::cpu::ThreadPool::new(nth);
+    // SAFETY: the tensors and scratch outlive the run; every thread calls run once.
+    pool.run(&|ctx| unsafe { kernel.run(ctx, scratch_ptr as *mut u8) });
+    dst.bytes()[..out.span_bytes() as usize]
+        .chunks_exact(4)
+        .map(|w| f32::from_le_bytes(w.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn one_column_rows_do_not_depend_on_the_row_count_or_threads() {
+    // Decode's attention scores over a context bucket (the first rows of a
+    // KV cache) must be those over the whole cache, bit for bit: the same row
+    // may not take another gemm kernel because the matrix has more rows
+    // (gemm switches kernels above 256) or the threads split it differently.
+    let mut rng = Rng::new(7);
+    for dtype in [DType::F32, DType::F16] {
+        // K cache [64, 1000 slots, 3 heads], 9 query heads (GQA broadcast).
+        let mut k = Tensor::new(&mut rng, dtype, [64, 3, 1000, 1], [0, 2, 1, 3], -1.0, 1.0);
+        let mut q = Tensor::new(&mut rng, DType::F32, [64, 9, 1, 1], [0, 2, 1, 3], -1.0, 1.0);
+        let full = first_rows_times(&mut k, &mut q, 1000, 1);
+        for rows in [1, 17, 128, 256, 257, 600, 1000] {
+            for nth in 1..=3 {
+                let got = first_rows_times(&mut k, &mut q, rows, nth);
+                for (head, got) in got.chunks(rows as usize).enumerate() {
+                    let want = &full[head * 1000..head * 1000 + rows as usize];
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(got),
+                        bits(want),
+                        "{dtype}, {rows} rows, {nth} threads, head {head}"
+                    );
+                }
+            }
+        }
+    }
+}
