@@ -11,7 +11,9 @@
 //! For matrix-vector products the four rows of a tile come from four equal
 //! parts of the thread's rows, so the weights stream from four places at
 //! once: one core keeps more memory reads in flight that way (4096 x 4096
-//! Q8_0: 16.6 -> 24 GB/s on this machine's one core).
+//! Q8_0: 16.6 -> 24 GB/s on this machine's one core). Software prefetch
+//! of each stream 2 KiB ahead was tried on top and lost a third of that
+//! (the hardware prefetchers already follow four streams).
 //!
 //! Weights (src0 that never changes, with a [`RepackCache`])
 //! are repacked once at load for the AVX2 lane kernel ([`super::packed`]).
@@ -62,7 +64,9 @@ impl QuantMatMul {
     }
 
     /// A kernel that uses `isa` (tests compare every set the host has).
-    /// Only AVX2 repacks (AVX-512 keeps its natural-layout kernels).
+    /// With `repack`, every SIMD set reads the weights repacked, through
+    /// the AVX2 lane kernel (on a Xeon with AVX-512 VNNI it ran 2-2.5x the
+    /// AVX-512 natural-layout kernels, see `qdot`); scalar never repacks.
     ///
     /// Panics when src0 is not Q8_0, Q4_0 or Q4_1 or the host lacks `isa`.
     ///
@@ -72,9 +76,9 @@ impl QuantMatMul {
         let kind = qdot::weight_kind(geo.src0.dtype).expect("Q8_0, Q4_0 or Q4_1 src0");
         assert!(Isa::available().contains(&isa), "the host lacks {isa:?}");
         let packed = match (isa, repack) {
+            (Isa::Scalar, _) | (_, None) => None,
             // SAFETY: src0 never changes (caller's contract).
-            (Isa::Avx2, Some(cache)) => unsafe { cache.get(&geo.src0) },
-            _ => None,
+            (_, Some(cache)) => unsafe { cache.get(&geo.src0) },
         };
         QuantMatMul {
             geo,
