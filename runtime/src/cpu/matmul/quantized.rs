@@ -3,20 +3,22 @@
 //! Phase 1: every src1 row is quantized once per run ([`q8`]) into the shared
 //! scratch, the rows split over the threads. Barrier. Phase 2: each thread
 //! takes a range of dst rows (weight rows; each weight byte is read by one
-//! thread only) and walks it in chunks that stay in L2, sweeping all src1
-//! columns per chunk in tiles of [`TILE_R`] x [`TILE_C`] ([`qdot::tile`]).
-//! For matrix-vector products (N = 1) this streams the weights once, four rows
-//! side by side; for prefill each loaded block serves several columns.
+//! thread only). For prefill it walks them in chunks that stay in L2,
+//! sweeping all src1 columns per chunk in tiles of [`TILE_R`] x [`TILE_C`]
+//! ([`qdot::tile`]), so each loaded block serves several columns.
 //!
-//! For matrix-vector products the four rows of a tile come from four equal
-//! parts of the thread's rows, so the weights stream from four places at
-//! once: one core keeps more memory reads in flight that way (4096 x 4096
-//! Q8_0: 16.6 -> 24 GB/s on this machine's one core). Software prefetch
-//! of each stream 2 KiB ahead was tried on top and lost a third of that
-//! (the hardware prefetchers already follow four streams).
+//! For matrix-vector products (N <= [`TILE_C`]) the weights are read once,
+//! and the four rows of a tile come from four equal parts of the thread's
+//! rows, so they stream from four places at once: one core keeps more
+//! memory reads in flight that way (4096 x 4096 Q8_0: 16.6 -> 24 GB/s on
+//! this machine's one core). Software prefetch of each stream 2 KiB ahead
+//! was tried on top and lost a third of that (the hardware prefetchers
+//! already follow four streams). Full tiles go through a kernel chosen once
+//! per call ([`qdot::full_tile`]), with row and dst addresses from one base
+//! and stride, which matters for short rows (K = 576).
 //!
-//! Weights (src0 that never changes, with a [`RepackCache`])
-//! are repacked once at load for the AVX2 lane kernel ([`super::packed`]).
+//! Weights (src0 that never changes, with a [`RepackCache`]) are repacked
+//! once at load for the AVX2 lane kernel ([`super::packed`]).
 //!
 //! Invariant: scratch holds one quantized row ([`q8::row_bytes`]) per src1 row
 //! of every batch, written in phase 1 and only read in phase 2.
