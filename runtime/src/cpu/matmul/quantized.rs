@@ -66,9 +66,7 @@ impl QuantMatMul {
     }
 
     /// A kernel that uses `isa` (tests compare every set the host has).
-    /// With `repack`, every SIMD set reads the weights repacked, through
-    /// the AVX2 lane kernel (on a Xeon with AVX-512 VNNI it ran 2-2.5x the
-    /// AVX-512 natural-layout kernels, see `qdot`); scalar never repacks.
+    /// Only AVX2 repacks (AVX-512 keeps its natural-layout kernels).
     ///
     /// Panics when src0 is not Q8_0, Q4_0 or Q4_1 or the host lacks `isa`.
     ///
@@ -78,9 +76,9 @@ impl QuantMatMul {
         let kind = qdot::weight_kind(geo.src0.dtype).expect("Q8_0, Q4_0 or Q4_1 src0");
         assert!(Isa::available().contains(&isa), "the host lacks {isa:?}");
         let packed = match (isa, repack) {
-            (Isa::Scalar, _) | (_, None) => None,
             // SAFETY: src0 never changes (caller's contract).
-            (_, Some(cache)) => unsafe { cache.get(&geo.src0) },
+            (Isa::Avx2, Some(cache)) => unsafe { cache.get(&geo.src0) },
+            _ => None,
         };
         QuantMatMul {
             geo,

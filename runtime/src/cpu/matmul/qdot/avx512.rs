@@ -6,13 +6,10 @@
 //! activations for Q8_0, via a mask since AVX-512 has no `vpsignb`), summed by
 //! `vpdpbusd` when the host has VNNI, else by `maddubs` + `madd`.
 //!
-//! Weights (constant src0) do not come here: they are repacked at load and
-//! read by the AVX2 lane kernel, which ran 1.3-2.7x these kernels on a Xeon
-//! with AVX-512 VNNI (module `qdot`); these serve a src0 in its file layout.
-//!
 //! This project's machine lacks AVX-512: the tests run this path only where
-//! the CPU has it. On the Xeon above, every tile shape at 1..128 blocks and
-//! whole kernels (1 and 3 threads) matched the scalar kernels, VNNI or not.
+//! the CPU has it. On a Xeon with AVX-512 VNNI (the device machine) every
+//! tile shape at 1..128 blocks and whole kernels (1 and 3 threads) matched
+//! the scalar kernels, with VNNI and without.
 
 use super::avx2;
 use super::kind;

@@ -16,14 +16,13 @@
 //! the tests' oracle for the others.
 //!
 //! Weight rows come in their file layout ([`RowLayout::Natural`]: every
-//! kernel) or, for weights (constant src0) on SIMD hosts, repacked at load
-//! ([`RowLayout::Packed`], [`crate::cpu::matmul::packed`]), read by the AVX2
-//! lane kernel on AVX2 and AVX-512 hosts alike: on a 16-core Xeon with
-//! AVX-512 VNNI (the device machine; this project's own is AVX2-only), one
-//! thread, weights from memory, 4096 x 4096 Q4_1 ran at 14.7 GB/s there
-//! against 5-6 GB/s for the AVX-512 kernels below, Q8_0 and Q4_0 alike. The
-//! AVX-512 kernels stay for a src0 that is not a weight (natural layout),
-//! tested against the scalar kernels wherever the CPU has AVX-512.
+//! kernel) or, for weights on AVX2 hosts, repacked at load
+//! ([`RowLayout::Packed`], [`crate::cpu::matmul::packed`]: the AVX2 lane
+//! kernel only). The AVX-512 kernels read the natural layout: on a Xeon with
+//! AVX-512 VNNI (the device machine; one thread, weights from memory) the
+//! AVX2 lane kernel on repacked weights ran 1.3-2.7x them (4096 x 4096
+//! Q8_0 19.1 vs 14.8 GB/s, Q4_0 16.8 vs 8.3, Q4_1 17.8 vs 6.6), so AVX-512
+//! hosts are best served by the AVX2 set.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
