@@ -3,18 +3,22 @@
 //! Phase 1: every src1 row is quantized once per run ([`q8`]) into the shared
 //! scratch, the rows split over the threads. Barrier. Phase 2: each thread
 //! takes a range of dst rows (weight rows; each weight byte is read by one
-//! thread only) and walks it in chunks that stay in L2, sweeping all src1
-//! columns per chunk in tiles of [`TILE_R`] x [`TILE_C`] ([`qdot::tile`]).
-//! For matrix-vector products (N = 1) this streams the weights once, four rows
-//! side by side; for prefill each loaded block serves several columns.
+//! thread only). For prefill it walks them in chunks that stay in L2,
+//! sweeping all src1 columns per chunk in tiles of [`TILE_R`] x [`TILE_C`]
+//! ([`qdot::tile`]), so each loaded block serves several columns.
 //!
-//! For matrix-vector products the four rows of a tile come from four equal
-//! parts of the thread's rows, so the weights stream from four places at
-//! once: one core keeps more memory reads in flight that way (4096 x 4096
-//! Q8_0: 16.6 -> 24 GB/s on this machine's one core).
+//! For matrix-vector products (N <= [`TILE_C`]) the weights are read once,
+//! and the four rows of a tile come from four equal parts of the thread's
+//! rows, so they stream from four places at once: one core keeps more
+//! memory reads in flight that way (4096 x 4096 Q8_0: 16.6 -> 24 GB/s on
+//! this machine's one core). Software prefetch of each stream 2 KiB ahead
+//! was tried on top and lost a third of that (the hardware prefetchers
+//! already follow four streams). Full tiles go through a kernel chosen once
+//! per call ([`qdot::full_tile`]), with row and dst addresses from one base
+//! and stride, which matters for short rows (K = 576).
 //!
-//! Weights (src0 that never changes, with a [`RepackCache`])
-//! are repacked once at load for the AVX2 lane kernel ([`super::packed`]).
+//! Weights (src0 that never changes, with a [`RepackCache`]) are repacked
+//! once at load for the AVX2 lane kernel ([`super::packed`]).
 //!
 //! Invariant: scratch holds one quantized row ([`q8::row_bytes`]) per src1 row
 //! of every batch, written in phase 1 and only read in phase 2.
@@ -152,6 +156,14 @@ impl QuantMatMul {
         let nb = g.k / QK;
         let w_row = nb * qdot::kind::block_bytes(self.kind);
         let chunk = (CHUNK_BYTES / w_row).clamp(TILE_R, 256) / TILE_R * TILE_R;
+        // Row i at w0 + i * nb1; dst (i, j) at dst0 + i * di + j * dj (in
+        // f32): the address helpers' divisions once per call, not per tile.
+        // SAFETY: row 0 and dst (0, 0) are inside the extents.
+        let (w0, dst0) = unsafe { (self.weight_row(0, b2, b3), g.dst_at(0, 0, b2, b3)) };
+        let nb1 = g.src0.nb[1] as usize;
+        let (di, dj) = (g.dst.nb[0] as usize / 4, g.dst.nb[1] as usize / 4);
+        let layout = self.row_layout();
+        let full = qdot::full_tile::<TILE_C>(self.isa, self.kind, layout);
         let mut out = [[0f32; TILE_C]; TILE_R];
         for c0 in rows.clone().step_by(chunk) {
             let c1 = (c0 + chunk).min(rows.end);
@@ -164,28 +176,30 @@ impl QuantMatMul {
                 });
                 for i0 in (c0..c1).step_by(TILE_R) {
                     let nr = TILE_R.min(c1 - i0);
-                    // SAFETY: rows i0..i0 + nr are inside M.
-                    let w: [*const u8; TILE_R] = std::array::from_fn(|r| unsafe {
-                        self.weight_row((i0 + r).min(c1 - 1), b2, b3)
-                    });
-                    let layout = self.row_layout();
-                    // SAFETY: nb blocks in each row; self.isa checked at new.
+                    let w: [*const u8; TILE_R] =
+                        std::array::from_fn(|r| w0.wrapping_add((i0 + r).min(c1 - 1) * nb1));
+                    // SAFETY: rows i0..i0 + nr are inside M, nb blocks each;
+                    // `full` and self.isa match this kernel (checked at new).
                     unsafe {
-                        qdot::tile(
-                            self.isa,
-                            self.kind,
-                            layout,
-                            &w[..nr],
-                            &a[..nc],
-                            nb,
-                            &mut out,
-                        )
+                        if nr == TILE_R && nc == TILE_C {
+                            out = full(w, a, nb);
+                        } else {
+                            qdot::tile(
+                                self.isa,
+                                self.kind,
+                                layout,
+                                &w[..nr],
+                                &a[..nc],
+                                nb,
+                                &mut out,
+                            )
+                        }
                     };
                     for (r, row) in out.iter().enumerate().take(nr) {
                         for (c, &v) in row.iter().enumerate().take(nc) {
                             // SAFETY: (i0 + r, j0 + c) is inside dst; this
                             // thread owns dst rows `rows`.
-                            unsafe { *g.dst_at(i0 + r, j0 + c, b2, b3) = v };
+                            unsafe { *dst0.add((i0 + r) * di + (j0 + c) * dj) = v };
                         }
                     }
                 }

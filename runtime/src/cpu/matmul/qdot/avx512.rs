@@ -6,7 +6,10 @@
 //! activations for Q8_0, via a mask since AVX-512 has no `vpsignb`), summed by
 //! `vpdpbusd` when the host has VNNI, else by `maddubs` + `madd`.
 //!
-//! This host lacks AVX-512: the tests run this path only where the CPU has it.
+//! This project's machine lacks AVX-512: the tests run this path only where
+//! the CPU has it. On a Xeon with AVX-512 VNNI (the device machine) every
+//! tile shape at 1..128 blocks and whole kernels (1 and 3 threads) matched
+//! the scalar kernels, with VNNI and without.
 
 use super::avx2;
 use super::kind;
