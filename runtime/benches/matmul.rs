@@ -201,7 +201,7 @@ fn smollm2(c: &Ceilings) {
 /// where `F32_ROUTE_MIN_COLUMNS` should sit on this machine.
 fn crossover(c: &Ceilings) {
     for (t, k, m) in [(DType::Q4_1, 576, 1536), (DType::Q8_0, 576, 4096)] {
-        for n in [1, 2, 4, 8, 12, 16, 24, 32, 64, 128] {
+        for n in [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512] {
             let mut line = format!("crossover {t} K={k} M={m} N={n:3} 1 thr:");
             for route in [Route::Int8Dot, Route::F32Gemm] {
                 let (b0, a) = tensor(t, [k, m, 1, 1], 1);

@@ -76,14 +76,14 @@ pub enum Route {
 /// O(K) per row against O(K N) multiply-adds, and gemm's f32 micro-kernels
 /// then run near the FMA peak, above the integer tiles. Below it, reading the
 /// packed weights once (decode) wins. Measured with the crossover rows of
-/// `benches/matmul.rs` (2-core AMD EPYC, AVX2, one thread, FMA peak 101
-/// GFLOP/s): Q4_1 576x1536 int8 53-55 GFLOP/s flat from N = 2, f32 52 at
-/// N = 32, 69 at 64 and 78 at 128; Q8_0 576x4096 int8 44-46, f32 40 at
-/// N = 16 and 48 at 24.
+/// `benches/matmul.rs` (2-core AMD EPYC, AVX2, one thread, FMA peak 104
+/// GFLOP/s, 2026-11-22, after the repacked integer kernels): Q4_1 576x1536
+/// int8 84-86 GFLOP/s flat from N = 2, f32 79 at N = 128, 87 at 256 and 91
+/// at 512; Q8_0 576x4096 int8 66-68, f32 66 at N = 48 and 72 at 64.
 pub fn f32_route_min_columns(dtype: DType) -> usize {
     match dtype {
-        DType::Q8_0 => 24,
-        _ => 40,
+        DType::Q8_0 => 56,
+        _ => 192,
     }
 }
 
