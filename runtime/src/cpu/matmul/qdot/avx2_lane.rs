@@ -61,6 +61,33 @@ pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
     hsums(&acc)
 }
 
+/// The masks of the first `t` of 8 blocks: `mask` (and `lanes`, the same
+/// bits as floats) selects 32-bit lanes `0..t`; `words` the 32-bit words
+/// `0..ceil(t / 2)` of 8 packed f16 values.
+struct TailMasks {
+    mask: __m256i,
+    lanes: __m256,
+    words: __m128i,
+}
+
+#[target_feature(enable = "avx2")]
+#[inline]
+fn tail_masks(t: usize) -> TailMasks {
+    let mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(t as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    let words = _mm_cmpgt_epi32(
+        _mm_set1_epi32(t.div_ceil(2) as i32),
+        _mm_setr_epi32(0, 1, 2, 3),
+    );
+    TailMasks {
+        mask,
+        lanes: _mm256_castsi256_ps(mask),
+        words,
+    }
+}
+
 /// `t` f16 values at `p` (`t` = 8 when `FULL`) as f32, zero past `t`.
 /// `pairs` masks the 32-bit words holding them (`ceil(t / 2)`), `lanes` the
 /// lanes below `t`: for odd `t` the last word's upper half belongs to the
@@ -97,15 +124,11 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
     let t = if FULL { GROUP } else { t };
     let low = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
-    let mask = _mm256_cmpgt_epi32(
-        _mm256_set1_epi32(t as i32),
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-    );
-    let lanes = _mm256_castsi256_ps(mask);
-    let pairs = _mm_cmpgt_epi32(
-        _mm_set1_epi32(t.div_ceil(2) as i32),
-        _mm_setr_epi32(0, 1, 2, 3),
-    );
+    let TailMasks {
+        mask,
+        lanes,
+        words: pairs,
+    } = tail_masks(t);
     let fields = scale_fields(K);
     // SAFETY: the activations' scales of blocks b..b + t (only those lanes
     // are read) and their whole ql group; weight bytes inside the t blocks
@@ -198,15 +221,7 @@ unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
 ) {
     let low = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
-    let mask = _mm256_cmpgt_epi32(
-        _mm256_set1_epi32(t as i32),
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-    );
-    let lanes = _mm256_castsi256_ps(mask);
-    let words = _mm_cmpgt_epi32(
-        _mm_set1_epi32(t.div_ceil(2) as i32),
-        _mm_setr_epi32(0, 1, 2, 3),
-    );
+    let TailMasks { mask, lanes, words } = tail_masks(t);
     // Pair p's lanes take blocks 2p (lanes 0..4) and 2p + 1 (lanes 4..8).
     let spread = [
         _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
