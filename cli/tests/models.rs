@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::{ggplan, scratch_dir, text};
+use common::{ggplan, ggplan_error, scratch_dir, text};
 use ggplan_tests::bert_gguf::{Convert, HfBert, write_bert_gguf};
 use ggplan_tests::gguf_writer::Meta;
 use ggplan_tests::models::{minilm_dir, smollm2_gguf};
@@ -166,7 +166,7 @@ fn generate_refuses_a_smallest_bucket_that_is_not_a_power_of_two() {
         eprintln!("skipped: SmolLM2 not installed (scripts/setup.sh)");
         return;
     };
-    let out = ggplan(&[
+    let err = ggplan_error(&[
         "generate",
         "--gguf",
         gguf.to_str().unwrap(),
@@ -175,8 +175,6 @@ fn generate_refuses_a_smallest_bucket_that_is_not_a_power_of_two() {
         "--min-bucket",
         "100",
     ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("power of two, not 100"), "{err}");
 }
 
@@ -186,7 +184,7 @@ fn generate_refuses_a_prompt_longer_than_the_context() {
         eprintln!("skipped: SmolLM2 not installed (scripts/setup.sh)");
         return;
     };
-    let out = ggplan(&[
+    let err = ggplan_error(&[
         "generate",
         "--gguf",
         gguf.to_str().unwrap(),
@@ -195,8 +193,6 @@ fn generate_refuses_a_prompt_longer_than_the_context() {
         "--ctx",
         "4",
     ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("longer than the context of 4"), "{err}");
 }
 
@@ -313,9 +309,8 @@ fn graph_and_embed_read_a_bert_gguf() {
         "{graph}"
     );
 
-    let out = ggplan(&["graph", "--gguf", &gguf, "--decode", "-o", "x.ron"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("not BERT encoders"), "{}", text(&out));
+    let err = ggplan_error(&["graph", "--gguf", &gguf, "--decode", "-o", "x.ron"]);
+    assert!(err.contains("not BERT encoders"), "{err}");
 
     let out = ggplan(&["embed", "--gguf", &gguf, "Hello worlds!", "unbelievable"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -345,9 +340,7 @@ fn bad_gguf_files_are_named_errors() {
         ["graph", "--gguf", &unknown, "-o", "x.ron"].as_slice(),
         ["embed", "--gguf", &unknown, "a"].as_slice(),
     ] {
-        let out = ggplan(args);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-        let err = text(&out);
+        let err = ggplan_error(args);
         assert!(
             err.contains("t5.gguf: architecture 't5' is not supported")
                 && err.contains("llama, mistral, qwen2 (decoders), bert (encoders)"),
@@ -361,9 +354,8 @@ fn bad_gguf_files_are_named_errors() {
         &tiny,
         &set("general.architecture", Meta::Str("llama")),
     );
-    let out = ggplan(&["embed", "--gguf", &llama, "a"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("is a decoder"), "{}", text(&out));
+    let err = ggplan_error(&["embed", "--gguf", &llama, "a"]);
+    assert!(err.contains("is a decoder"), "{err}");
 
     let spm = bert_gguf(
         &scratch,
@@ -371,13 +363,8 @@ fn bad_gguf_files_are_named_errors() {
         &tiny,
         &set("tokenizer.ggml.model", Meta::Str("llama")),
     );
-    let out = ggplan(&["embed", "--gguf", &spm, "a"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        text(&out).contains("tokenizer.ggml.model is \"llama\""),
-        "{}",
-        text(&out)
-    );
+    let err = ggplan_error(&["embed", "--gguf", &spm, "a"]);
+    assert!(err.contains("tokenizer.ggml.model is \"llama\""), "{err}");
 
     let missing = bert_gguf(
         &scratch,
@@ -388,12 +375,10 @@ fn bad_gguf_files_are_named_errors() {
             ..Convert::default()
         },
     );
-    let out = ggplan(&["embed", "--gguf", &missing, "a"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = ggplan_error(&["embed", "--gguf", &missing, "a"]);
     assert!(
-        text(&out).contains("missing.gguf: missing tensor 'blk.0.attn_q.bias'"),
-        "{}",
-        text(&out)
+        err.contains("missing.gguf: missing tensor 'blk.0.attn_q.bias'"),
+        "{err}"
     );
     let _ = std::fs::remove_dir_all(&scratch);
 }

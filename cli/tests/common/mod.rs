@@ -24,6 +24,15 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// Runs `ggplan` with `args`, which must fail as bad input does (exit code
+/// 1, no panic); returns what it printed.
+pub fn ggplan_error(args: &[&str]) -> String {
+    let out = ggplan(args);
+    let printed = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {printed}");
+    printed
+}
+
 /// The path of `examples/graphs/<name>`.
 pub fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
