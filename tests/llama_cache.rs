@@ -19,13 +19,12 @@ use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::PlacementOptions;
 use compiler::target::Target;
+use ggplan_tests::generation::{self, i32_input, logits_and_state};
 use ir::{DType, Graph, Role, RopeMode, RopeParams};
 use kernels::evaluate::evaluate_plan;
 use kernels::evaluate::{Bindings, Weights, evaluate};
 use kernels::reference::Dense;
-use models::llama::{
-    self, CacheConfig, LlamaConfig, LlamaNames, build_cached, build_prefill, step_inputs,
-};
+use models::llama::{self, CacheConfig, LlamaConfig, LlamaNames, build_cached, build_prefill};
 use std::collections::BTreeMap;
 
 const F32_NMSE: f64 = 1e-10;
@@ -73,11 +72,6 @@ fn cache(kv_dtype: DType) -> CacheConfig {
     }
 }
 
-fn i32_input(v: impl IntoIterator<Item = i64>) -> Dense {
-    let data: Vec<f64> = v.into_iter().map(|x| x as f64).collect();
-    Dense::new([data.len() as i64, 1, 1, 1], data)
-}
-
 /// Logits `[n_vocab, TOKENS.len()]` of one prefill over all of `TOKENS`.
 fn prefill_logits(cfg: &LlamaConfig) -> Vec<f64> {
     let g = build_prefill(cfg).unwrap();
@@ -93,13 +87,7 @@ fn run(g: &Graph, inputs: BTreeMap<String, Dense>) -> (Vec<f64>, BTreeMap<String
         inputs,
         random_inputs: None,
     };
-    let memory = evaluate(g, &bindings).unwrap_or_else(|e| panic!("{e}"));
-    let logits = memory.read(g.find(llama::LOGITS).unwrap()).data;
-    let state = g
-        .with_role(Role::State)
-        .map(|id| (g.tensor(id).name.clone(), memory.read(id)))
-        .collect();
-    (logits, state)
+    logits_and_state(g, &bindings)
 }
 
 /// The inputs of a step of `TOKENS[n_past..n_past + n]` over `state`, for a
@@ -107,29 +95,10 @@ fn run(g: &Graph, inputs: BTreeMap<String, Dense>) -> (Vec<f64>, BTreeMap<String
 fn step_bindings(
     n_past: usize,
     n: usize,
-    (n_ctx, attend): (i64, i64),
+    window: (i64, i64),
     state: BTreeMap<String, Dense>,
 ) -> BTreeMap<String, Dense> {
-    let step = step_inputs(n_past as i64, n as i64, n_ctx, attend).unwrap();
-    let mut inputs = state;
-    inputs.insert(
-        llama::TOKENS.into(),
-        i32_input(TOKENS[n_past..n_past + n].iter().copied()),
-    );
-    inputs.insert(
-        llama::POSITIONS.into(),
-        i32_input(step.pos.iter().map(|&p| p.into())),
-    );
-    inputs.insert(
-        llama::KV_IDX.into(),
-        i32_input(step.kv_idx.iter().map(|&p| p.into())),
-    );
-    let mask = step.kq_mask.iter().map(|&m| f64::from(m)).collect();
-    inputs.insert(
-        llama::KQ_MASK.into(),
-        Dense::new([attend, n as i64, 1, 1], mask),
-    );
-    inputs
+    generation::step_bindings(&TOKENS[n_past..n_past + n], n_past as i64, window, state)
 }
 
 /// Logits of `TOKENS` generated as a `PROMPT`-token prefill then one decode

@@ -1,12 +1,12 @@
 //! `LlamaConfig::from_gguf` over the llama family (llama, mistral, qwen2) on
 //! small synthetic GGUF files, and the cached graphs of the real SmolLM2 file.
 
+use ggplan_tests::generation::step_bindings;
 use ggplan_tests::gguf_writer::{Meta, Scratch, write_gguf};
 use ggplan_tests::models::smollm2_gguf;
 use ir::files::gguf::GgufFile;
 use ir::{DType, Graph, Role, RopeMode, RopeParams};
 use kernels::evaluate::{Bindings, Weights, evaluate};
-use kernels::reference::Dense;
 use models::llama::{self, BlockWeight, CacheConfig, LlamaConfig, LlamaNames};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -71,13 +71,6 @@ fn tiny(dir: &Path, arch: &'static str, o: Options) -> GgufFile {
     GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn i32_input(v: &[i32]) -> Dense {
-    Dense::new(
-        [v.len() as i64, 1, 1, 1],
-        v.iter().map(|&x| f64::from(x)).collect(),
-    )
-}
-
 /// Runs `cfg`'s decode graph (first token) with the file's weights: every
 /// weight must bind by name, dtype and shape.
 fn decode_binds(cfg: &LlamaConfig, file: &GgufFile) {
@@ -93,19 +86,7 @@ fn decode_binds(cfg: &LlamaConfig, file: &GgufFile) {
         &cache,
     )
     .unwrap();
-    let step = llama::step_inputs(0, 1, cache.n_ctx, cache.n_ctx).unwrap();
-    let inputs = BTreeMap::from([
-        (llama::TOKENS.to_owned(), i32_input(&[5])),
-        (llama::POSITIONS.to_owned(), i32_input(&step.pos)),
-        (llama::KV_IDX.to_owned(), i32_input(&step.kv_idx)),
-        (
-            llama::KQ_MASK.to_owned(),
-            Dense::new(
-                [cache.n_ctx, 1, 1, 1],
-                step.kq_mask.iter().map(|&m| f64::from(m)).collect(),
-            ),
-        ),
-    ]);
+    let inputs = step_bindings(&[5], 0, (cache.n_ctx, cache.n_ctx), BTreeMap::new());
     let bindings = Bindings {
         weights: Weights::File(file),
         inputs,

@@ -10,14 +10,15 @@
 //!
 //! Skips with a printed note when the model is not installed (scripts/setup.sh).
 
+use ggplan_tests::generation::{logits_and_state, step_bindings};
 use ggplan_tests::models::smollm2_gguf;
 use ggplan_tests::workspace_root;
 use ir::files::gguf::GgufFile;
 use ir::files::npy::{NpyData, read_npy};
-use ir::{DType, Graph, Role};
-use kernels::evaluate::{Bindings, Weights, evaluate};
+use ir::{DType, Graph};
+use kernels::evaluate::{Bindings, Weights};
 use kernels::reference::Dense;
-use models::llama::{self, CacheConfig, LlamaConfig, step_inputs};
+use models::llama::{self, CacheConfig, LlamaConfig};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -32,11 +33,6 @@ fn ids(v: &serde_json::Value) -> Vec<i64> {
         .iter()
         .map(|t| t.as_i64().expect("token ids are integers"))
         .collect()
-}
-
-fn i32_input(v: impl IntoIterator<Item = i64>) -> Dense {
-    let data: Vec<f64> = v.into_iter().map(|x| x as f64).collect();
-    Dense::new([data.len() as i64, 1, 1, 1], data)
 }
 
 /// Column `j` of logits `[n_vocab, n]`.
@@ -60,32 +56,12 @@ fn step(
     tokens: &[i64],
     state: BTreeMap<String, Dense>,
 ) -> (Vec<f64>, BTreeMap<String, Dense>) {
-    let n = tokens.len() as i64;
-    let s = step_inputs(n_past, n, n_ctx, n_ctx).unwrap_or_else(|e| panic!("{e}"));
-    let mut inputs = state;
-    inputs.insert(llama::TOKENS.into(), i32_input(tokens.iter().copied()));
-    inputs.insert(
-        llama::POSITIONS.into(),
-        i32_input(s.pos.iter().map(|&p| p.into())),
-    );
-    inputs.insert(
-        llama::KV_IDX.into(),
-        i32_input(s.kv_idx.iter().map(|&p| p.into())),
-    );
-    let mask = s.kq_mask.iter().map(|&m| f64::from(m)).collect();
-    inputs.insert(llama::KQ_MASK.into(), Dense::new([n_ctx, n, 1, 1], mask));
     let bindings = Bindings {
         weights: Weights::File(file),
-        inputs,
+        inputs: step_bindings(tokens, n_past, (n_ctx, n_ctx), state),
         random_inputs: None,
     };
-    let memory = evaluate(g, &bindings).unwrap_or_else(|e| panic!("{e}"));
-    let logits = memory.read(g.find(llama::LOGITS).unwrap()).data;
-    let state = g
-        .with_role(Role::State)
-        .map(|id| (g.tensor(id).name.clone(), memory.read(id)))
-        .collect();
-    (logits, state)
+    logits_and_state(g, &bindings)
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Shared support for the workspace integration tests in `tests/`.
 
 pub mod bert_gguf;
+pub mod generation;
 pub mod gguf_writer;
 pub mod models;
 pub mod references;
