@@ -18,11 +18,10 @@
 
 use ir::files::TensorSource;
 use ir::files::gguf::GgufFile;
-use tokenizers::AddedToken;
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 
-use super::gguf_meta::{TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED, TokenizerMeta};
+use super::gguf_meta::{TokenizerMeta, add_typed_tokens};
 use super::{Tokenizer, TokenizerError, pre};
 
 /// Reads the byte-level BPE tokenizer of `file` (see the module doc).
@@ -84,16 +83,7 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     inner.with_pre_tokenizer(Some(pre.build().map_err(build_error)?));
     inner.with_decoder(Some(ByteLevel::new(false, true, false)));
 
-    let added = |wanted: i64, special: bool| -> Vec<AddedToken> {
-        tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| **t == wanted)
-            .map(|(token, _)| AddedToken::from(*token, special))
-            .collect()
-    };
-    inner.add_special_tokens(&added(TOKEN_TYPE_CONTROL, true));
-    inner.add_tokens(&added(TOKEN_TYPE_USER_DEFINED, false));
+    add_typed_tokens(&mut inner, &tokens, &types);
 
     Ok(Tokenizer {
         inner,

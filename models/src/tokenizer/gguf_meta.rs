@@ -16,6 +16,26 @@ pub(super) const TOKEN_TYPE_CONTROL: i64 = 3;
 /// GGUF token type of user-defined tokens (added words matched verbatim).
 pub(super) const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
+/// Registers the file's control tokens as special tokens and its user-defined
+/// tokens as added tokens (`types[i]` is token i's GGUF type), so that each
+/// matches verbatim as one id and never goes through the model's splitting.
+pub(super) fn add_typed_tokens<S: AsRef<str>>(
+    inner: &mut tokenizers::Tokenizer,
+    tokens: &[S],
+    types: &[i64],
+) {
+    let added = |wanted: i64, special: bool| -> Vec<tokenizers::AddedToken> {
+        tokens
+            .iter()
+            .zip(types)
+            .filter(|(_, t)| **t == wanted)
+            .map(|(token, _)| tokenizers::AddedToken::from(token.as_ref().to_owned(), special))
+            .collect()
+    };
+    inner.add_special_tokens(&added(TOKEN_TYPE_CONTROL, true));
+    inner.add_tokens(&added(TOKEN_TYPE_USER_DEFINED, false));
+}
+
 /// Typed access to the tokenizer keys of one GGUF file, with errors that name
 /// the file and the key.
 pub(super) struct TokenizerMeta<'a> {

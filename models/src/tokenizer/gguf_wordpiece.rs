@@ -32,7 +32,6 @@
 
 use ir::files::TensorSource;
 use ir::files::gguf::GgufFile;
-use tokenizers::AddedToken;
 use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
 // WordPiece's own vocabulary alias is private; BPE's is the same map type.
 use tokenizers::models::bpe::Vocab;
@@ -41,7 +40,7 @@ use tokenizers::normalizers::bert::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
 
-use super::gguf_meta::{TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED, TokenizerMeta};
+use super::gguf_meta::{TOKEN_TYPE_CONTROL, TokenizerMeta, add_typed_tokens};
 use super::{Tokenizer, TokenizerError};
 
 /// The word-start marker of llama.cpp's phantom-space vocabularies (U+2581).
@@ -117,16 +116,7 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     )));
     inner.with_decoder(Some(WordPieceDecoder::new(CONTINUATION.into(), true)));
 
-    let added = |wanted: i64, special: bool| -> Vec<AddedToken> {
-        tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| **t == wanted)
-            .map(|(token, _)| AddedToken::from(token.clone(), special))
-            .collect()
-    };
-    inner.add_special_tokens(&added(TOKEN_TYPE_CONTROL, true));
-    inner.add_tokens(&added(TOKEN_TYPE_USER_DEFINED, false));
+    add_typed_tokens(&mut inner, &tokens, &types);
 
     Ok(Tokenizer {
         inner,
