@@ -1,6 +1,8 @@
 //! JIT kernels vs the machine's ceilings: silu(a) * b over 16M floats (1 and 2
-//! threads, with and without streaming stores), rms_norm(x) * weight, soft_max
-//! at 128x128x8 with a mask, and the compile time per kernel.
+//! threads, with and without streaming stores, each beside memcpy on as many
+//! threads measured just before it; and in L2, for its compute alone),
+//! rms_norm(x) * weight, soft_max at 128x128x8 with a mask, and the compile
+//! time per kernel.
 //!
 //! GB/s count bytes read + bytes written once each (what the kernel must move),
 //! beside memcpy's GB/s measured in the same run (also read + write).
@@ -116,18 +118,50 @@ fn main() {
         for threads in [1, 2] {
             let pool = ThreadPool::new(threads);
             best_of(&*kernel, &pool, 2);
+            // The ceiling for this row: memcpy on as many threads, measured
+            // just before it (the machine's bandwidth drifts by ~10% over
+            // seconds), and the better of two measurements.
+            let copy = (0..2)
+                .map(|_| runtime::ceiling::memcpy_gbps_threads(256 << 20, 3, threads))
+                .fold(0.0, f64::max);
             let secs = best_of(&*kernel, &pool, 10);
-            let label = format!(
-                "silu(a)*b 16M f32, {threads} thr, {}",
+            let gbps = traffic as f64 / secs / 1e9;
+            println!(
+                "silu(a)*b 16M f32, {threads} thr, {:<17} {:>9.3} ms {:>7.1} GB/s  {:>5.1}% of memcpy on {threads} thr ({copy:.1} GB/s, just before)",
                 if streaming == StreamingStores::Always {
                     "streaming stores"
                 } else {
                     "normal stores"
-                }
+                },
+                secs * 1e3,
+                gbps,
+                100.0 * gbps / copy
             );
-            report(&label, secs, traffic);
         }
     }
+
+    // The same kernel over 32K floats (384 KiB in all, L2-resident): its
+    // compute speed without DRAM, to tell compute-bound from memory-bound.
+    let small = [4096, 8, 1, 1];
+    let (mut sa, mut sb, mut so) = (
+        Tensor::new(DType::F32, small, 8.0),
+        Tensor::new(DType::F32, small, 2.0),
+        Tensor::new(DType::F32, small, 0.0),
+    );
+    let jit = Jit::new().expect("LLVM JIT");
+    let kernel = jit
+        .prepare_fused(&silu_mul, so.raw(), &[sa.raw(), sb.raw()])
+        .expect("prepare");
+    let pool = ThreadPool::new(1);
+    best_of(&*kernel, &pool, 100);
+    let secs = best_of(&*kernel, &pool, 2000);
+    let elems = 4096.0 * 8.0;
+    println!(
+        "{:<48} {:>9.3} ns per element (in L2), {:.1} ms-equivalent for 16M",
+        "silu(a)*b 32K f32, 1 thr",
+        secs * 1e9 / elems,
+        secs / elems * n as f64 * 1e3
+    );
 
     // rms_norm(x) * weight over 4096 rows of 4096.
     let jit = Jit::new().expect("LLVM JIT");

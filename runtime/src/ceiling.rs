@@ -52,6 +52,28 @@ pub fn memcpy_gbps(bytes: usize, runs: usize) -> f64 {
     2.0 * bytes as f64 / best / 1e9
 }
 
+/// Like [`memcpy_gbps`], with the buffer split into `threads` equal parts
+/// copied at the same time by as many threads: the bandwidth the whole
+/// machine reaches with that many cores.
+pub fn memcpy_gbps_threads(bytes: usize, runs: usize, threads: usize) -> f64 {
+    let threads = threads.max(1);
+    let part = bytes / threads;
+    let src = vec![1u8; part * threads];
+    let mut dst = vec![0u8; part * threads];
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for (d, s_) in dst.chunks_mut(part).zip(src.chunks(part)) {
+                s.spawn(move || d.copy_from_slice(s_));
+            }
+        });
+        std::hint::black_box(&mut dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    2.0 * (part * threads) as f64 / best / 1e9
+}
+
 /// One core's FMA peak, GFLOP/s, and the ISA used.
 pub fn fma_peak_gflops() -> (f64, &'static str) {
     #[cfg(target_arch = "x86_64")]
@@ -131,6 +153,7 @@ mod tests {
     #[test]
     fn ceilings_are_positive_and_finite() {
         let gbps = super::memcpy_gbps(1 << 20, 2);
+        assert!(super::memcpy_gbps_threads(1 << 20, 2, 2) > 0.0);
         let (gflops, _) = super::fma_peak_gflops();
         assert!(gbps.is_finite() && gbps > 0.0);
         assert!(gflops.is_finite() && gflops > 0.0);

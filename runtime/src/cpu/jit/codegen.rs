@@ -357,6 +357,24 @@ impl<'m, 'ctx> Gen<'m, 'ctx> {
         })
     }
 
+    /// A read prefetch of `row`'s element `i` plus `ahead` bytes into all
+    /// cache levels (past the row's end it is harmless: prefetches never fault).
+    pub fn prefetch(&self, row: &Row<'ctx>, i: IntValue<'ctx>, ahead: u64) -> R<()> {
+        let es = elem_bytes(row.spec.dtype) as u64;
+        let off = self.b.build_int_mul(i, self.ci(es), "")?;
+        let off = self.b.build_int_add(off, self.ci(ahead), "")?;
+        // Not `inbounds`: the address may lie past the tensor.
+        // SAFETY: builds IR only; a prefetch never dereferences.
+        let ptr = unsafe { self.b.build_gep(self.cx.i8_type(), row.base, &[off], "")? };
+        let decl = Intrinsic::find("llvm.prefetch")
+            .and_then(|f| f.get_declaration(self.module, &[ptr.get_type().into()]))
+            .ok_or_else(|| jit_err("intrinsic", "llvm.prefetch is unknown"))?;
+        let i32c = |v: u64| self.i32t.const_int(v, false).into();
+        self.b
+            .build_call(decl, &[ptr.into(), i32c(0), i32c(3), i32c(1)], "")?;
+        Ok(())
+    }
+
     /// Output-row elements `i .. i + w` of `row` as `<w x float>`.
     pub fn load(&self, row: &Row<'ctx>, i: IntValue<'ctx>, w: u32) -> R<VectorValue<'ctx>> {
         let es = elem_bytes(row.spec.dtype) as u64;

@@ -78,10 +78,22 @@ impl Llvm {
     pub fn new() -> Result<Arc<Llvm>, RuntimeError> {
         Target::initialize_native(&InitializationConfig::default())
             .map_err(|e| jit_err("initialising the native target", e))?;
-        let triple = TargetMachine::get_default_triple();
-        let target = Target::from_triple(&triple).map_err(|e| jit_err("host target", e))?;
         let cpu = TargetMachine::get_host_cpu_name().to_string();
         let features = TargetMachine::get_host_cpu_features().to_string();
+        Llvm::for_target(cpu, features, host_width())
+    }
+
+    /// A fresh context and a target machine for another x86-64 CPU: code
+    /// for it can be inspected but not run here (tests of other ISAs).
+    pub fn for_target(
+        cpu: String,
+        features: String,
+        width: u32,
+    ) -> Result<Arc<Llvm>, RuntimeError> {
+        Target::initialize_native(&InitializationConfig::default())
+            .map_err(|e| jit_err("initialising the native target", e))?;
+        let triple = TargetMachine::get_default_triple();
+        let target = Target::from_triple(&triple).map_err(|e| jit_err("host target", e))?;
         let machine = target
             .create_target_machine(
                 &triple,
@@ -100,7 +112,7 @@ impl Llvm {
             machine,
             cpu,
             features,
-            width: host_width(),
+            width,
         }))
     }
 

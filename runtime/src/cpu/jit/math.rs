@@ -11,10 +11,9 @@
 //!   polynomial for relative error on |r| <= ln2/2 (1.9e-9 in exact
 //!   arithmetic), scaled by 2^n as two factors 2^(n/2) so the full range
 //!   works without special cases. Measured relative error 8.4e-8 on
-//!   [-87, 88] (bound tested: 3e-7); results below ~1e-38 degrade gracefully
-//!   through the subnormals to 0 (x < -104 gives 0); x > 88.73 gives +inf;
-//!   NaN stays NaN. e^(-x) is the same code with the odd coefficients
-//!   negated, so the sigmoid's negation costs no instruction.
+//!   [-87, 88] (bound tested: 1.5e-7); results below ~1e-38 degrade
+//!   gracefully through the subnormals to 0 (x < -104 gives 0); x > 88.73
+//!   gives +inf; NaN stays NaN.
 //! - `tanh`: odd Taylor polynomial to x^7 for |x| < 0.1, else
 //!   sign(x) (1 - 2 / (e^(2|x|) + 1)). Absolute error <= 2e-7.
 //! - `erf`: Taylor series to x^11 for |x| < 0.5, else sign(x) (1 - erfc|x|)
@@ -27,16 +26,17 @@
 //!   u = sqrt(2/pi) (x + 0.044715 x^3), the same function as
 //!   0.5 x (1 + tanh u) without its cancellation for negative x;
 //!   `gelu_erf(x) = 0.5 x (1 + erf(x / sqrt 2))`. The sigmoid's exponential
-//!   clamps its argument to [-87, 88] so that 2^n is one normal float, and
-//!   the quotient is a correctly rounded vector divide: on the AVX2 hosts
-//!   measured it costs less than a reciprocal estimate and its Newton step
-//!   (five more instructions), and silu's NMSE over the test sweep fell from
-//!   8e-15 to 1e-17. The silu·b loop is 28 instructions per 8 lanes in the
-//!   generated assembly (44 before the minimax polynomial, the folded
-//!   negation and the divide). silu and gelu keep a small relative error
-//!   down to x = -88, and below it return values under 1e-36 in magnitude
-//!   (the true value is smaller still). `gelu_erf` keeps a small relative
-//!   error everywhere.
+//!   is the shorter table-driven one of `exp_table` (its argument clamped to
+//!   [-86.5, 88]), and the quotient is a correctly rounded vector divide: on
+//!   the AVX2 hosts measured it costs less than a reciprocal estimate and its
+//!   Newton step. A product silu(x)·y (or gelu) is emitted as (x·y) / d(x)
+//!   (`fused::eval`). The silu·b loop is 20 instructions and 2 prefetches
+//!   per 8 lanes in the generated assembly (44 with the first polynomial
+//!   exp). Measured maximum relative error of silu on [-86, 88]: 2.3e-7
+//!   (bound tested: 3e-7); gelu's is 1.9e-7 times max(1, |2u|), the
+//!   conditioning of its f32 argument. Below the range they return values
+//!   under 1e-36 in magnitude (the true value is smaller still).
+//!   `gelu_erf` keeps a small relative error everywhere.
 
 use super::codegen::{Gen, R};
 use super::spec::Func;
@@ -53,10 +53,6 @@ const LN2_LO: f32 = (std::f64::consts::LN_2 - 355.0 / 512.0) as f32;
 const ROUND_MAGIC: f32 = 12_582_912.0;
 /// Below this, e^x rounds to 0 in f32.
 const EXP_LO: f32 = -104.0;
-/// The range of the sigmoid's exp: 2^n stays a normal float (n in [-126, 127]).
-const SIGMOID_LO: f32 = -87.0;
-/// See [`SIGMOID_LO`].
-const SIGMOID_HI: f32 = 88.0;
 /// Above this, e^x overflows f32.
 const EXP_HI: f32 = 88.73;
 /// e^r on |r| <= ln2/2: the degree-6 minimax polynomial for relative error
@@ -71,13 +67,6 @@ const EXP_POLY: [f32; 7] = [
     0.008_374_816,
     0.001_383_684_6,
 ];
-
-/// The sign of the argument of [`Gen::exp_signed`].
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Sign {
-    Plus,
-    Minus,
-}
 
 impl<'ctx> Gen<'_, 'ctx> {
     /// Horner evaluation of `c[0] + c[1] x + c[2] x^2 + ...` with FMAs.
@@ -109,58 +98,19 @@ impl<'ctx> Gen<'_, 'ctx> {
 
     /// e^x (see the module doc for the method and its error).
     pub fn exp(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
-        self.exp_signed(x, Sign::Plus, EXP_LO, EXP_HI)
-    }
-
-    /// e^(-x) with -x clamped to [`SIGMOID_LO`], [`SIGMOID_HI`]: one 2^n
-    /// factor (n stays in the normal exponent range), no subnormals and no
-    /// inf. The sigmoid needs no more: below the range e^(-x) is negligible
-    /// next to 1, above it the quotient is below 1e-38 either way.
-    fn exp_neg_normal_range(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
-        self.exp_signed(x, Sign::Minus, SIGMOID_LO, SIGMOID_HI)
-    }
-
-    /// e^(s x) for the sign s, with s x clamped to [lo, hi]; a single 2^n
-    /// factor when n stays in the normal range, else two.
-    ///
-    /// The sign costs nothing: with u = x - s n ln2 the reduced argument is
-    /// r = s u, and p(r) is p evaluated at u with its odd coefficients
-    /// negated.
-    fn exp_signed(
-        &self,
-        x: VectorValue<'ctx>,
-        sign: Sign,
-        lo: f32,
-        hi: f32,
-    ) -> R<VectorValue<'ctx>> {
         let w = x.get_type().get_size();
-        let s = match sign {
-            Sign::Plus => 1.0,
-            Sign::Minus => -1.0,
-        };
-        let x = match sign {
-            Sign::Plus => self.clamp(x, lo, hi)?,
-            Sign::Minus => self.clamp(x, -hi, -lo)?,
-        };
+        let x = self.clamp(x, EXP_LO, EXP_HI)?;
         let magic = self.cf(ROUND_MAGIC, w);
-        // t holds n = round(s x / ln2) in its low mantissa bits.
-        let t = self.fma(x, self.cf(s * std::f32::consts::LOG2_E, w), magic)?;
+        // t holds n = round(x / ln2) in its low mantissa bits.
+        let t = self.fma(x, self.cf(std::f32::consts::LOG2_E, w), magic)?;
         let n = self.sub(t, magic)?;
-        let u = self.fma(n, self.cf(-s * LN2_HI, w), x)?;
-        let u = self.fma(n, self.cf(-s * LN2_LO, w), u)?;
-        let mut c = EXP_POLY;
-        if sign == Sign::Minus {
-            c.iter_mut().skip(1).step_by(2).for_each(|k| *k = -*k);
-        }
-        let p = self.poly(u, &c)?;
+        let r = self.fma(n, self.cf(-LN2_HI, w), x)?;
+        let r = self.fma(n, self.cf(-LN2_LO, w), r)?;
+        let p = self.poly(r, &EXP_POLY)?;
         let iv = self.i32t.vec_type(w);
         let ni = self
             .b
             .build_int_sub(self.bitcast(t, iv)?, self.bitcast(magic, iv)?, "")?;
-        if lo >= SIGMOID_LO && hi <= SIGMOID_HI {
-            // n in [-126, 127]: 2^n is one normal float.
-            return self.mul(p, self.pow2i(ni)?);
-        }
         // n in [-150, 128]: split so both factors are normal floats.
         let n1 = self.b.build_right_shift(ni, self.ci32(1, w), true, "")?;
         let n2 = self.b.build_int_sub(ni, n1, "")?;
@@ -260,11 +210,34 @@ impl<'ctx> Gen<'_, 'ctx> {
         )
     }
 
-    /// x / (1 + e^(-k x)) for k = 1 (silu); the building block of gelu.
-    fn x_sigmoid(&self, x: VectorValue<'ctx>, arg: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+    /// 1 + e^(-arg): the denominator of silu (arg = x) and gelu.
+    fn one_plus_exp_neg(&self, arg: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        self.exp_table_plus(arg, true, 1.0)
+    }
+
+    /// gelu's exponent 2u = 2 sqrt(2/pi) (x + 0.044715 x^3).
+    fn gelu_arg(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
         let w = x.get_type().get_size();
-        let d = self.add(self.cf(1.0, w), self.exp_neg_normal_range(arg)?)?;
-        self.div(x, d)
+        let c = (2.0 * (2.0 / std::f64::consts::PI).sqrt()) as f32;
+        let x3 = self.mul(self.mul(x, x)?, x)?;
+        let inner = self.fma(x3, self.cf(0.044_715, w), x)?;
+        self.mul(inner, self.cf(c, w))
+    }
+
+    /// The denominator d of the functions that are x / d(x): silu
+    /// (1 + e^-x) and gelu (1 + e^(-2u)); None for the others. A product
+    /// f(x) * y is emitted as (x * y) / d(x), which keeps the multiply off
+    /// the divide's dependency chain (see `fused::eval`).
+    pub fn sigmoid_denominator(
+        &self,
+        f: Func,
+        x: VectorValue<'ctx>,
+    ) -> R<Option<VectorValue<'ctx>>> {
+        Ok(match f {
+            Func::Plan(UnaryFn::Silu) => Some(self.one_plus_exp_neg(x)?),
+            Func::Plan(UnaryFn::Gelu) => Some(self.one_plus_exp_neg(self.gelu_arg(x)?)?),
+            _ => None,
+        })
     }
 
     /// A unary function of the body.
@@ -277,14 +250,8 @@ impl<'ctx> Gen<'_, 'ctx> {
                 UnaryFn::Scale { scale, bias } => self.fma(x, self.cf(scale, w), self.cf(bias, w)),
                 UnaryFn::Sqr => self.mul(x, x),
                 UnaryFn::Sqrt => self.vcall("llvm.sqrt", &[x]),
-                UnaryFn::Silu => self.x_sigmoid(x, x),
-                UnaryFn::Gelu => {
-                    // 2u = 2 sqrt(2/pi) (x + 0.044715 x^3).
-                    let c = (2.0 * (2.0 / std::f64::consts::PI).sqrt()) as f32;
-                    let x3 = self.mul(self.mul(x, x)?, x)?;
-                    let inner = self.fma(x3, self.cf(0.044_715, w), x)?;
-                    self.x_sigmoid(x, self.mul(inner, self.cf(c, w))?)
-                }
+                UnaryFn::Silu => self.div(x, self.one_plus_exp_neg(x)?),
+                UnaryFn::Gelu => self.div(x, self.one_plus_exp_neg(self.gelu_arg(x)?)?),
                 UnaryFn::GeluErf => {
                     let z = self.mul(x, self.cf(std::f32::consts::FRAC_1_SQRT_2, w))?;
                     let half_x = self.mul(x, self.cf(0.5, w))?;

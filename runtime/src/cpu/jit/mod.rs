@@ -32,6 +32,7 @@
 //!   `Arc` to it, so it is freed when the `Jit` and all its kernels are dropped.
 
 mod codegen;
+mod exp_table;
 mod fused;
 mod kernel;
 mod llvm;
@@ -169,6 +170,21 @@ impl Jit {
         Ok(Jit {
             llvm: Llvm::new()?,
             options,
+            state: Mutex::new(State {
+                cache: HashMap::new(),
+                stats: JitStats::default(),
+            }),
+        })
+    }
+
+    /// A JIT that generates code for another x86-64 CPU (`skylake-avx512`,
+    /// with its LLVM feature string and f32 vector width): for inspecting
+    /// the code of an ISA this machine lacks; its kernels must not run here.
+    #[cfg(test)]
+    pub(crate) fn for_target(cpu: &str, features: &str, width: u32) -> Result<Jit, RuntimeError> {
+        Ok(Jit {
+            llvm: Llvm::for_target(cpu.into(), features.into(), width)?,
+            options: JitOptions::default(),
             state: Mutex::new(State {
                 cache: HashMap::new(),
                 stats: JitStats::default(),

@@ -183,3 +183,26 @@ fn a_jit_is_send_and_sync() {
     let stats = jit.stats();
     assert_eq!((stats.kernels_compiled, stats.cache_hits), (1, 2));
 }
+
+/// The sigmoid's table lookup is one permute per vector on AVX-512 too
+/// (`llvm.x86.avx512.permvar.sf.512`, the 8-entry table twice over). This
+/// host may lack AVX-512, so the code is generated and inspected, not run.
+#[test]
+fn sigmoid_table_is_one_permute_on_avx512() {
+    let features = "+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx2,+fma,+f16c,+avx,+sse4.2";
+    let jit = Jit::for_target("skylake-avx512", features, 16).unwrap();
+    let ne = [4096, 4, 1, 1];
+    let mut a = Buf::new(DType::F32, ne, Kind::Packed);
+    let mut b = Buf::new(DType::F32, ne, Kind::Packed);
+    let mut out = Buf::new(DType::F32, ne, Kind::Packed);
+    let (ir, asm) = jit
+        .inspect_fused(&silu_mul(), out.raw(), &[a.raw(), b.raw()])
+        .unwrap();
+    assert!(ir.contains("<16 x float>"), "{ir}");
+    let permutes = asm
+        .lines()
+        .filter(|l| l.contains("vperm") && l.contains("zmm"))
+        .count();
+    assert!(permutes >= 1, "no 512-bit permute in\n{asm}");
+    assert!(asm.contains("vdivps") && asm.contains("zmm"), "{asm}");
+}

@@ -85,6 +85,109 @@ fn exp_relative_error() {
     );
 }
 
+/// silu and gelu in f64 as x / (1 + e^-arg): the reference's gelu,
+/// 0.5 x (1 + tanh u), cancels in f64 itself for x below about -6.
+fn sigmoid_form(f: UnaryFn, x: f64) -> f64 {
+    x / (1.0 + (-sigmoid_arg(f, x)).exp())
+}
+
+/// The exponent's argument of [`sigmoid_form`].
+fn sigmoid_arg(f: UnaryFn, x: f64) -> f64 {
+    match f {
+        UnaryFn::Silu => x,
+        _ => 2.0 * (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044_715 * x * x * x),
+    }
+}
+
+/// Max relative error of silu and gelu (x / (1 + e^-arg), the table-driven
+/// exponential of `exp_table`) over their whole useful ranges. silu is
+/// checked down to -86 (below, the true value is under 1e-36 and the result
+/// is bounded instead) and gelu to -9 (its exponent reaches -86 there).
+/// gelu's argument is itself computed in f32, so its error is measured
+/// relative to the conditioning: relative error / max(1, |arg|).
+#[test]
+fn sigmoid_family_relative_error() {
+    let jit = shared_jit();
+    for (f, lo, hi) in [(UnaryFn::Silu, -86.0, 88.0), (UnaryFn::Gelu, -9.0, 12.0)] {
+        let xs = sweep(lo, hi, N);
+        let ys = jit_apply(jit, Func::Plan(f), &xs);
+        let mut worst = (0.0f64, 0.0f32);
+        for (&x, &y) in xs.iter().zip(&ys) {
+            let want = sigmoid_form(f, f64::from(x));
+            if want == 0.0 {
+                continue;
+            }
+            let cond = sigmoid_arg(f, f64::from(x)).abs().max(1.0);
+            let rel = ((f64::from(y) - want) / want).abs();
+            let rel = if f == UnaryFn::Silu { rel } else { rel / cond };
+            if rel > worst.0 || rel.is_nan() {
+                worst = (rel, x);
+            }
+        }
+        eprintln!("{f:?}: max relative error {:e} at {}", worst.0, worst.1);
+        assert!(
+            worst.0 <= 3e-7,
+            "{f:?}: relative error {:e} at {}",
+            worst.0,
+            worst.1
+        );
+    }
+    // Far tails: silu(-200) is a tiny negative number or -0, never NaN or
+    // large; silu(200) is 200; NaN stays NaN.
+    let ys = jit_apply(
+        jit,
+        Func::Plan(UnaryFn::Silu),
+        &[-200.0, -100.0, 200.0, f32::NAN, f32::INFINITY],
+    );
+    assert!(ys[0] <= 0.0 && ys[0] > -1e-30, "{ys:?}");
+    assert!(ys[1] <= 0.0 && ys[1] > -1e-30, "{ys:?}");
+    assert_eq!(ys[2], 200.0);
+    assert!(ys[3].is_nan());
+    assert_eq!(ys[4], f32::INFINITY);
+}
+
+/// A value gives the same bits whether it lands in a full vector or in the
+/// scalar tail (where alignment, thread splits and row lengths put it), for
+/// every function: plans stay bit-reproducible when only offsets change.
+#[test]
+fn vector_lanes_and_scalar_tail_compute_identical_bits() {
+    let jit = shared_jit();
+    let values: Vec<f32> = [-1e-3, 1e-3, 0.0, -0.0, 87.5, -87.5, 86.6, -86.6]
+        .into_iter()
+        .chain(sweep(-100.0, 100.0, 1015))
+        .collect();
+    // 1031 = 16 * 64 + 7 = 8 * 128 + 7: the last 7 elements are the tail
+    // for any vector width.
+    let body = 1024;
+    assert_eq!(values.len(), body);
+    let funcs = [
+        Func::Exp,
+        Func::Erf,
+        Func::Plan(UnaryFn::Silu),
+        Func::Plan(UnaryFn::Gelu),
+        Func::Plan(UnaryFn::GeluErf),
+        Func::Plan(UnaryFn::Tanh),
+    ];
+    for f in funcs {
+        for chunk in values.chunks(7) {
+            let mut row = values.clone();
+            row.extend_from_slice(chunk);
+            row.resize(body + 7, 0.0);
+            let ys = jit_apply(jit, f, &row);
+            for (k, &v) in chunk.iter().enumerate() {
+                let at = values.iter().position(|&x| x.to_bits() == v.to_bits());
+                let vector = ys[at.expect("each value is in the body")];
+                let tail = ys[body + k];
+                assert_eq!(
+                    vector.to_bits(),
+                    tail.to_bits(),
+                    "{f:?}({v}): vector {vector} vs tail {tail}"
+                );
+            }
+        }
+    }
+}
+
 /// Max |jit(x) - want(x)| over a sweep.
 fn max_abs_error(jit: &Jit, f: Func, lo: f64, hi: f64, want: impl Fn(f64) -> f64) -> (f64, f32) {
     let xs = sweep(lo, hi, N);
