@@ -153,7 +153,8 @@ mod tests {
     #[test]
     fn ceilings_are_positive_and_finite() {
         let gbps = super::memcpy_gbps(1 << 20, 2);
-        assert!(super::memcpy_gbps_threads(1 << 20, 2, 2) > 0.0);
+        let split = super::memcpy_gbps_threads(1 << 20, 2, 2);
+        assert!(split.is_finite() && split > 0.0);
         let (gflops, _) = super::fma_peak_gflops();
         assert!(gbps.is_finite() && gbps > 0.0);
         assert!(gflops.is_finite() && gflops > 0.0);

@@ -1,5 +1,5 @@
-//! The sigmoid's exponential, `a + e^(s x)` for s = ±1 on the normal-float
-//! range, table-driven so that it is short in both uops and latency.
+//! The sigmoid's denominator 1 + e^(-x) on the normal-float range, with a
+//! table-driven exponential that is short in both uops and latency.
 //!
 //! Why: silu(a)·b streams 12 bytes per element, and one AVX2 core keeps up
 //! with memory only if the arithmetic per 8 lanes is short: the out-of-order
@@ -9,9 +9,9 @@
 //! compute alone (in L2) from 7.3 to 4.5 ms-equivalent for 16M elements on
 //! Zen 3.
 //!
-//! Method: n = round(s x · 8 / ln2) by the 1.5·2^23 rounding trick, so the
+//! Method: n = round(-x · 8 / ln2) by the 1.5·2^23 rounding trick, so the
 //! low mantissa bits of `t` hold n; with n = 8k + j (j in 0..8),
-//! e^(s x) = 2^k · 2^(j/8) · e^r, r = s x - n ln2/8, |r| <= ln2/16.
+//! e^(-x) = 2^k · 2^(j/8) · e^r, r = -x - n ln2/8, |r| <= ln2/16.
 //! - S = 2^k 2^(j/8) is built on the bits: the table holds bits(2^(j/8))
 //!   minus j << 20, and bits(t) << 20 = (k << 23) + (j << 20) (mod 2^32) is
 //!   added to the entry. The entry is one `vpermps` on AVX2 (the low three
@@ -20,8 +20,7 @@
 //!   other widths (the scalar tail), so every width computes identical bits;
 //! - e^r = 1 + r + c2 r^2 + c3 r^3, the degree-3 fit with c0 = c1 = 1
 //!   (Chebyshev fit of (e^r - 1 - r) / r^2; relative error 3.8e-8 once the
-//!   coefficients are f32), applied as (S + a) + (S r)(1 + r (c2 + c3 r)),
-//!   the sign s folded into the coefficients;
+//!   coefficients are f32), applied as (S + 1) + (S r)(1 + r (c2 + c3 r));
 //! - clamping is two integer minimums on the float bits (`clamp_bits`).
 //!
 //! Invariant: the argument is clamped to [`LO`], [`HI`], so k is in
@@ -32,10 +31,10 @@
 use super::codegen::{Gen, R};
 use inkwell::values::VectorValue;
 
-/// Lowest s·x: n >= -998, so k >= -125 and T e^r 2^k stays normal.
-pub(super) const LO: f32 = -86.5;
-/// Highest s·x: n <= 1016, so k <= 127 and the result stays finite.
-pub(super) const HI: f32 = 88.0;
+/// Lowest -x: n >= -998, so k >= -125 and S e^r stays normal.
+const LO: f32 = -86.5;
+/// Highest -x: n <= 1016, so k <= 127 and the result stays finite.
+const HI: f32 = 88.0;
 /// 1.5 * 2^23 (see `math::ROUND_MAGIC`).
 const ROUND_MAGIC: f32 = 12_582_912.0;
 /// ln2 / 8 rounded to f32, applied in one FMA (so n * LN2_EIGHTH is exact
@@ -63,26 +62,19 @@ fn table() -> [f32; 8] {
 }
 
 impl<'ctx> Gen<'_, 'ctx> {
-    /// `addend + e^(s x)`, s = -1 if `negate`, with s x clamped to [`LO`],
-    /// [`HI`]. The addend (the sigmoid's 1) joins the table value before the
-    /// last FMA, which keeps the add off the dependency chain.
-    pub(super) fn exp_table_plus(
-        &self,
-        x: VectorValue<'ctx>,
-        negate: bool,
-        addend: f32,
-    ) -> R<VectorValue<'ctx>> {
+    /// 1 + e^(-x), with -x clamped to [`LO`], [`HI`]: the sigmoid's
+    /// denominator. The 1 joins the scale before the last FMA, which keeps
+    /// the add off the dependency chain.
+    pub(super) fn one_plus_exp_neg(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
         let w = x.get_type().get_size();
-        let s = if negate { -1.0 } else { 1.0 };
-        // Clamp s x to [LO, HI] by clamping x to the mirrored range.
-        let (lo, hi) = if negate { (-HI, -LO) } else { (LO, HI) };
-        let x = self.clamp_bits(x, lo, hi)?;
+        // -x in [LO, HI]: x in [-HI, -LO].
+        let x = self.clamp_bits(x, -HI, -LO)?;
         let magic = self.cf(ROUND_MAGIC, w);
-        let eighths = 8.0 * std::f32::consts::LOG2_E;
-        let t = self.fma(x, self.cf(s * eighths, w), magic)?;
+        // t holds n = round(-x * 8 / ln2) in its low mantissa bits.
+        let t = self.fma(x, self.cf(-8.0 * std::f32::consts::LOG2_E, w), magic)?;
         let n = self.sub(t, magic)?;
-        // u = x - s n ln2/8, so r = s u (one rounding: FMA).
-        let u = self.fma(n, self.cf(-s * LN2_EIGHTH, w), x)?;
+        // u = x + n ln2/8 (one rounding: FMA), so r = -x - n ln2/8 = -u.
+        let u = self.fma(n, self.cf(LN2_EIGHTH, w), x)?;
         // S = 2^k T_j, built on the bits: the table holds bits(T_j) - (j << 20)
         // and bits(t) << 20 is n << 20 = (k << 23) + (j << 20) (mod 2^32).
         let iv = self.i32t.vec_type(w);
@@ -91,22 +83,12 @@ impl<'ctx> Gen<'_, 'ctx> {
         let table = self.bitcast(self.lookup_eighths(bits)?, iv)?;
         let scale = self.b.build_int_add(table, shifted, "")?;
         let scale = self.bitcast(scale, self.vt(w))?;
-        // 1 + r (c2 + c3 r) = 1 + u (s c2 + c3 u).
-        let q = self.fma(u, self.cf(C3, w), self.cf(s * C2, w))?;
+        // 1 + r (c2 + c3 r) = 1 + u (c3 u - c2).
+        let q = self.fma(u, self.cf(C3, w), self.cf(-C2, w))?;
         let inner = self.fma(u, q, self.cf(1.0, w))?;
-        // S e^r = S + (S r) inner, with S r = s (S u).
-        let su = self.mul(scale, u)?;
-        let sr = if negate {
-            self.b.build_float_neg(su, "")?
-        } else {
-            su
-        };
-        let base = if addend == 0.0 {
-            scale
-        } else {
-            self.add(scale, self.cf(addend, w))?
-        };
-        self.fma(sr, inner, base)
+        // 1 + S e^r = (S + 1) + (S r) inner, with S r = -(S u).
+        let neg_su = self.b.build_float_neg(self.mul(scale, u)?, "")?;
+        self.fma(neg_su, inner, self.add(scale, self.cf(1.0, w))?)
     }
 
     /// `x` clamped to [lo, hi] for lo < 0 < hi, on the float bits as integers:
@@ -138,14 +120,16 @@ impl<'ctx> Gen<'_, 'ctx> {
             (16, 16) => Some("llvm.x86.avx512.permvar.sf.512"),
             _ => None,
         };
+        // The table repeated over `lanes` lanes, as a constant vector.
+        let repeated = |lanes: usize| {
+            let consts: Vec<_> = (0..lanes)
+                .map(|i| self.f32t.const_float(f64::from(entries[i % 8])))
+                .collect();
+            inkwell::types::VectorType::const_vector(&consts)
+        };
         if let Some(name) = permute {
             // The permutes read the low 3 (or 4) index bits; twice over for 16.
-            let lanes: Vec<f32> = (0..w as usize).map(|i| entries[i % 8]).collect();
-            let consts: Vec<_> = lanes
-                .iter()
-                .map(|&v| self.f32t.const_float(f64::from(v)))
-                .collect();
-            let table = inkwell::types::VectorType::const_vector(&consts);
+            let table = repeated(w as usize);
             return Ok(self
                 .intrinsic(name, &[], &[table.into(), bits.into()])?
                 .into_vector_value());
@@ -153,11 +137,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         // Any other width (the scalar tail): one variable-index extract per
         // lane from the 8-entry constant, which LLVM lowers to a load from
         // the constant pool.
-        let consts: Vec<_> = entries
-            .iter()
-            .map(|&v| self.f32t.const_float(f64::from(v)))
-            .collect();
-        let table = inkwell::types::VectorType::const_vector(&consts);
+        let table = repeated(8);
         let mut out = self.vt(w).get_poison();
         for lane in 0..w {
             let idx = self.i32t.const_int(u64::from(lane), false);

@@ -76,8 +76,6 @@ fn host_width() -> u32 {
 impl Llvm {
     /// A fresh context and a target machine for the host CPU.
     pub fn new() -> Result<Arc<Llvm>, RuntimeError> {
-        Target::initialize_native(&InitializationConfig::default())
-            .map_err(|e| jit_err("initialising the native target", e))?;
         let cpu = TargetMachine::get_host_cpu_name().to_string();
         let features = TargetMachine::get_host_cpu_features().to_string();
         Llvm::for_target(cpu, features, host_width())

@@ -32,12 +32,12 @@
 //!   Newton step. A product silu(x)·y (or gelu) is emitted as (x·y) / d(x)
 //!   (`fused::eval`). The silu·b loop is 24 instructions and 2 prefetches
 //!   per 8 lanes in the generated assembly, loop control included (29 with
-//!   `exp`, 44 with the first polynomial). Measured maximum relative error of silu: 2.7e-7 on [-30, 30],
-//!   4.2e-7 on [-86, 88] (bounds tested: 3e-7, 4.5e-7); gelu's is 1.9e-7
-//!   times max(1, |2u|), the conditioning of its f32 argument. Below the
-//!   range they return values under 1e-36 in magnitude (the true value is
-//!   smaller still).
-//!   `gelu_erf` keeps a small relative error everywhere.
+//!   `exp`, 44 with the first polynomial). Measured maximum relative error
+//!   of silu: 2.7e-7 on [-30, 30], 4.2e-7 on [-86, 88] (bounds tested: 3e-7,
+//!   4.5e-7); gelu's is 1.9e-7 times max(1, |2u|), the conditioning of its
+//!   f32 argument. Below the range they return values under 1e-36 in
+//!   magnitude (the true value is smaller still). `gelu_erf` keeps a small
+//!   relative error everywhere.
 
 use super::codegen::{Gen, R};
 use super::spec::Func;
@@ -209,11 +209,6 @@ impl<'ctx> Gen<'_, 'ctx> {
             small,
             big,
         )
-    }
-
-    /// 1 + e^(-arg): the denominator of silu (arg = x) and gelu.
-    fn one_plus_exp_neg(&self, arg: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
-        self.exp_table_plus(arg, true, 1.0)
     }
 
     /// gelu's exponent 2u = 2 sqrt(2/pi) (x + 0.044715 x^3).
