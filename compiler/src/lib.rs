@@ -29,6 +29,7 @@ pub mod pipeline;
 pub mod placement;
 pub mod schedule;
 pub mod split;
+pub mod sync;
 pub mod target;
 
 pub use placement::{PinRule, Pins, PlacementOptions, layer_of, n_layers, pinned_device};

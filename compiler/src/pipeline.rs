@@ -1,7 +1,7 @@
 //! The compiler's pipeline, visible in one function with a timing per pass.
 //!
 //! verify graph -> assign -> schedule -> split + copies -> fuse -> emit
-//! (liveness + memory per device) -> check. Each pass reads its inputs and
+//! (liveness + memory per device) -> sync (events between streams) -> check. Each pass reads its inputs and
 //! returns a new artifact; none mutates another's output.
 //!
 //! Invariant: the plan is a pure function of (graph, target, options): timings
@@ -11,7 +11,7 @@ use crate::assign::{Policy, assign_devices};
 use crate::emit::{Header, emit_plan};
 use crate::placement::PlacementOptions;
 use crate::target::Target;
-use crate::{Error, check, fuse, schedule, split};
+use crate::{Error, check, fuse, schedule, split, sync};
 use ir::Graph;
 use ir::plan::Plan;
 use std::time::Instant;
@@ -111,6 +111,10 @@ pub fn compile(
     };
     let plan = emit_plan(graph, target, &assignment, &splits, &fusion, header)?;
     timed("emit", t);
+
+    let t = Instant::now();
+    let plan = sync::insert_events(plan);
+    timed("sync", t);
 
     let t = Instant::now();
     let problems = check::check_plan(&plan, Some(target));

@@ -9,7 +9,9 @@ use compiler::Target;
 use compiler::check::{PlanViolation, ViolationKind as K, check_plan};
 use ir::plan::{Expr, PLAN_FORMAT_VERSION, Placement, Plan, parse_plan, plan_to_ron};
 use ir::{DType, Op, Role};
-use plans::{CPU2, chain_plan, cpu_cuda, devices, fused_plan, minimal_plan, op, two_device_plan};
+use plans::{
+    CPU2, chain_plan, cpu_cuda, devices, fused_plan, minimal_plan, op, resync, two_device_plan,
+};
 
 fn listed(v: &[PlanViolation]) -> String {
     v.iter().map(|x| format!("  [{}] {x}\n", x.what)).collect()
@@ -89,15 +91,17 @@ fn a_read_before_its_copy() {
 #[test]
 fn a_copy_may_be_refilled_but_must_be_filled() {
     let mut p = two_device_plan();
-    let copy = p.splits[1].copies[0];
+    let copy = p.splits[1].copies[0].clone();
     p.splits[1].copies.push(copy); // refilled (as after a write into its original)
     (p.stats.links[0].copies, p.stats.links[0].bytes) = (2, 1024);
+    let p = resync(p);
     let v = check_plan(&p, None);
     assert!(v.is_empty(), "{}", listed(&v));
 
     let mut p = two_device_plan();
     p.splits[1].copies.clear();
     p.stats.links.remove(0);
+    let p = resync(p);
     let v = expect(&p, None, K::Order, Some(2));
     assert!(v.iter().all(|x| x.tensor == Some(6)), "{}", listed(&v));
 }
@@ -320,4 +324,139 @@ fn truncated_and_mutated_text_never_panics() {
         "only {parsed} of {} texts parsed",
         texts.len()
     );
+}
+
+/// The events `two_device_plan` gets from the `sync` pass, spelled out, so the
+/// edits below know what they remove.
+#[test]
+fn two_device_events_order_every_cross_stream_access() {
+    let p = two_device_plan();
+    // relu (cpu compute) -> copy of h (cuda0 copy) -> mul_mat (cuda0 compute)
+    // -> copy of y (cpu copy) -> scale (cpu compute).
+    assert_eq!(p.n_events, 4, "{}", plan_to_ron(&p));
+    assert_eq!(p.splits[0].records.len(), 1);
+    assert_eq!(
+        p.splits[1].copies[0].wait,
+        vec![p.splits[0].records[0].event]
+    );
+    assert_eq!(p.splits[1].waits.len(), 1);
+    assert_eq!(
+        p.splits[2].copies[0].wait,
+        vec![p.splits[1].records[0].event]
+    );
+    assert_eq!(p.splits[2].waits.len(), 1);
+}
+
+#[test]
+fn a_deleted_wait_is_a_race() {
+    // The step reading the copy no longer waits for it.
+    let mut p = two_device_plan();
+    p.splits[1].waits.clear();
+    let v = check_plan(&p, None);
+    // The race itself, and those only this wait ordered transitively.
+    assert!(
+        v.iter().any(|x| x.what == K::Race
+            && x.name.contains("split 1 step 0")
+            && x.message.contains("split 1 copy 0")),
+        "{}",
+        listed(&v)
+    );
+    assert!(v.iter().all(|x| x.what == K::Race), "{}", listed(&v));
+
+    // The copy no longer waits for the step writing its source.
+    let mut p = two_device_plan();
+    p.splits[1].copies[0].wait.clear();
+    let v = check_plan(&p, None);
+    assert!(
+        v.iter()
+            .any(|x| x.what == K::Race && x.message.contains("split 0 step 0")),
+        "{}",
+        listed(&v)
+    );
+    // Every wait of the plan is needed: deleting any one is refused.
+    let p = two_device_plan();
+    let n_waits: usize = p
+        .splits
+        .iter()
+        .map(|s| s.waits.len() + s.copies.iter().map(|c| c.wait.len()).sum::<usize>())
+        .sum();
+    assert_eq!(n_waits, 4);
+    for k in 0..n_waits {
+        let mut q = p.clone();
+        let mut seen = 0;
+        for s in &mut q.splits {
+            for c in &mut s.copies {
+                c.wait.retain(|_| {
+                    seen += 1;
+                    seen - 1 != k
+                });
+            }
+            s.waits.retain(|_| {
+                seen += 1;
+                seen - 1 != k
+            });
+        }
+        let v = check_plan(&q, None);
+        assert!(
+            v.iter().any(|x| x.what == K::Race),
+            "wait {k}: {}",
+            listed(&v)
+        );
+    }
+}
+
+#[test]
+fn a_write_after_a_read_on_another_stream_needs_an_event() {
+    // The cpu copy of y reads y on cuda0; a later cuda0 step that writes over
+    // y's bytes must wait for that copy to finish.
+    let mut p = two_device_plan();
+    let mut again = p.splits[1].clone();
+    again.copies.clear();
+    again.waits.clear();
+    again.records.clear();
+    again.steps = vec![op(Op::Relu, 5, &[3])]; // writes yv, over y's bytes
+    p.splits.push(again);
+    p.stats.n_splits += 1;
+    let v = check_plan(&p, None);
+    assert!(
+        v.iter()
+            .any(|x| x.what == K::Race && x.message.contains("a write after its read")),
+        "{}",
+        listed(&v)
+    );
+    let v = check_plan(&resync(p), None);
+    assert!(v.iter().all(|x| x.what != K::Race), "{}", listed(&v));
+}
+
+#[test]
+fn malformed_events_and_streams() {
+    // An event recorded twice.
+    let mut p = two_device_plan();
+    let e = p.splits[0].records[0].event;
+    p.splits[1].copies[0].record = Some(e);
+    expect(&p, None, K::Sync, None);
+
+    // A wait on an event recorded later in global order: a possible deadlock.
+    let mut p = two_device_plan();
+    let late = p.splits[2].copies[0].record.expect("recorded");
+    p.splits[1].copies[0].wait.push(late);
+    let v = expect(&p, None, K::Sync, None);
+    assert!(
+        v.iter().any(|x| x.message.contains("wait forever")),
+        "{}",
+        listed(&v)
+    );
+
+    // A split on a copy stream, a copy on a compute stream.
+    let mut p = two_device_plan();
+    p.splits[0].stream += 1;
+    p.splits[1].copies[0].stream -= 1;
+    let v = expect(&p, None, K::Sync, Some(2));
+    assert!(v[0].message.contains("compute stream"), "{}", listed(&v));
+
+    // A record past the split's steps, and more events than records.
+    let mut p = two_device_plan();
+    p.splits[0].records[0].after = 7;
+    p.n_events = 1000;
+    expect(&p, None, K::Sync, None);
 }

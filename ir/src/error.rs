@@ -100,6 +100,20 @@ pub enum Error {
         /// Version this build reads.
         supported: u32,
     },
+    /// A file of an older version this build no longer reads, with what to do.
+    #[error(
+        "{path}: format_version {found} is no longer read (this build reads version {supported}): {remedy}"
+    )]
+    Outdated {
+        /// The file.
+        path: String,
+        /// Version in the file.
+        found: u32,
+        /// Version this build reads.
+        supported: u32,
+        /// How to make a file this build reads.
+        remedy: String,
+    },
     /// The graph breaks invariants; every violation is listed.
     #[error("{path}: the graph is invalid ({} problem{}):\n{}", .violations.len(), if .violations.len() == 1 { "" } else { "s" }, list_violations(.violations))]
     Invalid {

@@ -11,7 +11,10 @@
 //!   goes through the copy the split pass placed);
 //! - views are not steps: they are `Placement::View` of the tensor owning the bytes;
 //! - compute memory is planned per device over the global step order (copies
-//!   count as steps), with in-place reuse where `liveness::in_place_operand` allows.
+//!   count as steps), with in-place reuse where `liveness::in_place_operand` allows;
+//! - every device has two streams, compute (`2d`) and copy (`2d + 1`); splits run
+//!   on their device's compute stream, copies on their destination's copy stream;
+//!   no events yet (the `sync` pass adds them).
 
 mod lifetimes;
 mod resident;
@@ -24,7 +27,10 @@ use crate::split::SplitDraft;
 use crate::target::Target;
 use crate::{assign::Assignment, memory};
 use ir::Graph;
-use ir::plan::{Arena, Copy, FusedKernel, Placement, Plan, PlanDevice, Split, Step, Usage};
+use ir::plan::{
+    Arena, Copy, FusedKernel, Placement, Plan, PlanDevice, PlanStream, Split, Step, StreamKind,
+    Usage,
+};
 use std::collections::BTreeMap;
 
 type PlanOf<'a> = dyn Fn(&[&'a lifetimes::Buffer]) -> Result<memory::MemoryPlan, Error> + 'a;
@@ -111,6 +117,9 @@ pub fn emit_plan(
                 src: c.tensor.0,
                 dst: table.copy_id(c.tensor, c.to),
                 bytes: c.bytes,
+                stream: copy_stream(c.to),
+                wait: Vec::new(),
+                record: None,
             })
             .collect();
         let mut steps = Vec::new();
@@ -154,7 +163,10 @@ pub fn emit_plan(
         }
         plan_splits.push(Split {
             device: d,
+            stream: compute_stream(d),
             copies,
+            waits: Vec::new(),
+            records: Vec::new(),
             steps,
         });
     }
@@ -278,7 +290,25 @@ pub fn emit_plan(
         tensors: table.tensors,
         arenas,
         kernels,
+        streams: target
+            .device_ids()
+            .flat_map(|device| {
+                [StreamKind::Compute, StreamKind::Copy].map(|kind| PlanStream { device, kind })
+            })
+            .collect(),
+        n_events: 0,
         splits: plan_splits,
         stats,
     })
+}
+
+/// The compute stream of `device`: every device has two streams, compute
+/// then copy, in device order.
+fn compute_stream(device: ir::plan::DeviceId) -> u32 {
+    2 * device.0
+}
+
+/// The copy stream of `device` (copies run on their destination's).
+fn copy_stream(device: ir::plan::DeviceId) -> u32 {
+    2 * device.0 + 1
 }

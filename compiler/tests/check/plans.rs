@@ -4,8 +4,8 @@
 use compiler::Target;
 use ir::plan::{
     Arena, BinaryFn, Copy, DeviceId, DeviceStats, Expr, FusedKernel, LinkStats,
-    PLAN_FORMAT_VERSION, Placement, Plan, PlanDevice, PlanTensor, Split, Stats, Step, UnaryFn,
-    Usage,
+    PLAN_FORMAT_VERSION, Placement, Plan, PlanDevice, PlanStream, PlanTensor, Split, Stats, Step,
+    StreamKind, UnaryFn, Usage,
 };
 use ir::{DType, Op, Role};
 
@@ -87,11 +87,27 @@ pub fn op(op: Op, dst: u32, srcs: &[u32]) -> Step {
     }
 }
 
+/// A split on `device`'s compute stream (no events: [`plan`] adds them).
 pub fn split(device: DeviceId, copies: Vec<Copy>, steps: Vec<Step>) -> Split {
     Split {
         device,
+        stream: 2 * device.0,
         copies,
+        waits: vec![],
+        records: vec![],
         steps,
+    }
+}
+
+/// A copy on the copy stream of its destination `to`.
+pub fn copy(src: u32, dst: u32, bytes: u64, to: DeviceId) -> Copy {
+    Copy {
+        src,
+        dst,
+        bytes,
+        stream: 2 * to.0 + 1,
+        wait: vec![],
+        record: None,
     }
 }
 
@@ -99,7 +115,9 @@ pub fn scale(scale: f32) -> Op {
     Op::Scale { scale, bias: 0.0 }
 }
 
-/// A plan; stats are filled from `splits`, links and per-device compute bytes.
+/// A plan; stats are filled from `splits`, links and per-device compute bytes;
+/// two streams per device (compute `2d`, copy `2d + 1`), no events yet
+/// ([`resync`] adds them).
 pub fn plan(
     devices: Vec<PlanDevice>,
     n_graph: u32,
@@ -130,6 +148,14 @@ pub fn plan(
         fused_nodes: 0,
         estimated_us: 1.0,
     };
+    let streams = (0..devices.len() as u32)
+        .flat_map(|d| {
+            [StreamKind::Compute, StreamKind::Copy].map(|kind| PlanStream {
+                device: DeviceId(d),
+                kind,
+            })
+        })
+        .collect();
     Plan {
         format_version: PLAN_FORMAT_VERSION,
         compiler_version: "0.1.0".to_string(),
@@ -142,9 +168,25 @@ pub fn plan(
         tensors,
         arenas,
         kernels: vec![],
+        streams,
+        n_events: 0,
         splits,
         stats,
     }
+}
+
+/// `p` with its events cleared and derived again by the compiler's `sync`
+/// pass (after a test edited its copies or steps).
+pub fn resync(mut p: Plan) -> Plan {
+    for split in &mut p.splits {
+        split.waits.clear();
+        split.records.clear();
+        for c in &mut split.copies {
+            c.wait.clear();
+            c.record = None;
+        }
+    }
+    compiler::sync::insert_events(p)
 }
 
 /// One device, two tensors, one op: y = scale(x).
@@ -223,11 +265,18 @@ pub fn two_device_plan() -> Plan {
         (CPU2, Usage::Compute, 512),
         (GPU2, Usage::Compute, 768),
     ];
-    let copy = |src, dst, bytes| vec![Copy { src, dst, bytes }];
     let splits = vec![
         split(CPU2, vec![], vec![op(Op::Relu, 2, &[0])]),
-        split(GPU2, copy(2, 6, 512), vec![op(Op::MulMat, 3, &[1, 6])]),
-        split(CPU2, copy(3, 7, 128), vec![op(scale(0.5), 4, &[8])]),
+        split(
+            GPU2,
+            vec![copy(2, 6, 512, GPU2)],
+            vec![op(Op::MulMat, 3, &[1, 6])],
+        ),
+        split(
+            CPU2,
+            vec![copy(3, 7, 128, CPU2)],
+            vec![op(scale(0.5), 4, &[8])],
+        ),
     ];
     let mut p = plan(devices("cpu+cuda0"), 6, tensors, &arenas, splits);
     let link = |from, to, bytes| LinkStats {
@@ -237,7 +286,7 @@ pub fn two_device_plan() -> Plan {
         bytes,
     };
     p.stats.links = vec![link(CPU2, GPU2, 512), link(GPU2, CPU2, 128)];
-    p
+    resync(p)
 }
 
 /// One device, one fused kernel: y = silu(rms_norm(x) * w); n and m take no memory.

@@ -8,8 +8,19 @@
 //!   later entries are copies of a tensor on another device (`copy_of`);
 //! - every tensor has exactly one placement: bytes in an arena, a view of a
 //!   tensor with bytes, or `Fused` (an intermediate inside a fused kernel, no bytes);
-//! - splits run in order; each split's copies run before its steps; a step
-//!   reads only tensors on its split's device;
+//! - the plan's *global order* (splits in order; each split's copies, then its
+//!   steps) is its meaning: running everything in that order, one at a time,
+//!   computes the outputs (the reference plan evaluator does exactly that);
+//! - execution is concurrent: each device has a compute stream (its splits'
+//!   steps, in global order) and a copy stream (copies, in global order), and
+//!   the only order between streams is the events the plan states (a copy or
+//!   step records an event after it runs; another waits on it before it
+//!   runs). Every event is recorded once, by something earlier in global order
+//!   than every waiter, so no schedule deadlocks;
+//! - two accesses to overlapping bytes on different streams, one of them a
+//!   write, are ordered by events in their global order (happens-before), so
+//!   every schedule the events allow computes what the global order computes;
+//! - a step reads only tensors on its split's device;
 //! - two tensors of one arena whose lifetimes (in global step order) overlap
 //!   never share bytes;
 //! - the text form is canonical: the same graph, target and options give the
@@ -157,8 +168,27 @@ pub struct Arena {
     pub size: u64,
 }
 
-/// A cross-device copy, run at the start of a split.
+/// Which in-order queue of its device a stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum StreamKind {
+    /// Runs the steps of the device's splits (ggml: the backend's queue).
+    Compute,
+    /// Runs copies between devices (ggml: `cpy_tensor_async`).
+    Copy,
+}
+
+/// One in-order queue of work on a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanStream {
+    /// The device it runs on.
+    pub device: DeviceId,
+    /// Compute or copy.
+    pub kind: StreamKind,
+}
+
+/// A cross-device copy: listed with the split that first reads it, run on a
+/// copy stream as soon as its waits allow (usually long before that split).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Copy {
     /// The tensor read (on another device).
     pub src: u32,
@@ -166,6 +196,33 @@ pub struct Copy {
     pub dst: u32,
     /// Bytes moved.
     pub bytes: u64,
+    /// Index into [`Plan::streams`]: a copy stream of the source's or the
+    /// destination's device.
+    pub stream: u32,
+    /// Events waited on before the copy starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait: Vec<u32>,
+    /// The event recorded when the copy is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<u32>,
+}
+
+/// A split waits on `event` before its step `before` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Wait {
+    /// Index of the split's step the wait precedes.
+    pub before: u32,
+    /// The event waited on.
+    pub event: u32,
+}
+
+/// A split records `event` once its step `after` is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Record {
+    /// Index of the split's step the record follows.
+    pub after: u32,
+    /// The event recorded.
+    pub event: u32,
 }
 
 /// One step: an op or a fused kernel writing `dst`.
@@ -187,13 +244,22 @@ pub enum Step {
     },
 }
 
-/// A maximal run of steps on one device.
+/// A maximal run of steps on one device's compute stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Split {
     /// Where the steps run.
     pub device: DeviceId,
-    /// Copies into this device, run before the steps.
+    /// Index into [`Plan::streams`]: the device's compute stream.
+    pub stream: u32,
+    /// Copies into this device, before the steps in global order (each on
+    /// its own copy stream, with its own events).
     pub copies: Vec<Copy>,
+    /// Events waited on before given steps, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<Wait>,
+    /// Events recorded after given steps, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<Record>,
     /// Steps, in order.
     pub steps: Vec<Step>,
 }
@@ -266,7 +332,11 @@ pub struct Plan {
     pub arenas: Vec<Arena>,
     /// Fused kernels, referenced by `Step::Fused`.
     pub kernels: Vec<FusedKernel>,
-    /// Splits, in execution order.
+    /// Streams, indexed by the `stream` of splits and copies.
+    pub streams: Vec<PlanStream>,
+    /// Events, numbered `0..n_events`; each is recorded once per run.
+    pub n_events: u32,
+    /// Splits, in global order.
     pub splits: Vec<Split>,
     /// Summary figures.
     pub stats: Stats,

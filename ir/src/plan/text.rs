@@ -9,7 +9,7 @@ use crate::text::extensions;
 use std::path::Path;
 
 /// The plan format version this build reads and writes.
-pub const PLAN_FORMAT_VERSION: u32 = 1;
+pub const PLAN_FORMAT_VERSION: u32 = 2;
 
 /// One value as single-line RON (implicit `Some`, no header).
 fn line<T: serde::Serialize>(value: &T) -> String {
@@ -51,10 +51,22 @@ pub fn plan_to_ron(plan: &Plan) -> String {
     list(&mut s, "  ", "tensors", &plan.tensors);
     list(&mut s, "  ", "arenas", &plan.arenas);
     list(&mut s, "  ", "kernels", &plan.kernels);
+    list(&mut s, "  ", "streams", &plan.streams);
+    field(&mut s, "n_events", line(&plan.n_events));
     s.push_str("  splits: [\n");
     for split in &plan.splits {
-        s.push_str(&format!("    (\n      device: {},\n", line(&split.device)));
+        s.push_str(&format!(
+            "    (\n      device: {},\n      stream: {},\n",
+            line(&split.device),
+            line(&split.stream)
+        ));
         list(&mut s, "      ", "copies", &split.copies);
+        if !split.waits.is_empty() {
+            field_at(&mut s, "      ", "waits", line(&split.waits));
+        }
+        if !split.records.is_empty() {
+            field_at(&mut s, "      ", "records", line(&split.records));
+        }
         list(&mut s, "      ", "steps", &split.steps);
         s.push_str("    ),\n");
     }
@@ -69,9 +81,28 @@ pub fn plan_to_ron(plan: &Plan) -> String {
     s
 }
 
-/// Parses plan text; `path` names the source in errors.
+/// `name: value,` on one line at `indent`.
+fn field_at(out: &mut String, indent: &str, name: &str, value: String) {
+    out.push_str(&format!("{indent}{name}: {value},\n"));
+}
+
+/// Parses plan text; `path` names the source in errors. A version-1 plan
+/// (made before streams and events were explicit) is refused with the command
+/// that remakes it: its order between devices was implied, and re-deriving it
+/// is the compiler's job, which the runtime never runs.
 pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
-    crate::text::parse_versioned(text, path, PLAN_FORMAT_VERSION)
+    crate::text::parse_versioned(text, path, PLAN_FORMAT_VERSION).map_err(|e| match e {
+        Error::FormatVersion { found: 1, .. } => Error::Outdated {
+            path: path.to_string(),
+            found: 1,
+            supported: PLAN_FORMAT_VERSION,
+            remedy: "it predates explicit streams and events; recompile its graph with \
+                     `ggplan compile GRAPH --target TARGET -o PLAN.ron` (the plan's \
+                     target_name and options say which)"
+                .to_string(),
+        },
+        other => other,
+    })
 }
 
 /// Reads and parses a plan file.

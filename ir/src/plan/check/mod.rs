@@ -66,14 +66,27 @@
 //!    per link direction, copy counts and bytes are the copies'; per device,
 //!    `compute_bytes` is the sum of its Compute arenas and the lower bound does
 //!    not exceed it; the estimated time is finite and non-negative.
+//! 8. `streams` — [`ViolationKind::Sync`]: one compute and at most one copy
+//!    stream per device; a split runs on its device's compute stream, a copy on
+//!    a copy stream of its source's or destination's device; waits and records
+//!    name steps that exist, sorted; every event is recorded exactly once, and
+//!    every wait comes later in global order than the record it waits for (so
+//!    no schedule deadlocks). From these, happens-before as vector clocks.
+//! 9. `race` — [`ViolationKind::Race`]: accesses on different streams to
+//!    overlapping bytes, one a write, are ordered by happens-before in their
+//!    global order (read after write, copies included; write after read, so no
+//!    bytes are reused while another stream may still read them; write after
+//!    write). Skipped when family 8 found a problem.
 
 mod format;
 mod fused;
 mod lifetime;
 mod order;
 mod placement;
+mod race;
 mod shape;
 mod stats;
+mod streams;
 mod trace;
 
 use crate::plan::{Placement, Plan, PlanTensor};
@@ -100,6 +113,12 @@ pub enum ViolationKind {
     Fused,
     /// Stats that disagree with the plan.
     Stats,
+    /// A malformed stream or event: wrong stream for a split or copy, an event
+    /// recorded twice or never, a wait no earlier record satisfies.
+    Sync,
+    /// Two accesses on different streams to the same bytes, one a write, that
+    /// no chain of events orders.
+    Race,
 }
 
 impl std::fmt::Display for ViolationKind {
@@ -114,6 +133,8 @@ impl std::fmt::Display for ViolationKind {
             ViolationKind::Bounds => "bounds",
             ViolationKind::Fused => "fused",
             ViolationKind::Stats => "stats",
+            ViolationKind::Sync => "sync",
+            ViolationKind::Race => "race",
         })
     }
 }
@@ -163,6 +184,9 @@ pub fn check_plan_with(plan: &Plan, extra: impl FnOnce(&mut Checker<'_>)) -> Vec
     extra(&mut c);
     fused::check(&mut c);
     stats::check(&mut c);
+    if let Some(hb) = streams::check(&mut c, &accesses) {
+        race::check(&mut c, &accesses, &hb);
+    }
     c.out
 }
 

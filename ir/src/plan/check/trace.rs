@@ -7,6 +7,12 @@ use crate::plan::{Plan, Step};
 pub(super) struct Access {
     /// The split's device index.
     pub device: u32,
+    /// The stream it runs on (as the plan says; may be out of range).
+    pub stream: u32,
+    /// Events waited on before it runs (as the plan says).
+    pub waits: Vec<u32>,
+    /// Events recorded after it runs (as the plan says).
+    pub records: Vec<u32>,
     /// `split S copy K`, `split S step K (op)`, for messages.
     pub label: String,
     /// True for a copy.
@@ -28,6 +34,9 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
         for (k, copy) in split.copies.iter().enumerate() {
             out.push(Access {
                 device: split.device.0,
+                stream: copy.stream,
+                waits: copy.wait.clone(),
+                records: copy.record.into_iter().collect(),
                 label: format!("split {s} copy {k}"),
                 is_copy: true,
                 kernel: None,
@@ -54,8 +63,16 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                     }
                 }
             };
+            let at = k as u32;
             out.push(Access {
                 device: split.device.0,
+                stream: split.stream,
+                waits: (split.waits.iter().filter(|w| w.before == at))
+                    .map(|w| w.event)
+                    .collect(),
+                records: (split.records.iter().filter(|r| r.after == at))
+                    .map(|r| r.event)
+                    .collect(),
                 label,
                 is_copy: false,
                 kernel: match step {
