@@ -27,16 +27,25 @@ impl From<PolicyArg> for Policy {
     }
 }
 
+/// How blocks are spread over devices (llama.cpp's `--split-mode`).
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SplitModeArg {
+    /// Whole blocks per device, in proportion to --tensor-split (or memory).
+    Layer,
+}
+
 /// Arguments of `ggplan compile`.
 #[derive(Args)]
 #[command(
     after_help = "Examples:\n  ggplan compile examples/graphs/llama2l.ron --target cpu -o llama2l.plan.ron\n  \
-    ggplan compile examples/graphs/llama2l.ron --target cpu+cuda0 --offload-layers 1 --policy ggml -o p.ron"
+    ggplan compile examples/graphs/llama2l.ron --target cpu+cuda0 --offload-layers 1 --policy ggml -o p.ron\n  \
+    ggplan compile examples/graphs/llama2l.ron --target cpu0+cpu1 --split-mode layer --tensor-split 1,1 -o p.ron"
 )]
 pub struct CompileArgs {
     /// The graph file (.ron).
     graph: PathBuf,
-    /// A preset (cpu, cuda0, cpu+cuda0, cpu+cuda0+cuda1) or a target file (.ron).
+    /// A preset (cpu, cuda0, cpu+cuda0, cpu+cuda0+cuda1, cpu0+cpu1,
+    /// cpu0+cpu1+cpu2+cpu3) or a target file (.ron).
     #[arg(long, default_value = "cpu")]
     target: String,
     /// Placement policy.
@@ -51,6 +60,18 @@ pub struct CompileArgs {
     /// Place as many layers as fit each device's memory.
     #[arg(long)]
     fit: bool,
+    /// Spread whole blocks over the target's devices (llama.cpp's -sm layer).
+    #[arg(long, value_enum)]
+    split_mode: Option<SplitModeArg>,
+    /// Proportions of blocks per device, in target order (llama.cpp's -ts);
+    /// without it, by device memory.
+    #[arg(
+        long,
+        value_name = "P0,P1,...",
+        value_delimiter = ',',
+        requires = "split_mode"
+    )]
+    tensor_split: Vec<f64>,
     /// Where to write the plan.
     #[arg(short, long, value_name = "PLAN.ron")]
     output: PathBuf,
@@ -82,12 +103,23 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     if args.fit {
         spelled.push("--fit".to_string());
     }
+    let layer_split = args
+        .split_mode
+        .map(|SplitModeArg::Layer| args.tensor_split.clone());
+    if layer_split.is_some() {
+        spelled.push("--split-mode layer".to_string());
+    }
+    if !args.tensor_split.is_empty() {
+        let list: Vec<String> = args.tensor_split.iter().map(f64::to_string).collect();
+        spelled.push(format!("--tensor-split {}", list.join(",")));
+    }
     let options = CompileOptions {
         policy,
         placement: PlacementOptions {
             pins,
             offload_layers: args.offload_layers,
             fit: args.fit,
+            layer_split,
         },
         spelled,
     };

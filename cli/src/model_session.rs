@@ -29,6 +29,7 @@ impl Shared {
                 state: Some(Arc::new(StateStore::new())),
                 precision,
                 on_prepare: None,
+                fault_injection: None,
             },
         })
     }

@@ -94,6 +94,10 @@ pub struct PlacementOptions {
     /// `--fit`: place as many layers as fit each device's memory. Recorded
     /// here; only the memory-aware assign pass (not built yet) acts on it.
     pub fit: bool,
+    /// `--split-mode layer [--tensor-split P0,P1,...]`: whole blocks spread
+    /// over the target's devices in priority order, in proportion to `P`
+    /// (llama.cpp's `-sm layer -ts`), or to their memory when `P` is empty.
+    pub layer_split: Option<Vec<f64>>,
 }
 
 impl PlacementOptions {
@@ -102,6 +106,32 @@ impl PlacementOptions {
     pub fn validate(&self, target: &Target) -> Result<(), Error> {
         for pin in &self.pins {
             PinRule::parse(&pin.to_string(), target)?;
+        }
+        if let Some(proportions) = &self.layer_split {
+            let problem = |problem: String| Error::Pin {
+                rule: "--split-mode layer".to_string(),
+                problem,
+            };
+            if self.offload_layers.is_some() {
+                return Err(problem(
+                    "--offload-layers and --split-mode layer both place blocks; give one".into(),
+                ));
+            }
+            if proportions.len() > target.devices.len() {
+                return Err(problem(format!(
+                    "--tensor-split has {} proportions but target '{}' has {} devices",
+                    proportions.len(),
+                    target.name,
+                    target.devices.len()
+                )));
+            }
+            let valid = proportions.iter().all(|p| p.is_finite() && *p >= 0.0);
+            if !valid || (!proportions.is_empty() && proportions.iter().sum::<f64>() <= 0.0) {
+                return Err(problem(format!(
+                    "--tensor-split {proportions:?}: proportions must be finite, >= 0, \
+                     and not all 0"
+                )));
+            }
         }
         if let Some(layers) = self.offload_layers {
             let lacks = |what| Error::OffloadLayers {
@@ -204,6 +234,9 @@ impl<'a> Pins<'a> {
                 ));
             }
         }
+        if let Some(proportions) = &self.options.layer_split {
+            return self.layer_split_device(name, proportions);
+        }
         let n = self.options.offload_layers?;
         let cpu = self.target.cpu()?;
         let gpu = self.target.first_accelerator()?;
@@ -228,6 +261,49 @@ impl<'a> Pins<'a> {
             ),
         };
         Some((id, format!("{why} (--offload-layers {n})")))
+    }
+}
+
+impl Pins<'_> {
+    /// `--split-mode layer`: block `l` of `n` goes to the first device whose
+    /// cumulative share of the proportions exceeds `l / n` (llama.cpp's rule);
+    /// the input layer goes with block 0, the output head with the last block.
+    fn layer_split_device(&self, name: &str, proportions: &[f64]) -> Option<(DeviceId, String)> {
+        let shares: Vec<f64> = if proportions.is_empty() {
+            let memory = self.target.devices.iter().map(|d| d.memory_bytes as f64);
+            memory.collect()
+        } else {
+            let padded = proportions.iter().copied().chain(std::iter::repeat(0.0));
+            padded.take(self.target.devices.len()).collect()
+        };
+        let total: f64 = shares.iter().sum();
+        let n = self.n_layers.max(1);
+        let layer = layer_of(name).unwrap_or(if is_output_head(name) { n - 1 } else { 0 });
+        let at = f64::from(layer.min(n - 1)) / f64::from(n);
+        let mut cumulative = 0.0;
+        let mut device = shares.iter().rposition(|&s| s > 0.0)?;
+        for (k, s) in shares.iter().enumerate() {
+            cumulative += s / total;
+            if *s > 0.0 && at < cumulative {
+                device = k;
+                break;
+            }
+        }
+        let dev = &self.target.devices[device].name;
+        let what = match layer_of(name) {
+            Some(l) => format!("block {l} of {n}"),
+            None if is_output_head(name) => "the output head (with the last block)".to_string(),
+            None => "the input layer (with block 0)".to_string(),
+        };
+        let by = if proportions.is_empty() {
+            "device memory".to_string()
+        } else {
+            format!("--tensor-split {proportions:?}")
+        };
+        Some((
+            DeviceId(device as u32),
+            format!("{what} goes to {dev} by {by} (--split-mode layer)"),
+        ))
     }
 }
 

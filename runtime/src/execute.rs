@@ -6,6 +6,8 @@
 //! share a state store never run at the same time (its run lock).
 
 use crate::RuntimeError;
+use crate::device::Device;
+use crate::executor::trace::{SpanKind, Trace, TraceSpan};
 use crate::runtime::{Runtime, describe, layout_of};
 use crate::steps::PreparedStep;
 use ir::Role;
@@ -62,7 +64,48 @@ impl Runtime {
         self.run_inner(true)
     }
 
+    /// Runs every step once and returns when each step, copy and event wait
+    /// ran on which stream, and when (for `ggplan run --trace`).
+    pub fn run_traced(&mut self) -> Result<Trace, RuntimeError> {
+        if self.executor.is_sequential() {
+            self.run_inner(true)?;
+            let stream = self.plan.splits.first().map_or(0, |s| s.stream);
+            let mut t = 0;
+            let spans = (self.last_profile.iter().enumerate())
+                .map(|(i, &ns)| {
+                    t += ns;
+                    TraceSpan {
+                        stream,
+                        kind: SpanKind::Step(i),
+                        start_ns: t - ns,
+                        end_ns: t,
+                    }
+                })
+                .collect();
+            return Ok(Trace { spans });
+        }
+        self.check_inputs()?;
+        let state = self.state.clone();
+        let _running = state.as_ref().map(|s| s.lock_run());
+        let mut trace = Trace::default();
+        self.executor
+            .run(&self.steps, &self.devices, Some(&mut trace));
+        Ok(trace)
+    }
+
     fn run_inner(&mut self, profile: bool) -> Result<(), RuntimeError> {
+        if !self.executor.is_sequential() {
+            let trace = self.run_traced()?;
+            if profile {
+                self.last_profile.fill(0);
+                for span in &trace.spans {
+                    if let SpanKind::Step(i) = span.kind {
+                        self.last_profile[i] = span.end_ns - span.start_ns;
+                    }
+                }
+            }
+            return Ok(());
+        }
         self.check_inputs()?;
         let state = self.state.clone();
         let _running = state.as_ref().map(|s| s.lock_run());
@@ -109,11 +152,21 @@ impl Runtime {
                 step: &self.steps[i],
             };
             observer.before(self, &info);
-            let kernel = &self.steps[i].kernel;
-            self.pool.run(&|ctx| {
-                // SAFETY: as in run_inner.
-                unsafe { kernel.run(ctx, scratch.get()) };
-            });
+            // One step at a time in global order: the plan's meaning, on
+            // whichever device the step's split runs on.
+            let step = &self.steps[i];
+            let device = self.plan.splits[step.split].device.index();
+            if self.devices.len() == 1 {
+                let kernel = &step.kernel;
+                self.pool.run(&|ctx| {
+                    // SAFETY: as in run_inner.
+                    unsafe { kernel.run(ctx, scratch.get()) };
+                });
+            } else if step.kind == "copy" {
+                self.devices[device].copy(step);
+            } else {
+                self.devices[device].run_steps(&[step], &|_| {});
+            }
             let info = StepInfo {
                 index: i,
                 step: &self.steps[i],

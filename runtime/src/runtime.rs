@@ -19,13 +19,17 @@ use crate::RuntimeError;
 use crate::addresses::resolve;
 use crate::cpu::ThreadPool;
 use crate::cpu::matmul::Precision;
+use crate::device::Device;
+use crate::device::cpu::CpuDevice;
+use crate::device::registry::Registry;
+use crate::executor::Executor;
 use crate::fast::FastKernels;
 use crate::memory::{AlignedBuffer, available_bytes};
 use crate::state::StateStore;
 use crate::steps::{PreparedStep, Preparer};
 use crate::weights::{BoundWeight, Weights, bind_weight};
 use ir::layout::fmt_ne;
-use ir::plan::{DeviceKind, PLAN_FORMAT_VERSION, Placement, Plan};
+use ir::plan::{PLAN_FORMAT_VERSION, Placement, Plan};
 use ir::{DType, Layout, Role};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,6 +52,9 @@ pub struct LoadOptions {
     /// Called with (steps prepared, steps in all) while kernels are prepared
     /// (JIT compilation included), for progress bars.
     pub on_prepare: Option<Arc<dyn Fn(usize, usize) + Send + Sync>>,
+    /// Test hook: with a seed, every segment of a multi-stream run starts
+    /// after a random delay (see `executor`), to shake out missing events.
+    pub fault_injection: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -59,6 +66,7 @@ impl Default for LoadOptions {
             state: None,
             precision: Precision::Fast,
             on_prepare: None,
+            fault_injection: None,
         }
     }
 }
@@ -80,6 +88,8 @@ pub struct LoadReport {
     pub weights_time: Duration,
     /// Time to prepare kernels (JIT compilation included).
     pub prepare_time: Duration,
+    /// What the user should know (core groups sharing cores).
+    pub warnings: Vec<String>,
 }
 
 /// A loaded plan.
@@ -93,6 +103,10 @@ pub struct Runtime {
     pub(crate) steps: Vec<PreparedStep>,
     pub(crate) scratch: AlignedBuffer,
     pub(crate) pool: Arc<ThreadPool>,
+    /// The plan's devices, by device id.
+    pub(crate) devices: Vec<Arc<CpuDevice>>,
+    /// Streams, segments and events of the plan.
+    pub(crate) executor: Executor,
     pub(crate) kernels: Arc<FastKernels>,
     /// Graph input tensors and whether they were set.
     pub(crate) inputs: BTreeMap<u32, bool>,
@@ -147,17 +161,8 @@ impl Runtime {
                 violations,
             });
         }
-        for dev in &plan.devices {
-            if let DeviceKind::Cuda { ordinal } = dev.kind {
-                return Err(RuntimeError::NoDevice {
-                    device: dev.name.clone(),
-                    kind: format!("CUDA device {ordinal}"),
-                    why:
-                        "this runtime executes CPU plans only; compile the graph with --target cpu"
-                            .to_string(),
-                });
-            }
-        }
+        let (devices, warnings) =
+            Registry::enumerate().open(&plan.devices, options.threads, options.pool.as_ref())?;
         let needed: u64 = plan.arenas.iter().map(|a| a.size).sum();
         if let Some(available) = available_bytes()
             && needed > available
@@ -170,20 +175,32 @@ impl Runtime {
             .enumerate()
             .map(|(i, a)| {
                 let dev = &plan.devices[a.device.index()];
-                AlignedBuffer::zeroed(a.size as usize, dev.alignment as usize).ok_or_else(|| {
-                    RuntimeError::Alloc {
-                        arena: i,
-                        bytes: a.size,
-                        usage: format!("{:?}", a.usage),
-                        device: dev.name.clone(),
-                    }
-                })
+                let usage = format!("{:?}", a.usage);
+                devices[a.device.index()]
+                    .alloc(a.size, dev.alignment, &usage)
+                    .map_err(|e| match e {
+                        RuntimeError::Alloc {
+                            bytes,
+                            usage,
+                            device,
+                            ..
+                        } => RuntimeError::Alloc {
+                            arena: i,
+                            bytes,
+                            usage,
+                            device,
+                        },
+                        other => other,
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let bases: Vec<*mut u8> = arenas.iter().map(AlignedBuffer::as_ptr).collect();
 
         // Weights in place and shared state replace their arena addresses.
-        let mut report = LoadReport::default();
+        let mut report = LoadReport {
+            warnings,
+            ..LoadReport::default()
+        };
         let t0 = Instant::now();
         let n_graph = plan.n_graph_tensors as usize;
         let mut overrides: Vec<Option<*mut u8>> = vec![None; plan.tensors.len()];
@@ -229,10 +246,7 @@ impl Runtime {
         }
         report.weights_time = t0.elapsed();
 
-        let pool = match &options.pool {
-            Some(p) => Arc::clone(p),
-            None => Arc::new(ThreadPool::new(options.threads)),
-        };
+        let pool = Arc::clone(devices[0].pool());
         let kernels = match &options.kernels {
             Some(k) => Arc::clone(k),
             None => Arc::new(FastKernels::new(options.precision)?),
@@ -263,6 +277,19 @@ impl Runtime {
             .map(|s| s.kernel.scratch_bytes())
             .max()
             .unwrap_or(0);
+        if devices.len() > 1 {
+            for (d, device) in devices.iter().enumerate() {
+                let on_device = |s: &&crate::steps::PreparedStep| {
+                    plan.splits[s.split].device.index() == d && s.kind != "copy"
+                };
+                let bytes = steps
+                    .iter()
+                    .filter(on_device)
+                    .map(|s| s.kernel.scratch_bytes());
+                device.set_scratch(bytes.max().unwrap_or(0))?;
+            }
+        }
+        let executor = Executor::new(&plan, options.fault_injection);
         let scratch = AlignedBuffer::zeroed(scratch_bytes, 64).ok_or(RuntimeError::Alloc {
             arena: usize::MAX,
             bytes: scratch_bytes as u64,
@@ -286,6 +313,8 @@ impl Runtime {
             steps,
             scratch,
             pool,
+            devices,
+            executor,
             kernels,
             inputs,
             index_bounds,

@@ -14,9 +14,10 @@
 //! Invariants of a target that passed [`Target::validate`] (and so of every
 //! target [`Target::parse`] or [`Target::preset`] returns):
 //! - at least one device; device names unique and non-empty;
-//! - at most one `Cpu` device (the host: one CPU backend, one host memory),
-//!   and it is host-visible; CUDA ordinals unique; a target may have no CPU
-//!   (`cuda0` alone);
+//! - the host is either one `Cpu` device or `CpuCores` groups `0..groups`,
+//!   each once (all with the same `groups`), never both; CPU devices are
+//!   host-visible; CUDA ordinals unique; a target may have no CPU (`cuda0`
+//!   alone);
 //! - alignment a power of two; `0 < max_buffer_bytes <= memory_bytes`;
 //! - every device supports something; throughput rates finite and positive;
 //! - links are symmetric (one entry serves both directions) and there is
@@ -80,7 +81,7 @@ impl Device {
 
     /// True for a CPU device.
     pub fn is_cpu(&self) -> bool {
-        self.kind == DeviceKind::Cpu
+        self.kind.is_cpu()
     }
 }
 
@@ -177,7 +178,7 @@ impl Target {
     }
 
     /// The names of the built-in presets, in the order [`Target::preset`] knows them.
-    pub const PRESETS: [&'static str; 4] = presets::NAMES;
+    pub const PRESETS: [&'static str; 6] = presets::NAMES;
 
     /// The built-in target called `name` (one of [`Target::PRESETS`]).
     pub fn preset(name: &str) -> Option<Target> {

@@ -1,4 +1,6 @@
-//! Built-in targets: `cpu`, `cuda0`, `cpu+cuda0`, `cpu+cuda0+cuda1`.
+//! Built-in targets: `cpu`, `cuda0`, `cpu+cuda0`, `cpu+cuda0+cuda1`, and the
+//! host cut into core groups, `cpu0+cpu1` and `cpu0+cpu1+cpu2+cpu3` (how
+//! multi-device plans run on a machine without a GPU).
 //!
 //! Invariant: `examples/targets/{name}.ron` is byte for byte
 //! [`Target::to_ron`] of [`preset`]`(name)` for every name of [`NAMES`]
@@ -55,7 +57,14 @@ use super::{
 use ir::DType;
 
 /// The preset names.
-pub const NAMES: [&str; 4] = ["cpu", "cuda0", "cpu+cuda0", "cpu+cuda0+cuda1"];
+pub const NAMES: [&str; 6] = [
+    "cpu",
+    "cuda0",
+    "cpu+cuda0",
+    "cpu+cuda0+cuda1",
+    "cpu0+cpu1",
+    "cpu0+cpu1+cpu2+cpu3",
+];
 
 const GIB: u64 = 1 << 30;
 const CPU_MEMORY: u64 = 24 * GIB;
@@ -75,6 +84,8 @@ pub fn preset(name: &str) -> Option<Target> {
                 pcie("cuda0", "cuda1"),
             ],
         ),
+        "cpu0+cpu1" => cpu_groups(2),
+        "cpu0+cpu1+cpu2+cpu3" => cpu_groups(4),
         _ => return None,
     };
     Some(Target {
@@ -106,6 +117,44 @@ pub fn cpu() -> Device {
             memory_gbps: 43.0,
             launch_overhead_us: 2.0,
         },
+    }
+}
+
+/// The host cut into `n` core groups `cpu0..cpu{n-1}`: each has 1/n of the
+/// cores' throughput and memory, and every pair is linked by host memory.
+fn cpu_groups(n: u32) -> (Vec<Device>, Vec<Link>) {
+    let devices: Vec<Device> = (0..n)
+        .map(|group| {
+            let mut d = cpu();
+            d.name = format!("cpu{group}");
+            d.kind = DeviceKind::CpuCores { group, groups: n };
+            d.memory_bytes = CPU_MEMORY / u64::from(n);
+            d.max_buffer_bytes = d.memory_bytes;
+            let share = 1.0 / f64::from(n);
+            let m = &mut d.throughput.matmul_gflops;
+            (m.f32, m.f16, m.quantized) = (m.f32 * share, m.f16 * share, m.quantized * share);
+            d
+        })
+        .collect();
+    let mut links = Vec::new();
+    for a in 0..n {
+        for b in a + 1..n {
+            links.push(host_memory(&format!("cpu{a}"), &format!("cpu{b}")));
+        }
+    }
+    (devices, links)
+}
+
+/// A copy between two core groups of one host: a memcpy on a copy stream,
+/// ~20 GB/s (about half of one thread's 43 GB/s memcpy, since source and
+/// destination share the memory bus with compute; an estimate) and 2 µs (an
+/// event wait and a wake-up; an estimate).
+pub fn host_memory(from: &str, to: &str) -> Link {
+    Link {
+        from: from.to_string(),
+        to: to.to_string(),
+        bandwidth_gbps: 20.0,
+        latency_us: 2.0,
     }
 }
 

@@ -27,8 +27,8 @@ fn devices(t: &Target, out: &mut Vec<String>) {
             out.push(format!("{who}: the name is also used by device {first}"));
         }
         match d.kind {
-            DeviceKind::Cpu => {
-                cpus.push(d.name.as_str());
+            DeviceKind::Cpu | DeviceKind::CpuCores { .. } => {
+                cpus.push((d.name.as_str(), d.kind));
                 if !d.host_visible {
                     out.push(format!("{who}: a CPU device must be host_visible"));
                 }
@@ -71,11 +71,44 @@ fn devices(t: &Target, out: &mut Vec<String>) {
         }
         out.extend(d.throughput.problems(&who));
     }
-    if cpus.len() > 1 {
+    host_cpus(&cpus, out);
+}
+
+/// The host is one `Cpu` device, or core groups `0..groups` each once.
+fn host_cpus(cpus: &[(&str, DeviceKind)], out: &mut Vec<String>) {
+    let names: Vec<&str> = cpus.iter().map(|c| c.0).collect();
+    let groups: Vec<(u32, u32)> = cpus
+        .iter()
+        .filter_map(|c| match c.1 {
+            DeviceKind::CpuCores { group, groups } => Some((group, groups)),
+            _ => None,
+        })
+        .collect();
+    if groups.is_empty() {
+        if cpus.len() > 1 {
+            out.push(format!(
+                "{} CPU devices ({}); a target has one host CPU, or CpuCores groups",
+                cpus.len(),
+                names.join(", ")
+            ));
+        }
+        return;
+    }
+    if groups.len() != cpus.len() {
         out.push(format!(
-            "{} CPU devices ({}); a target has at most one (the host)",
-            cpus.len(),
-            cpus.join(", ")
+            "CPU devices ({}) mix the whole host (Cpu) with core groups (CpuCores)",
+            names.join(", ")
+        ));
+        return;
+    }
+    let of = groups[0].1;
+    let mut seen: Vec<u32> = groups.iter().map(|g| g.0).collect();
+    seen.sort_unstable();
+    let complete = seen.iter().copied().eq(0..of);
+    if groups.iter().any(|g| g.1 != of) || !complete {
+        out.push(format!(
+            "core groups ({}) must be groups 0..{of} of {of}, each once",
+            names.join(", ")
         ));
     }
 }

@@ -60,13 +60,30 @@ impl std::fmt::Display for DeviceId {
 /// What kind of device, and which one of its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DeviceKind {
-    /// The host CPU (ggml's CPU backend).
+    /// The host CPU, all its cores (ggml's CPU backend).
     Cpu,
+    /// Group `group` of `groups` equal groups of the host's cores, with its
+    /// own worker threads and arenas (at load, the host's cores are shared out
+    /// in order; more groups than cores share cores). How one machine runs
+    /// multi-device plans, and what a multi-socket host wants per socket.
+    CpuCores {
+        /// This group's index, `0..groups`.
+        group: u32,
+        /// How many groups the host's cores are cut into.
+        groups: u32,
+    },
     /// A CUDA GPU.
     Cuda {
         /// The CUDA device ordinal (`cudaSetDevice` number).
         ordinal: u32,
     },
+}
+
+impl DeviceKind {
+    /// True for the host CPU and its core groups.
+    pub fn is_cpu(self) -> bool {
+        matches!(self, DeviceKind::Cpu | DeviceKind::CpuCores { .. })
+    }
 }
 
 /// Which arena of its device a tensor's bytes live in.

@@ -156,6 +156,16 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// A pool of `n_threads` (at least 1; the caller's thread counts as one).
     pub fn new(n_threads: usize) -> ThreadPool {
+        ThreadPool::with_cores(n_threads, Vec::new())
+    }
+
+    /// A pool whose worker `ith` is pinned to `cores[ith % len]` (a core
+    /// group's pool; the caller pins itself, see `CpuDevice::pin_caller`).
+    pub fn pinned(n_threads: usize, cores: Vec<usize>) -> ThreadPool {
+        ThreadPool::with_cores(n_threads, cores)
+    }
+
+    fn with_cores(n_threads: usize, cores: Vec<usize>) -> ThreadPool {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
             n_threads,
@@ -172,9 +182,15 @@ impl ThreadPool {
         let workers = (1..n_threads)
             .map(|ith| {
                 let shared = Arc::clone(&shared);
+                let core = (!cores.is_empty()).then(|| cores[ith % cores.len()]);
                 std::thread::Builder::new()
                     .name(format!("ggplan-cpu-{ith}"))
-                    .spawn(move || worker(&shared, ith))
+                    .spawn(move || {
+                        if let Some(core) = core {
+                            crate::device::cpu::pin_current_thread(&[core]);
+                        }
+                        worker(&shared, ith)
+                    })
                     .expect("spawning a pool thread")
             })
             .collect();

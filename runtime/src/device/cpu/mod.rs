@@ -1,0 +1,160 @@
+//! The CPU device: the whole host, or one group of its cores, each with its
+//! own worker pool (threads pinned to the group's cores where the OS allows)
+//! and its own arenas and kernel scratch.
+//!
+//! Invariants: a group's threads run only its steps; its scratch buffer is
+//! sized once, after every step was prepared, for the largest step.
+
+use super::{Caps, Device, DeviceInfo};
+use crate::RuntimeError;
+use crate::cpu::{ThreadCtx, ThreadPool};
+use crate::memory::AlignedBuffer;
+use crate::steps::PreparedStep;
+use std::sync::{Arc, OnceLock};
+
+/// The host CPU or a group of its cores.
+pub struct CpuDevice {
+    info: DeviceInfo,
+    pool: Arc<ThreadPool>,
+    scratch: OnceLock<AlignedBuffer>,
+}
+
+impl CpuDevice {
+    /// A device over `info.cores` running on `pool`.
+    pub fn new(info: DeviceInfo, pool: Arc<ThreadPool>) -> CpuDevice {
+        CpuDevice {
+            info,
+            pool,
+            scratch: OnceLock::new(),
+        }
+    }
+
+    /// Its worker pool.
+    pub fn pool(&self) -> &Arc<ThreadPool> {
+        &self.pool
+    }
+
+    /// Allocates the kernel scratch (once; later calls keep the first).
+    pub fn set_scratch(&self, bytes: usize) -> Result<(), RuntimeError> {
+        let buffer = self.alloc(bytes as u64, 64, "kernel scratch")?;
+        let _ = self.scratch.set(buffer);
+        Ok(())
+    }
+
+    /// The scratch buffer's address (null before [`CpuDevice::set_scratch`]).
+    pub fn scratch(&self) -> *mut u8 {
+        self.scratch
+            .get()
+            .map_or(std::ptr::null_mut(), AlignedBuffer::as_ptr)
+    }
+
+    /// Pins the calling thread to the group's first core (the thread that
+    /// drives a pool job is its thread 0).
+    pub fn pin_caller(&self) {
+        pin_current_thread(&self.info.cores);
+    }
+}
+
+impl Device for CpuDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn alloc(
+        &self,
+        bytes: u64,
+        alignment: u64,
+        usage: &str,
+    ) -> Result<AlignedBuffer, RuntimeError> {
+        let fail = || RuntimeError::Alloc {
+            arena: usize::MAX,
+            bytes,
+            usage: usage.to_string(),
+            device: self.info.name.clone(),
+        };
+        if bytes > self.info.max_buffer_bytes {
+            return Err(fail());
+        }
+        let len = usize::try_from(bytes).map_err(|_| fail())?;
+        AlignedBuffer::zeroed(len, alignment as usize).ok_or_else(fail)
+    }
+
+    fn run_steps(&self, steps: &[&PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
+        let scratch = Scratch(self.scratch());
+        self.pool.run(&|ctx| {
+            for (i, step) in steps.iter().enumerate() {
+                // SAFETY: kernels were prepared over the runtime's live
+                // buffers; the executor ran this segment's waits, so every
+                // byte a step reads was written and no other stream writes
+                // what it touches (the plan checker's race family).
+                unsafe { step.kernel.run(ctx, scratch.get()) };
+                ctx.barrier();
+                if ctx.ith == 0 {
+                    after_step(i);
+                }
+            }
+        });
+    }
+
+    fn copy(&self, copy: &PreparedStep) {
+        // SAFETY: as in run_steps; a copy kernel runs on one thread.
+        ThreadCtx::single(|ctx| unsafe { copy.kernel.run(ctx, std::ptr::null_mut()) });
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Scratch(*mut u8);
+
+impl Scratch {
+    /// A method, so closures capture the whole (Sync) wrapper.
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+// SAFETY: the scratch buffer outlives every job; threads use disjoint parts.
+unsafe impl Send for Scratch {}
+// SAFETY: as above.
+unsafe impl Sync for Scratch {}
+
+/// The cores this process may run on, in order.
+pub fn allowed_cores() -> Vec<usize> {
+    // SAFETY: `set` is a plain bit set the call fills; size is its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            let cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect();
+            if !cores.is_empty() {
+                return cores;
+            }
+        }
+    }
+    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+}
+
+/// Pins the calling thread to `cores` (best effort: a sandbox may refuse).
+pub fn pin_current_thread(cores: &[usize]) {
+    if cores.is_empty() {
+        return;
+    }
+    // SAFETY: as in allowed_cores; core numbers come from the affinity mask.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cores {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Caps of every CPU device: host memory, synchronous copies on a copy
+/// stream thread, host events.
+pub fn cpu_caps() -> Caps {
+    Caps {
+        asynchronous: true,
+        events: true,
+        host_buffer: true,
+        buffer_from_host_ptr: true,
+    }
+}

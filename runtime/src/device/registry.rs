@@ -1,0 +1,225 @@
+//! The registry: the devices this machine has, found at start-up, and the
+//! device a plan's entry opens.
+//!
+//! Found: `cpu` (every core this process may use), its NUMA nodes
+//! (`numa0`, ... from /sys, when there are several), and core groups
+//! (`cpu0`, `cpu1`: the cores cut in two, as the `cpu0+cpu1` target asks).
+//! CUDA devices come in their own issue; a plan naming one is refused by name.
+//!
+//! Invariant: opening a plan's devices allocates nothing and starts no thread
+//! until every device of the plan was found; a missing one is an error that
+//! lists what was found.
+
+use super::cpu::{CpuDevice, allowed_cores, cpu_caps};
+use super::{Device, DeviceInfo};
+use crate::RuntimeError;
+use crate::cpu::ThreadPool;
+use crate::cpu::pool::share;
+use ir::plan::{DeviceKind, PlanDevice};
+use std::sync::Arc;
+
+/// What the registry found.
+pub struct Registry {
+    /// Every device found, `cpu` first.
+    pub devices: Vec<DeviceInfo>,
+    /// The host's cores this process may use.
+    pub cores: Vec<usize>,
+}
+
+fn cpu_info(name: String, description: String, cores: Vec<usize>) -> DeviceInfo {
+    let total = meminfo("MemTotal").unwrap_or(0);
+    DeviceInfo {
+        name,
+        description,
+        memory_total: total,
+        memory_free: meminfo("MemAvailable").unwrap_or(total),
+        alignment: 64,
+        max_buffer_bytes: total.max(1),
+        cores,
+        caps: cpu_caps(),
+    }
+}
+
+/// A `/proc/meminfo` field in bytes.
+fn meminfo(key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// NUMA nodes and their cores from /sys (empty without NUMA information).
+fn numa_nodes() -> Vec<(u32, Vec<usize>)> {
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
+        return Vec::new();
+    };
+    let mut nodes: Vec<(u32, Vec<usize>)> = dir
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let node: u32 = name.strip_prefix("node")?.parse().ok()?;
+            let path = format!("/sys/devices/system/node/{name}/cpulist");
+            Some((
+                node,
+                parse_cpulist(std::fs::read_to_string(path).ok()?.trim()),
+            ))
+        })
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+/// `0-3,8,10-11` -> [0, 1, 2, 3, 8, 10, 11].
+pub fn parse_cpulist(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(lo), Ok(hi)) = (lo.parse::<usize>(), hi.parse::<usize>()) {
+            out.extend(lo..=hi.min(lo + 4096));
+        }
+    }
+    out
+}
+
+/// The cores of group `group` of `groups` (equal shares, in order); with
+/// more groups than cores, groups share cores (core `group % cores`).
+pub fn group_cores(cores: &[usize], group: u32, groups: u32) -> Vec<usize> {
+    let (g, n) = (group as usize, groups.max(1) as usize);
+    if cores.is_empty() {
+        return Vec::new();
+    }
+    if n > cores.len() {
+        return vec![cores[g % cores.len()]];
+    }
+    cores[share(cores.len(), g, n)].to_vec()
+}
+
+impl Registry {
+    /// Enumerates this machine's devices.
+    pub fn enumerate() -> Registry {
+        let cores = allowed_cores();
+        let mut devices = vec![cpu_info(
+            "cpu".to_string(),
+            format!("the host, {} cores", cores.len()),
+            cores.clone(),
+        )];
+        let nodes = numa_nodes();
+        if nodes.len() > 1 {
+            for (node, node_cores) in nodes {
+                let mine: Vec<usize> = node_cores
+                    .into_iter()
+                    .filter(|c| cores.contains(c))
+                    .collect();
+                let what = format!("NUMA node {node}, {} cores", mine.len());
+                devices.push(cpu_info(format!("numa{node}"), what, mine));
+            }
+        }
+        if cores.len() > 1 {
+            for group in 0..2 {
+                let mine = group_cores(&cores, group, 2);
+                let what = format!("core group {group} of 2: cores {mine:?}");
+                devices.push(cpu_info(format!("cpu{group}"), what, mine));
+            }
+        }
+        Registry { devices, cores }
+    }
+
+    /// Opens the plan's devices: one pool per device with its share of
+    /// `threads` (the host's `threads` for `cpu`, a group's part of them for
+    /// a core group, at least one). Returns the devices and the warnings to
+    /// show (groups that share cores).
+    pub fn open(
+        &self,
+        plan_devices: &[PlanDevice],
+        threads: usize,
+        shared_pool: Option<&Arc<ThreadPool>>,
+    ) -> Result<(Vec<Arc<CpuDevice>>, Vec<String>), RuntimeError> {
+        let found = || {
+            let names: Vec<&str> = self.devices.iter().map(|d| d.name.as_str()).collect();
+            names.join(", ")
+        };
+        let mut warnings = Vec::new();
+        let mut plans = Vec::new();
+        for dev in plan_devices {
+            match dev.kind {
+                DeviceKind::Cuda { ordinal } => {
+                    return Err(RuntimeError::NoDevice {
+                        device: dev.name.clone(),
+                        kind: format!("CUDA device {ordinal}"),
+                        why: format!(
+                            "this runtime has no CUDA backend yet; devices found: {}; compile \
+                             for --target cpu or a core-group target (cpu0+cpu1)",
+                            found()
+                        ),
+                    });
+                }
+                DeviceKind::Cpu => plans.push((dev, self.cores.clone(), threads)),
+                DeviceKind::CpuCores { group, groups } => {
+                    if groups as usize > self.cores.len() {
+                        warnings.push(format!(
+                            "{}: {groups} core groups on {} cores: groups share cores",
+                            dev.name,
+                            self.cores.len()
+                        ));
+                    }
+                    let mine = group_cores(&self.cores, group, groups);
+                    let n = share(threads, group as usize, groups as usize).len().max(1);
+                    plans.push((dev, mine, n));
+                }
+            }
+        }
+        warnings.dedup();
+        let single = plans.len() == 1;
+        let devices = plans
+            .into_iter()
+            .map(|(dev, cores, n)| {
+                let what = format!("{} threads on cores {cores:?}", n);
+                let mut info = cpu_info(dev.name.clone(), what, cores.clone());
+                info.alignment = dev.alignment;
+                info.max_buffer_bytes = dev.max_buffer_bytes.min(info.max_buffer_bytes);
+                let pool = match shared_pool {
+                    Some(p) if single => Arc::clone(p),
+                    // A lone device uses every core unpinned, as before groups.
+                    _ if single => Arc::new(ThreadPool::new(n)),
+                    _ => Arc::new(ThreadPool::pinned(n, cores)),
+                };
+                Arc::new(CpuDevice::new(info, pool))
+            })
+            .collect();
+        Ok((devices, warnings))
+    }
+}
+
+/// The registry's view as trait objects (what `ggplan devices` prints).
+pub fn as_devices(devices: &[Arc<CpuDevice>]) -> Vec<&dyn Device> {
+    devices.iter().map(|d| d.as_ref() as &dyn Device).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpulists_and_groups() {
+        assert_eq!(parse_cpulist("0-3,8,10-11"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_cpulist(""), Vec::<usize>::new());
+        assert_eq!(group_cores(&[0, 1, 2, 3], 1, 2), vec![2, 3]);
+        assert_eq!(group_cores(&[0, 1], 3, 4), vec![1]); // shared cores
+        assert_eq!(group_cores(&[4, 5, 6], 0, 2), vec![4, 5]);
+    }
+
+    #[test]
+    fn the_host_is_found_and_cuda_is_refused_by_name() {
+        let r = Registry::enumerate();
+        assert_eq!(r.devices[0].name, "cpu");
+        assert!(!r.devices[0].cores.is_empty());
+        let cuda = PlanDevice {
+            name: "cuda0".to_string(),
+            kind: DeviceKind::Cuda { ordinal: 0 },
+            memory_bytes: 1 << 30,
+            alignment: 256,
+            max_buffer_bytes: 1 << 30,
+        };
+        let err = r.open(&[cuda], 1, None).err().expect("refused").to_string();
+        assert!(err.contains("cuda0") && err.contains("cpu"), "{err}");
+    }
+}

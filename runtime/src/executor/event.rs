@@ -1,0 +1,121 @@
+//! Host events: recorded once per run by one stream, waited on by others.
+//!
+//! A waiter spins briefly (an event is often recorded within microseconds,
+//! and a sleep/wake-up costs more), then sleeps on a condition variable so a
+//! stream with nothing to do leaves its core to the streams that compute.
+//!
+//! Invariants: `record` happens-before the return of every `wait` that sees
+//! it (Release/Acquire on `done`, and the mutex for sleepers); `reset` runs
+//! only between runs, when no stream is running; `abort` wakes every waiter,
+//! so a stream that panicked never leaves the others waiting forever.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+/// Spins before a waiter sleeps (a few microseconds).
+const SPINS: u32 = 4_000;
+
+/// One event of a plan.
+#[derive(Default)]
+pub struct Event {
+    done: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+/// Why a wait ended without its event.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Aborted;
+
+impl Event {
+    /// Marks the event done and wakes its waiters.
+    pub fn record(&self) {
+        self.done.store(true, Ordering::Release);
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake.notify_all();
+    }
+
+    /// True once recorded.
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Waits until the event is recorded, or `abort` is set (then `Err`).
+    pub fn wait(&self, abort: &AtomicBool) -> Result<(), Aborted> {
+        for i in 0..SPINS {
+            if self.is_done() {
+                return Ok(());
+            }
+            if i % 256 == 255 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.is_done() {
+                return Ok(());
+            }
+            if abort.load(Ordering::Acquire) {
+                return Err(Aborted);
+            }
+            // The timeout only bounds how late an abort is seen.
+            let (g, _) = self
+                .wake
+                .wait_timeout(guard, Duration::from_millis(5))
+                .unwrap_or_else(|e| e.into_inner());
+            guard = g;
+        }
+    }
+
+    /// Makes the event not done (between runs only).
+    pub fn reset(&self) {
+        self.done.store(false, Ordering::Release);
+    }
+
+    /// Wakes every waiter so it can see an abort.
+    pub fn wake_all(&self) {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_wait_returns_after_the_record_and_sees_its_writes() {
+        for delay_us in [0u64, 50, 20_000] {
+            let event = Arc::new(Event::default());
+            let data = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let abort = AtomicBool::new(false);
+            let (e, d) = (Arc::clone(&event), Arc::clone(&data));
+            let recorder = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(delay_us));
+                d.store(42, Ordering::Relaxed);
+                e.record();
+            });
+            event.wait(&abort).expect("recorded");
+            assert_eq!(data.load(Ordering::Relaxed), 42);
+            recorder.join().expect("recorder");
+        }
+    }
+
+    #[test]
+    fn an_abort_ends_a_wait_that_would_never_end() {
+        let event = Event::default();
+        let abort = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                abort.store(true, Ordering::Release);
+                event.wake_all();
+            });
+            assert_eq!(event.wait(&abort), Err(Aborted));
+        });
+    }
+}
