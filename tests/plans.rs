@@ -39,6 +39,14 @@ fn setups(graph: &Graph) -> Vec<(&'static str, Target, PlacementOptions)> {
                 ..Default::default()
             },
         ),
+        (
+            "cpu0+cpu1.layer",
+            Target::preset("cpu0+cpu1").unwrap(),
+            PlacementOptions {
+                layer_split: Some(Vec::new()),
+                ..Default::default()
+            },
+        ),
     ]
 }
 

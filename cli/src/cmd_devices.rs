@@ -1,5 +1,7 @@
 //! `ggplan devices`: what this machine offers a plan: the CPU (model, cores,
-//! SIMD features, memory) and CUDA devices, or why there are none.
+//! SIMD features, memory), the devices the runtime's registry found (the
+//! host, NUMA nodes, core groups) with their capabilities, and CUDA devices,
+//! or why there are none.
 
 use crate::cuda_probe::{CudaStatus, probe};
 use crate::host_info::host_info;
@@ -33,8 +35,29 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
     tracing::debug!(?host, "host read");
     let cuda = probe();
     tracing::debug!(?cuda, "cuda probed");
+    let registry = runtime::device::registry::Registry::enumerate();
+    let caps = |c: runtime::device::Caps| {
+        serde_json::json!({
+            "async": c.asynchronous, "events": c.events,
+            "host_buffer": c.host_buffer, "buffer_from_host_ptr": c.buffer_from_host_ptr,
+        })
+    };
+    let devices: Vec<serde_json::Value> = registry
+        .devices
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "name": d.name, "description": d.description, "cores": d.cores,
+                "memory_total": d.memory_total, "memory_free": d.memory_free,
+                "alignment": d.alignment, "max_buffer_bytes": d.max_buffer_bytes,
+                "caps": caps(d.caps),
+            })
+        })
+        .collect();
     if args.json {
-        let doc = serde_json::json!({ "cpu": host.json(), "cuda": cuda.json() });
+        let doc = serde_json::json!({
+            "cpu": host.json(), "devices": devices, "cuda": cuda.json(),
+        });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -60,6 +83,27 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
         gib(host.mem_total),
         gib(host.mem_available)
     );
+    println!("runtime devices (the registry; plan targets name them):");
+    for d in &registry.devices {
+        let c = d.caps;
+        let flags: Vec<&str> = [
+            (c.asynchronous, "async"),
+            (c.events, "events"),
+            (c.host_buffer, "host-buffer"),
+            (c.buffer_from_host_ptr, "buffer-from-host-ptr"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        println!(
+            "  {:<6} {}, {} free, alignment {}; {}",
+            d.name,
+            d.description,
+            gib(Some(d.memory_free)),
+            d.alignment,
+            flags.join(" ")
+        );
+    }
     match &cuda {
         CudaStatus::Unavailable(reason) => println!("cuda: {reason}"),
         CudaStatus::Found {

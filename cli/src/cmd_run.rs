@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// Threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Write a Chrome trace of the run (Perfetto, chrome://tracing): one track
+    /// per device stream, every step, copy and event wait.
+    #[arg(long, value_name = "FILE.json", conflicts_with = "check")]
+    trace: Option<PathBuf>,
 }
 
 /// Where weights come from (shared with `ggplan bench`).
@@ -90,7 +94,7 @@ pub fn load(
         "loaded plan '{}' ({} steps) on {} threads in {:.1} ms: weights {:.1} MiB in place + {:.1} MiB copied ({:.1} ms), kernels prepared in {:.1} ms ({:.1} MiB of weights repacked)",
         plan.graph_name,
         rt.steps().len(),
-        rt.pool().n_threads(),
+        rt.threads(),
         start.elapsed().as_secs_f64() * 1e3,
         r.weight_bytes_in_place as f64 / 1048576.0,
         r.weight_bytes_copied as f64 / 1048576.0,
@@ -98,6 +102,9 @@ pub fn load(
         r.prepare_time.as_secs_f64() * 1e3,
         r.weight_bytes_repacked as f64 / 1048576.0,
     );
+    for w in &r.warnings {
+        println!("warning: {w}");
+    }
     if !r.fallbacks.is_empty() {
         println!(
             "note: {} steps run on the reference kernels (slow): {}",
@@ -148,6 +155,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let mut worst_ok = true;
     if args.check == Some(CheckMode::All) {
         worst_ok &= check_steps(&mut rt)?;
+    } else if let Some(path) = &args.trace {
+        let trace = rt.run_traced()?;
+        crate::chrome_trace::write(&rt, &trace, path)?;
     } else {
         let start = Instant::now();
         rt.run()?;

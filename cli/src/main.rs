@@ -4,6 +4,7 @@
 //! turns errors into a message and exit code 1 (clap uses 2 for usage errors).
 
 mod check_run;
+mod chrome_trace;
 mod cmd_bench;
 mod cmd_bench_compile;
 mod cmd_compile;

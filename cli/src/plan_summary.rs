@@ -74,6 +74,27 @@ pub fn summary(plan: &Plan) -> String {
             ops,
             sp.steps.len() - ops
         );
+        for (k, c) in sp.copies.iter().enumerate() {
+            if !c.wait.is_empty() || c.record.is_some() {
+                out += &format!(
+                    "    copy {k} '{}' on stream {}: waits {:?}, records {:?}\n",
+                    plan.tensors[c.src as usize].name, c.stream, c.wait, c.record
+                );
+            }
+        }
+        for w in &sp.waits {
+            out += &format!("    before step {}: wait event {}\n", w.before, w.event);
+        }
+        for r in &sp.records {
+            out += &format!("    after step {}: record event {}\n", r.after, r.event);
+        }
+    }
+    if plan.n_events > 0 {
+        out += &format!(
+            "  {} streams, {} events between them\n",
+            plan.streams.len(),
+            plan.n_events
+        );
     }
     out
 }

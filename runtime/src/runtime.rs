@@ -338,7 +338,17 @@ impl Runtime {
         &self.steps
     }
 
-    /// The thread pool.
+    /// Threads over every device of the plan.
+    pub fn threads(&self) -> usize {
+        self.devices.iter().map(|d| d.pool().n_threads()).sum()
+    }
+
+    /// The plan's devices, by device id.
+    pub fn devices(&self) -> &[Arc<CpuDevice>] {
+        &self.devices
+    }
+
+    /// The thread pool of the first device.
     pub fn pool(&self) -> &Arc<ThreadPool> {
         &self.pool
     }
