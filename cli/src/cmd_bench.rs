@@ -83,7 +83,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     println!(
         "\n{} runs on {} threads: median {med:.3} ms per run (min {min:.3}, max {max:.3}); the plan estimated {:.3} ms",
         runs,
-        rt.pool().n_threads(),
+        rt.threads(),
         plan.stats.estimated_us / 1e3
     );
     // Tokens: the first I32 input's element count (token ids), when there is one.
@@ -138,8 +138,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         "\nceiling for comparison: memcpy {:.1} GB/s, FMA {:.1} GFLOP/s per core x {} threads = {:.1} GFLOP/s",
         ceilings.memcpy_gbps,
         ceilings.fma_gflops_per_core,
-        rt.pool().n_threads(),
-        ceilings.fma_gflops_per_core * rt.pool().n_threads() as f64
+        rt.threads(),
+        ceilings.fma_gflops_per_core * rt.threads() as f64
     );
     Ok(ExitCode::SUCCESS)
 }

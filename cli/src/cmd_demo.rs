@@ -68,7 +68,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     )?;
     println!(
         "loaded on {} threads in {:.1} ms (random weights, seed {}; {} kernels JIT-compiled)",
-        rt.pool().n_threads(),
+        rt.threads(),
         start.elapsed().as_secs_f64() * 1e3,
         args.seed,
         rt.kernels().jit().stats().kernels_compiled
