@@ -194,12 +194,13 @@ impl Runtime {
     }
 }
 
+/// A kernel scratch address that closures on pool threads may share.
 #[derive(Clone, Copy)]
-struct ScratchPtr(*mut u8);
+pub(crate) struct ScratchPtr(pub(crate) *mut u8);
 
 impl ScratchPtr {
     /// A method, so closures capture the whole (Sync) wrapper, not the field.
-    fn get(self) -> *mut u8 {
+    pub(crate) fn get(self) -> *mut u8 {
         self.0
     }
 }

@@ -147,7 +147,7 @@ fn validation_lists_every_problem() {
             "device 2 'cpu': a CPU device must be host_visible",
             "device 2 'cpu': support entry 1 lists no ops",
             "device 3 'cpu': the name is also used by device 2",
-            "2 CPU devices (cpu, cpu); a target has at most one (the host)",
+            "2 CPU devices (cpu, cpu); a target has one host CPU, or CpuCores groups",
             "link 0 'cuda0' <-> 'cpu': bandwidth_gbps is -1; it must be finite and > 0",
             "link 1 'cuda1' <-> 'tpu0': no device is called 'tpu0'",
             "link 3 'cpu' <-> 'cpu': a link joins two different devices",
@@ -217,4 +217,26 @@ fn parse_errors_say_where() {
         .expect_err("invalid")
         .to_string();
     assert!(e.contains("alignment 0 is not a power of two"), "{e}");
+}
+
+#[test]
+fn core_groups_are_groups_zero_to_n_each_once() {
+    for name in ["cpu0+cpu1", "cpu0+cpu1+cpu2+cpu3"] {
+        assert!(problems(&preset(name)).is_empty(), "{name}");
+    }
+    let mut t = preset("cpu0+cpu1");
+    t.devices[1].kind = DeviceKind::CpuCores {
+        group: 0,
+        groups: 2,
+    };
+    assert_eq!(
+        problems(&t),
+        ["core groups (cpu0, cpu1) must be groups 0..2 of 2, each once"]
+    );
+    let mut t = preset("cpu0+cpu1");
+    t.devices[1].kind = DeviceKind::Cpu;
+    assert_eq!(
+        problems(&t),
+        ["CPU devices (cpu0, cpu1) mix the whole host (Cpu) with core groups (CpuCores)"]
+    );
 }

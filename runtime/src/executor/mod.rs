@@ -112,6 +112,17 @@ pub fn programs(plan: &Plan) -> Vec<StreamProgram> {
     out
 }
 
+/// What every stream of one run shares.
+#[derive(Clone, Copy)]
+struct RunCtx<'a> {
+    steps: &'a [PreparedStep],
+    devices: &'a [Arc<CpuDevice>],
+    /// Fault injection: this run's seed.
+    run_seed: Option<u64>,
+    start: Instant,
+    tracing: bool,
+}
+
 /// What a concurrent run needs from the runtime.
 pub struct Executor {
     programs: Vec<StreamProgram>,
@@ -167,14 +178,20 @@ impl Executor {
             let k = n.fetch_add(1, Ordering::Relaxed);
             seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15)
         });
-        let start = Instant::now();
-        let tracing = trace.is_some();
+        let ctx = RunCtx {
+            steps,
+            devices,
+            run_seed: run,
+            start: Instant::now(),
+            tracing: trace.is_some(),
+        };
+        let ctx = &ctx;
         let spans: Vec<Vec<TraceSpan>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self.programs[1..]
                 .iter()
-                .map(|p| scope.spawn(move || self.drive(p, steps, devices, run, start, tracing)))
+                .map(|p| scope.spawn(move || self.drive(p, ctx)))
                 .collect();
-            let first = self.drive(&self.programs[0], steps, devices, run, start, tracing);
+            let first = self.drive(&self.programs[0], ctx);
             let mut all = vec![first];
             let mut panic = None;
             for h in handles {
@@ -194,17 +211,9 @@ impl Executor {
     }
 
     /// Runs one stream's segments; on a panic, aborts every wait and re-raises.
-    fn drive(
-        &self,
-        program: &StreamProgram,
-        steps: &[PreparedStep],
-        devices: &[Arc<CpuDevice>],
-        run_seed: Option<u64>,
-        start: Instant,
-        tracing: bool,
-    ) -> Vec<TraceSpan> {
+    fn drive(&self, program: &StreamProgram, ctx: &RunCtx<'_>) -> Vec<TraceSpan> {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.drive_inner(program, steps, devices, run_seed, start, tracing)
+            self.drive_inner(program, ctx)
         }));
         match result {
             Ok(spans) => spans,
@@ -218,15 +227,14 @@ impl Executor {
         }
     }
 
-    fn drive_inner(
-        &self,
-        program: &StreamProgram,
-        steps: &[PreparedStep],
-        devices: &[Arc<CpuDevice>],
-        run_seed: Option<u64>,
-        start: Instant,
-        tracing: bool,
-    ) -> Vec<TraceSpan> {
+    fn drive_inner(&self, program: &StreamProgram, ctx: &RunCtx<'_>) -> Vec<TraceSpan> {
+        let RunCtx {
+            steps,
+            devices,
+            run_seed,
+            start,
+            tracing,
+        } = *ctx;
         let device = &devices[program.device];
         if program.kind == StreamKind::Compute && devices.len() > 1 {
             device.pin_caller();

@@ -8,6 +8,7 @@
 use super::{Caps, Device, DeviceInfo};
 use crate::RuntimeError;
 use crate::cpu::{ThreadCtx, ThreadPool};
+use crate::execute::ScratchPtr;
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
 use std::sync::{Arc, OnceLock};
@@ -80,7 +81,7 @@ impl Device for CpuDevice {
     }
 
     fn run_steps(&self, steps: &[&PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
-        let scratch = Scratch(self.scratch());
+        let scratch = ScratchPtr(self.scratch());
         self.pool.run(&|ctx| {
             for (i, step) in steps.iter().enumerate() {
                 // SAFETY: kernels were prepared over the runtime's live
@@ -101,20 +102,6 @@ impl Device for CpuDevice {
         ThreadCtx::single(|ctx| unsafe { copy.kernel.run(ctx, std::ptr::null_mut()) });
     }
 }
-
-#[derive(Clone, Copy)]
-struct Scratch(*mut u8);
-
-impl Scratch {
-    /// A method, so closures capture the whole (Sync) wrapper.
-    fn get(self) -> *mut u8 {
-        self.0
-    }
-}
-// SAFETY: the scratch buffer outlives every job; threads use disjoint parts.
-unsafe impl Send for Scratch {}
-// SAFETY: as above.
-unsafe impl Sync for Scratch {}
 
 /// The cores this process may run on, in order.
 pub fn allowed_cores() -> Vec<usize> {
