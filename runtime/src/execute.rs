@@ -165,7 +165,7 @@ impl Runtime {
             } else if step.kind == "copy" {
                 self.devices[device].copy(step);
             } else {
-                self.devices[device].run_steps(&[step], &|_| {});
+                self.devices[device].run_steps(std::slice::from_ref(step), &|_| {});
             }
             let info = StepInfo {
                 index: i,

@@ -65,7 +65,7 @@ pub trait Device: Send + Sync {
     /// Runs `steps` in order on the compute stream, each finished before the
     /// next starts; `after_step(i)` is called once step `i` is done
     /// (profiling and traces).
-    fn run_steps(&self, steps: &[&PreparedStep], after_step: &(dyn Fn(usize) + Sync));
+    fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync));
 
     /// Runs a prepared copy on the copy stream (bytes from another device of
     /// the same host here; a device with its own memory uploads or downloads).

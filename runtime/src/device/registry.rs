@@ -10,8 +10,8 @@
 //! until every device of the plan was found; a missing one is an error that
 //! lists what was found.
 
+use super::DeviceInfo;
 use super::cpu::{CpuDevice, allowed_cores, cpu_caps};
-use super::{Device, DeviceInfo};
 use crate::RuntimeError;
 use crate::cpu::ThreadPool;
 use crate::cpu::pool::share;
@@ -187,11 +187,6 @@ impl Registry {
             .collect();
         Ok((devices, warnings))
     }
-}
-
-/// The registry's view as trait objects (what `ggplan devices` prints).
-pub fn as_devices(devices: &[Arc<CpuDevice>]) -> Vec<&dyn Device> {
-    devices.iter().map(|d| d.as_ref() as &dyn Device).collect()
 }
 
 #[cfg(test)]

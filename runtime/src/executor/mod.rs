@@ -256,11 +256,11 @@ impl Executor {
                 let us = next_random(state) % 200;
                 std::thread::sleep(std::time::Duration::from_micros(us));
             }
-            let seg_steps: Vec<&PreparedStep> = steps[seg.steps.clone()].iter().collect();
+            let seg_steps = &steps[seg.steps.clone()];
             match program.kind {
                 StreamKind::Copy => {
                     let t0 = now();
-                    device.copy(seg_steps[0]);
+                    device.copy(&seg_steps[0]);
                     if tracing {
                         let step = seg.steps.start;
                         spans.push(TraceSpan::step(program.stream, step, t0, now()));
@@ -275,7 +275,7 @@ impl Executor {
                     if tracing {
                         marks[0].store(now(), Ordering::Relaxed);
                     }
-                    device.run_steps(&seg_steps, &|i| {
+                    device.run_steps(seg_steps, &|i| {
                         if tracing {
                             marks[i + 1].store(now(), Ordering::Relaxed);
                         }

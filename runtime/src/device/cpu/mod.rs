@@ -80,7 +80,7 @@ impl Device for CpuDevice {
         AlignedBuffer::zeroed(len, alignment as usize).ok_or_else(fail)
     }
 
-    fn run_steps(&self, steps: &[&PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
+    fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
         let scratch = ScratchPtr(self.scratch());
         self.pool.run(&|ctx| {
             for (i, step) in steps.iter().enumerate() {
