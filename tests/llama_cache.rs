@@ -289,6 +289,7 @@ fn cached_graphs_compile_and_their_plans_compute_them() {
             let opts = CompileOptions {
                 policy,
                 placement,
+                micro_batches: 1,
                 spelled: vec![],
             };
             let plan = compile(g, &Target::preset(target).unwrap(), &opts)

@@ -3,7 +3,8 @@
 //! concurrent, ordered only by the plan's events, and compute what one device
 //! computes. With fault injection (random delays before every segment), 100
 //! seeded runs of each plan give the same bits, and a plan missing one wait
-//! is refused at load.
+//! is refused at load. Pipelined plans (`--pipeline 2` and `4`: micro-batches
+//! over a KV cache) compute what the unpipelined one-device plan computes.
 
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
@@ -16,12 +17,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 fn plan_for(graph: &ir::Graph, target: &str, policy: Policy) -> Plan {
+    pipelined_plan_for(graph, target, policy, 1)
+}
+
+fn pipelined_plan_for(graph: &ir::Graph, target: &str, policy: Policy, n: u32) -> Plan {
     let options = CompileOptions {
         policy,
         placement: PlacementOptions {
             layer_split: Some(Vec::new()),
             ..PlacementOptions::default()
         },
+        micro_batches: n,
         spelled: vec![],
     };
     let target = Target::preset(target).unwrap();
@@ -90,6 +96,47 @@ fn layer_split_plans_match_one_device_and_survive_injected_delays() {
                     assert_eq!(bits(&outputs(&mut rt)), reference, "{what}: run {run}");
                 }
             }
+        }
+    }
+}
+
+/// The logits of a cached llama plan over a fresh cache for a causal prompt
+/// (token j at position and cache row j, seeing rows 0..=j).
+fn causal_logits(rt: &mut Runtime) -> Vec<f32> {
+    let (t, attend) = (128, 128);
+    let step = models::llama::step_inputs(0, t, 128, attend).unwrap();
+    let tokens: Vec<i32> = (0..t as i32).map(|j| (j * 37 + 11) % 8000).collect();
+    rt.set_input_i32("tokens", &tokens).unwrap();
+    rt.set_input_i32("pos", &step.pos).unwrap();
+    rt.set_input_i32("kv_idx", &step.kv_idx).unwrap();
+    rt.set_input_f32("kq_mask", &step.kq_mask).unwrap();
+    rt.run().unwrap();
+    rt.output_f32("result_output").unwrap()
+}
+
+#[test]
+fn pipelined_micro_batches_match_one_device_and_survive_injected_delays() {
+    let path = example_graph_files()
+        .into_iter()
+        .find(|p| p.ends_with("llama2l_kv.ron"))
+        .unwrap();
+    let graph = ir::text::read_graph(&path).unwrap();
+    let single = plan_for(&graph, "cpu", Policy::Cost);
+    let want = causal_logits(&mut load(single, 1, None).unwrap());
+    for n in [2, 4] {
+        let plan = pipelined_plan_for(&graph, "cpu0+cpu1", Policy::Cost, n);
+        let what = format!("--pipeline {n}");
+        // Micro-batch m of device 0 hands off before micro-batch m + 1 starts.
+        let device0 = &plan.splits[0];
+        assert_eq!(device0.records.len(), n as usize, "{what}");
+        let got = causal_logits(&mut load(plan.clone(), 2, None).unwrap());
+        let e = nmse(&want, &got);
+        assert!(e <= 1e-10, "{what}: NMSE {e:e}");
+        let reference: Vec<u32> = got.iter().map(|f| f.to_bits()).collect();
+        let mut rt = load(plan, 2, Some(11)).unwrap();
+        for run in 0..100 {
+            let bits: Vec<u32> = causal_logits(&mut rt).iter().map(|f| f.to_bits()).collect();
+            assert!(bits == reference, "{what}: run {run} differs");
         }
     }
 }

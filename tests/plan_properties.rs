@@ -149,6 +149,7 @@ fn random_graphs_compile_check_and_compute_the_same_outputs() {
                 let opts = CompileOptions {
                     policy,
                     placement: placement.clone(),
+                    micro_batches: 1,
                     spelled: vec![],
                 };
                 let plan = match compile(&graph, target, &opts) {

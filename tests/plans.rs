@@ -12,8 +12,27 @@ use ir::Graph;
 use kernels::evaluate::{Bindings, Weights, evaluate, evaluate_plan};
 use std::collections::BTreeMap;
 
-/// The targets every example is snapshotted on, with their options.
-fn setups(graph: &Graph) -> Vec<(&'static str, Target, PlacementOptions)> {
+/// The targets every example is snapshotted on, with their options and
+/// micro-batches (`--pipeline`; only the graph over a KV cache pipelines).
+fn setups(graph: &Graph) -> Vec<(&'static str, Target, PlacementOptions, u32)> {
+    let layer_split = PlacementOptions {
+        layer_split: Some(Vec::new()),
+        ..Default::default()
+    };
+    let mut list: Vec<_> = placements(graph)
+        .into_iter()
+        .map(|(name, target, placement)| (name, target, placement, 1))
+        .collect();
+    if graph.name == "llama2l_kv" {
+        for (name, n) in [("cpu0+cpu1.layer.pipe2", 2), ("cpu0+cpu1.layer.pipe4", 4)] {
+            let target = Target::preset("cpu0+cpu1").unwrap();
+            list.push((name, target, layer_split.clone(), n));
+        }
+    }
+    list
+}
+
+fn placements(graph: &Graph) -> Vec<(&'static str, Target, PlacementOptions)> {
     let n_layers = compiler::placement::n_layers(graph);
     let small = Target::read(&workspace_root().join("examples/targets/cpu+2gpu-small.ron"))
         .expect("small target");
@@ -50,10 +69,11 @@ fn setups(graph: &Graph) -> Vec<(&'static str, Target, PlacementOptions)> {
     ]
 }
 
-fn options(policy: Policy, placement: PlacementOptions) -> CompileOptions {
+fn options(policy: Policy, placement: PlacementOptions, micro_batches: u32) -> CompileOptions {
     CompileOptions {
         policy,
         placement,
+        micro_batches,
         spelled: vec![],
     }
 }
@@ -77,12 +97,20 @@ fn nmse(a: &[f64], b: &[f64]) -> f64 {
 fn example_plans_are_checked_deterministic_snapshotted_and_compute_the_graph() {
     for path in example_graph_files() {
         let graph = ir::text::read_graph(&path).unwrap();
-        let reference = evaluate(&graph, &bindings()).unwrap();
-        for (setup, target, placement) in setups(&graph) {
+        let whole = evaluate(&graph, &bindings()).unwrap();
+        for (setup, target, placement, micro_batches) in setups(&graph) {
+            // A pipelined plan computes its micro-batched graph (equal to the
+            // whole batch only for causal inputs, not these random ones).
+            let cut = compiler::micro_batch::micro_batches(&graph, micro_batches).unwrap();
+            let cut_values = (micro_batches > 1).then(|| evaluate(&cut, &bindings()).unwrap());
+            let reference = |name: &str| match &cut_values {
+                None => whole.read(graph.find(name).unwrap()),
+                Some(values) => values.read(cut.find(name).unwrap()),
+            };
             let mut copies = Vec::new();
             for (policy, pname) in [(Policy::Ggml, "ggml"), (Policy::Cost, "cost")] {
                 let name = format!("{}.{setup}.{pname}", graph.name);
-                let opts = options(policy, placement.clone());
+                let opts = options(policy, placement.clone(), micro_batches);
                 let plan = compile(&graph, &target, &opts)
                     .unwrap_or_else(|e| panic!("{name}: {e}"))
                     .plan;
@@ -102,7 +130,7 @@ fn example_plans_are_checked_deterministic_snapshotted_and_compute_the_graph() {
                 let run =
                     evaluate_plan(&plan, &bindings()).unwrap_or_else(|e| panic!("{name}: {e}"));
                 for out in graph.with_role(ir::Role::Output) {
-                    let want = reference.read(out);
+                    let want = reference(&graph.tensor(out).name);
                     let have = run
                         .read_name(&graph.tensor(out).name)
                         .expect("output in plan");

@@ -91,6 +91,7 @@ pub fn run(args: BenchCompileArgs) -> Result<ExitCode> {
             offload_layers: args.offload_layers,
             ..Default::default()
         },
+        micro_batches: 1,
         spelled: vec![],
     };
     println!(

@@ -72,6 +72,11 @@ pub struct CompileArgs {
         requires = "split_mode"
     )]
     tensor_split: Vec<f64>,
+    /// Cut the batch into N micro-batches run one after another, so the
+    /// devices of a layer split work on different micro-batches at once
+    /// (ggml's pipeline parallelism). The graph must attend over a KV cache.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pipeline: u32,
     /// Where to write the plan.
     #[arg(short, long, value_name = "PLAN.ron")]
     output: PathBuf,
@@ -113,6 +118,9 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         let list: Vec<String> = args.tensor_split.iter().map(f64::to_string).collect();
         spelled.push(format!("--tensor-split {}", list.join(",")));
     }
+    if args.pipeline > 1 {
+        spelled.push(format!("--pipeline {}", args.pipeline));
+    }
     let options = CompileOptions {
         policy,
         placement: PlacementOptions {
@@ -121,6 +129,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             fit: args.fit,
             layer_split,
         },
+        micro_batches: args.pipeline,
         spelled,
     };
     let compiled = compile(&graph, &target, &options)?;

@@ -50,6 +50,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let options = CompileOptions {
         policy: compiler::assign::Policy::Cost,
         placement: Default::default(),
+        micro_batches: 1,
         spelled: vec!["--target cpu".into()],
     };
     let start = Instant::now();

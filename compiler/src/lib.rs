@@ -25,6 +25,7 @@ pub mod emit;
 pub mod fuse;
 pub mod liveness;
 pub mod memory;
+pub mod micro_batch;
 pub mod pipeline;
 pub mod placement;
 pub mod schedule;
@@ -45,6 +46,19 @@ pub enum Error {
         graph: String,
         /// What `ir::verify` found.
         violations: Vec<ir::Violation>,
+    },
+    /// `--pipeline N` cannot cut the graph into micro-batches.
+    #[error("--pipeline {micro_batches}: graph '{graph}'{}: {reason}",
+        if .tensor.is_empty() { String::new() } else { format!(", tensor '{}'", .tensor) })]
+    Pipeline {
+        /// The graph's name.
+        graph: String,
+        /// The N asked for.
+        micro_batches: u32,
+        /// The tensor that cannot be cut (empty when the whole graph cannot).
+        tensor: String,
+        /// Why.
+        reason: String,
     },
     /// A device's compute buffers could not be planned.
     #[error("memory plan for {device}: {problem}")]

@@ -1,6 +1,6 @@
 //! The compiler's pipeline, visible in one function with a timing per pass.
 //!
-//! verify graph -> assign -> schedule -> split + copies -> fuse -> emit
+//! verify graph -> micro-batch (`--pipeline N` only) -> assign -> schedule -> split + copies -> fuse -> emit
 //! (liveness + memory per device) -> sync (events between streams) -> check. Each pass reads its inputs and
 //! returns a new artifact; none mutates another's output.
 //!
@@ -11,7 +11,7 @@ use crate::assign::{Policy, assign_devices};
 use crate::emit::{Header, emit_plan};
 use crate::placement::PlacementOptions;
 use crate::target::Target;
-use crate::{Error, check, fuse, schedule, split, sync};
+use crate::{Error, check, fuse, micro_batch, schedule, split, sync};
 use ir::Graph;
 use ir::plan::Plan;
 use std::time::Instant;
@@ -23,6 +23,9 @@ pub struct CompileOptions {
     pub policy: Policy,
     /// Weight placement rules.
     pub placement: PlacementOptions,
+    /// Micro-batches to cut the batch into (`--pipeline N`; 1 = none), see
+    /// [`crate::micro_batch`].
+    pub micro_batches: u32,
     /// The options as the user spelled them (recorded in the plan).
     pub spelled: Vec<String>,
 }
@@ -33,6 +36,7 @@ impl Default for CompileOptions {
         CompileOptions {
             policy: Policy::Cost,
             placement: PlacementOptions::default(),
+            micro_batches: 1,
             spelled: Vec::new(),
         }
     }
@@ -82,6 +86,19 @@ pub fn compile(
     options.placement.validate(target)?;
     timed("verify", t);
 
+    // The header names the graph as the user gave it; the plan's tensors are
+    // those of the micro-batched graph.
+    let graph_hash = ir::plan::fingerprint(ir::text::to_ron(graph).as_bytes());
+    let t = Instant::now();
+    let cut;
+    let graph = if options.micro_batches > 1 {
+        cut = micro_batch::micro_batches(graph, options.micro_batches)?;
+        timed("micro-batch", t);
+        &cut
+    } else {
+        graph
+    };
+
     let t = Instant::now();
     let assignment = assign_devices(graph, target, &options.placement, options.policy)?;
     timed("assign", t);
@@ -105,7 +122,7 @@ pub fn compile(
     let t = Instant::now();
     let header = Header {
         compiler_version: env!("CARGO_PKG_VERSION").to_string(),
-        graph_hash: ir::plan::fingerprint(ir::text::to_ron(graph).as_bytes()),
+        graph_hash,
         target_name: target.name.clone(),
         options: options.spelled.clone(),
     };

@@ -30,8 +30,19 @@
 //! - Otherwise the scheduler keeps a *current device*. While that device has a
 //!   ready non-view node it runs one of them; only when none is ready does it
 //!   switch, to the device whose smallest ready node id is the smallest.
-//! - Among the ready nodes of the current device it takes the one with the
-//!   largest net memory gain, then the smallest id. Net gain = bytes freed −
+//! - Among the ready nodes of the current device it takes first the one whose
+//!   result reaches another device soonest: its *hand-off*, the smallest id
+//!   of a node on another device that depends on it through nodes of its own
+//!   device (none: last). Then the one whose inputs from other devices
+//!   arrive soonest: its *release*, the largest id of another device's node it
+//!   depends on through nodes of its own device (none: 0). Then the one with
+//!   the largest net memory gain, then the smallest id. Handing off first lets
+//!   the other device start early, and running work in the order its inputs
+//!   arrive keeps a device busy while it waits for the rest (pipelined
+//!   micro-batches: device 0 finishes micro-batch 0's layers before it starts
+//!   micro-batch 1's; the last device runs micro-batch 0's output head while
+//!   micro-batch 1 is on its way). On one device every hand-off is "none" and
+//!   every release 0, and the order is the memory order below. Net gain = bytes freed −
 //!   bytes allocated, where *freed* sums the span bytes of every compute
 //!   intermediate root (a non-leaf, non-view, role `Intermediate` tensor) the
 //!   node reads (directly or through views) as its last unscheduled reader, and
@@ -240,6 +251,12 @@ struct Scheduler<'a> {
     ready_views: BTreeSet<TensorId>,
     ready: BTreeMap<DeviceId, BTreeSet<TensorId>>,
     memory: MemoryModel,
+    /// Per node: the smallest id of another device's node depending on it
+    /// through this device's nodes (`u32::MAX`: none).
+    handoff: Vec<u32>,
+    /// Per node: the largest id of another device's node it depends on
+    /// through this device's nodes (0: none).
+    release: Vec<u32>,
     order: Vec<TensorId>,
 }
 
@@ -297,13 +314,16 @@ impl Scheduler<'_> {
             .map(|(_, d)| d)
     }
 
-    /// The ready node of `device` with the largest memory gain, then smallest id.
+    /// The ready node of `device` with the earliest hand-off, then the
+    /// earliest release, then the largest memory gain, then the smallest id.
     fn pick(&self, device: DeviceId) -> Option<TensorId> {
-        let mut best: Option<(i128, TensorId)> = None;
+        let mut best: Option<((u32, u32, i128), TensorId)> = None;
         for &id in self.ready.get(&device)? {
-            let g = self.memory.gain(id);
-            if best.is_none_or(|(bg, _)| g > bg) {
-                best = Some((g, id));
+            let i = id.index();
+            // Smaller is better in each place; ids ascend, so a tie keeps the smaller id.
+            let key = (self.handoff[i], self.release[i], -self.memory.gain(id));
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, id));
             }
         }
         best.map(|(_, id)| id)
@@ -331,6 +351,38 @@ pub fn schedule_nodes(graph: &Graph, assignment: &Assignment) -> Schedule {
         pending[id.index()] = deps[id.index()].len();
     }
     let n_nodes = graph.nodes().count();
+    let device = |id: TensorId| assignment.device.get(id.index()).copied();
+    let mut handoff = vec![u32::MAX; graph.len()];
+    let nodes: Vec<TensorId> = graph.nodes().collect();
+    for &id in nodes.iter().rev() {
+        // Users have larger ids: their hand-offs are known.
+        handoff[id.index()] = users[id.index()]
+            .iter()
+            .map(|&u| {
+                if device(u) != device(id) {
+                    u.0
+                } else {
+                    handoff[u.index()]
+                }
+            })
+            .min()
+            .unwrap_or(u32::MAX);
+    }
+    let mut release = vec![0u32; graph.len()];
+    for &id in &nodes {
+        // Dependencies have smaller ids: their releases are known.
+        release[id.index()] = deps[id.index()]
+            .iter()
+            .map(|&d| {
+                if device(d) != device(id) {
+                    d.0
+                } else {
+                    release[d.index()]
+                }
+            })
+            .max()
+            .unwrap_or(0);
+    }
     let mut s = Scheduler {
         graph,
         assignment,
@@ -339,6 +391,8 @@ pub fn schedule_nodes(graph: &Graph, assignment: &Assignment) -> Schedule {
         ready_views: BTreeSet::new(),
         ready: BTreeMap::new(),
         memory: MemoryModel::new(graph),
+        handoff,
+        release,
         order: Vec::with_capacity(n_nodes),
     };
     for id in graph.nodes() {

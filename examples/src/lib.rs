@@ -7,14 +7,19 @@
 
 use ir::{DType, Graph, GraphBuilder, RopeMode, RopeParams};
 use models::bert::{BertConfig, BertNames, Pooling, build_encoder};
-use models::llama::{LlamaConfig, LlamaNames, build_prefill};
+use models::llama::{CacheConfig, LlamaConfig, LlamaNames, build_cached, build_prefill};
 use std::path::PathBuf;
 
 /// A function building one example graph.
 pub type BuildFn = fn() -> Result<Graph, ir::Error>;
 
 /// Every example graph: its name (file stem and binary name) and builder.
-pub const GRAPHS: [(&str, BuildFn); 3] = [("mlp", mlp), ("llama2l", llama2l), ("bert2l", bert2l)];
+pub const GRAPHS: [(&str, BuildFn); 4] = [
+    ("mlp", mlp),
+    ("llama2l", llama2l),
+    ("llama2l_kv", llama2l_kv),
+    ("bert2l", bert2l),
+];
 
 /// Where the example graph `name` is stored: `examples/graphs/{name}.ron`.
 pub fn graph_path(name: &str) -> PathBuf {
@@ -91,6 +96,21 @@ pub fn llama2l_config() -> LlamaConfig {
 pub fn llama2l() -> Result<Graph, ir::Error> {
     let mut g = build_prefill(&llama2l_config())?;
     g.name = "llama2l".into();
+    Ok(g)
+}
+
+/// The prefill of [`llama2l_config`]'s 128 tokens over a KV cache of 128 rows
+/// (F32): the same weights and arithmetic as [`llama2l`], but positions, cache
+/// rows and the causal mask are inputs and attention reads the cache through
+/// `set_rows`. This is the graph form that `ggplan compile --pipeline N` cuts
+/// into micro-batches (each writes its rows of the cache, in order).
+pub fn llama2l_kv() -> Result<Graph, ir::Error> {
+    let cache = CacheConfig {
+        n_ctx: 128,
+        kv_dtype: DType::F32,
+    };
+    let mut g = build_cached(&llama2l_config(), &cache)?;
+    g.name = "llama2l_kv".into();
     Ok(g)
 }
 

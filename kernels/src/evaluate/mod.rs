@@ -284,13 +284,15 @@ fn index_bound(graph: &Graph, id: TensorId) -> Option<i64> {
     index_users(graph, id).map(|(_, rows)| rows).min()
 }
 
-/// The tensors `id` indexes rows of, with their row counts.
+/// The tensors `id` indexes rows of (directly or through views of it, as
+/// micro-batches read their inputs), with their row counts.
 fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i64)> + '_ {
+    let indexes = move |src: TensorId| graph.storage_of(src).root == id;
     graph.nodes().filter_map(move |n| {
         let t = graph.tensor(n);
         let table = match t.op {
-            Some(Op::GetRows) if t.srcs[1] == id => t.srcs[0],
-            Some(Op::SetRows) if t.srcs[2] == id => t.srcs[0],
+            Some(Op::GetRows) if indexes(t.srcs[1]) => t.srcs[0],
+            Some(Op::SetRows) if indexes(t.srcs[2]) => t.srcs[0],
             _ => return None,
         };
         Some((table, graph.tensor(table).layout.ne[1]))
