@@ -431,24 +431,11 @@ impl Rewrite<'_> {
                 ))
             }
         };
+        let same_shape_cont = *op == Op::Cont && t.ne() == self.graph.tensor(t.srcs[0]).ne();
+        if op.is_unary() || op.is_binary() || same_shape_cont {
+            return Ok(Cut::Axis(one_axis()?));
+        }
         match op {
-            Op::Add
-            | Op::Sub
-            | Op::Mul
-            | Op::Div
-            | Op::Scale { .. }
-            | Op::Sqr
-            | Op::Sqrt
-            | Op::Silu
-            | Op::Gelu
-            | Op::GeluErf
-            | Op::Relu
-            | Op::Tanh
-            | Op::Cont
-                if op != &Op::Cont || t.ne() == self.graph.tensor(t.srcs[0]).ne() =>
-            {
-                Ok(Cut::Axis(one_axis()?))
-            }
             Op::RmsNorm { .. }
             | Op::Norm { .. }
             | Op::SoftMax { .. }
