@@ -2,9 +2,12 @@
 //! converting to dst's dtype (quantizing whole rows). dst is the view of src0
 //! the result aliases; rows not named by an index keep their bytes.
 //!
-//! Invariant: one source row per unit. Two rows of one (i2, i3) naming the same
-//! index race (ggml has the same race); on one thread the later row wins, as
-//! in the reference.
+//! Invariant: one *destination* row per unit: the thread owning a destination
+//! row scans the source rows of its plane in order and writes those naming it.
+//! With repeated indices the later row wins on any number of threads, as in
+//! the reference (ggml splits by source row, so its repeated indices race).
+//! Every thread reads every index of its planes: O(rows) index reads per plane
+//! per thread, against O(rows x ne0) bytes written.
 
 use super::rows::{RowIo, copy_elems, scratch_row};
 use super::{dtypes, need, read_i32, shape, unit_kernel};
@@ -51,30 +54,43 @@ pub(super) fn prepare(
     let n_dst = dst.ne[1];
     let (in1, in2) = (idx.ne[1] as usize, idx.ne[2] as usize);
     let name = format!("set_rows {} -> {}", rows.dtype, dst.dtype);
-    Ok(unit_kernel(name, rows.n_rows(), move |units| {
+    let (n_src, planes_ne2) = (rows.ne[1] as usize, dst.ne[2] as usize);
+    let n_dst = n_dst as usize;
+    Ok(unit_kernel(name, dst.n_rows(), move |units| {
         let mut buf = scratch_row(!same, ne0);
-        for r in units {
-            let [i, i2, i3] = rows.row_coords(r);
-            // SAFETY: the index element is inside idx (broadcast by modulo),
-            // the destination row is checked below, source rows are in bounds.
-            unsafe {
-                let k = read_i32(
-                    idx.row_ptr(i2 % in1, i3 % in2, 0)
-                        .add(i * idx.nb[0] as usize),
-                );
-                assert!(
-                    (0..n_dst).contains(&i64::from(k)),
-                    "set_rows: index {k} is outside the destination's 0..{n_dst} rows"
-                );
-                let s = rows.row_ptr(i, i2, i3);
-                let d = dst.row_ptr(k as usize, i2, i3);
-                if same {
-                    copy_elems(dst.dtype, s, ri.nb0, d, di.nb0, ne0);
-                } else {
-                    let v = ri.view(s, ne0, &mut buf, d, di.span(ne0));
-                    di.store(d, v);
+        let mut u = units.start;
+        while u < units.end {
+            // This thread's destination rows lo..hi of plane (i2, i3).
+            let plane = u / n_dst;
+            let (lo, hi) = (u % n_dst, (units.end - plane * n_dst).min(n_dst));
+            let (i2, i3) = (plane % planes_ne2, plane / planes_ne2);
+            for i in 0..n_src {
+                // SAFETY: the index element is inside idx (broadcast by modulo),
+                // the destination row is checked below, source rows are in bounds.
+                unsafe {
+                    let k = read_i32(
+                        idx.row_ptr(i2 % in1, i3 % in2, 0)
+                            .add(i * idx.nb[0] as usize),
+                    );
+                    assert!(
+                        (0..n_dst as i64).contains(&i64::from(k)),
+                        "set_rows: index {k} is outside the destination's 0..{n_dst} rows"
+                    );
+                    let k = k as usize;
+                    if !(lo..hi).contains(&k) {
+                        continue;
+                    }
+                    let s = rows.row_ptr(i, i2, i3);
+                    let d = dst.row_ptr(k, i2, i3);
+                    if same {
+                        copy_elems(dst.dtype, s, ri.nb0, d, di.nb0, ne0);
+                    } else {
+                        let v = ri.view(s, ne0, &mut buf, d, di.span(ne0));
+                        di.store(d, v);
+                    }
                 }
             }
+            u = plane * n_dst + hi;
         }
     }))
 }

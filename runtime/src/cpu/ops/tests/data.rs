@@ -120,6 +120,29 @@ fn set_rows_keeps_untouched_rows() {
 }
 
 #[test]
+fn set_rows_with_repeated_indices_keeps_the_last_row_on_any_thread_count() {
+    let mut rng = Rng::new(9);
+    for (n, ne2, in1) in [(33, 1, 1), (21, 3, 3), (64, 2, 1)] {
+        let base = filled(&mut rng, DType::F32, [7, 5, ne2, 1]);
+        let rows = filled(&mut rng, DType::F32, [7, n, ne2, 1]);
+        // Only 5 destination rows for n > 5 source rows: most repeat.
+        let v: Vec<f64> = (0..n * in1).map(|_| rng.below(5) as f64).collect();
+        let idx = dense(
+            DType::I32,
+            &kernels::reference::Dense::new([n, in1, 1, 1], v),
+        );
+        let what = format!("set_rows with repeats n={n} ne2={ne2}");
+        check(
+            &what,
+            Op::SetRows,
+            vec![base, rows, idx],
+            Dst::Into(0),
+            Expect::Bytes,
+        );
+    }
+}
+
+#[test]
 fn cpy_between_every_dtype_into_views() {
     let mut rng = Rng::new(4);
     for src in PLAIN {
