@@ -101,11 +101,12 @@ fn example_plans_are_checked_deterministic_snapshotted_and_compute_the_graph() {
         for (setup, target, placement, micro_batches) in setups(&graph) {
             // A pipelined plan computes its micro-batched graph (equal to the
             // whole batch only for causal inputs, not these random ones).
-            let cut = compiler::micro_batch::micro_batches(&graph, micro_batches).unwrap();
-            let cut_values = (micro_batches > 1).then(|| evaluate(&cut, &bindings()).unwrap());
-            let reference = |name: &str| match &cut_values {
-                None => whole.read(graph.find(name).unwrap()),
-                Some(values) => values.read(cut.find(name).unwrap()),
+            let cut = (micro_batches > 1)
+                .then(|| compiler::micro_batch::micro_batches(&graph, micro_batches).unwrap());
+            let cut_values = cut.as_ref().map(|g| evaluate(g, &bindings()).unwrap());
+            let reference = |name: &str| match (&cut, &cut_values) {
+                (Some(g), Some(values)) => values.read(g.find(name).unwrap()),
+                _ => whole.read(graph.find(name).unwrap()),
             };
             let mut copies = Vec::new();
             for (policy, pname) in [(Policy::Ggml, "ggml"), (Policy::Cost, "cost")] {

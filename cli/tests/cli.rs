@@ -344,7 +344,43 @@ fn compile_errors_name_what_is_wrong() {
         "{}",
         text(&out)
     );
+    // --pipeline on a graph whose attention covers the batch's own tokens.
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu0+cpu1",
+        "--split-mode",
+        "layer",
+        "--pipeline",
+        "2",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("'l0.k_rope'") && t.contains("KV cache"), "{t}");
     assert!(!out_path.exists(), "no plan file is written on error");
+    // The same model over a KV cache pipelines: one event per micro-batch.
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l_kv.ron"),
+        "--target",
+        "cpu0+cpu1",
+        "--split-mode",
+        "layer",
+        "--pipeline",
+        "4",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("after step 20: record event 0"),
+        "{}",
+        text(&out)
+    );
+    assert!(text(&out).contains("--pipeline 4"), "{}", text(&out));
 }
 
 #[test]

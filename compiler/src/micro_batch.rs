@@ -205,6 +205,9 @@ type Refusal = (String, String);
 impl Rewrite<'_> {
     fn run(mut self) -> Result<Graph, Refusal> {
         let graph = self.graph;
+        for id in graph.nodes() {
+            self.read_around_writer(id)?;
+        }
         for id in graph.leafs() {
             self.leaf(id)?;
         }
@@ -287,7 +290,6 @@ impl Rewrite<'_> {
         if !depends {
             // Shared: emitted once, with micro-batch 0.
             if m == 0 {
-                self.read_around_writer(id)?;
                 let srcs: Vec<TensorId> = t.srcs.iter().map(|&s| self.at(s, 0)).collect();
                 let declared = declared_layout(t, None, 0);
                 let new = self
@@ -297,9 +299,6 @@ impl Rewrite<'_> {
                 self.ids[id.index()] = vec![new];
             }
             return Ok(());
-        }
-        if m == 0 {
-            self.read_around_writer(id)?;
         }
         let expected = self.expected_cut(t, &op, &src_cuts)?;
         let mut srcs: Vec<TensorId> = t.srcs.iter().map(|&s| self.at(s, m)).collect();

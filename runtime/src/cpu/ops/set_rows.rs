@@ -64,14 +64,13 @@ pub(super) fn prepare(
             let plane = u / n_dst;
             let (lo, hi) = (u % n_dst, (units.end - plane * n_dst).min(n_dst));
             let (i2, i3) = (plane % planes_ne2, plane / planes_ne2);
+            // SAFETY: row (i2, i3) of idx, broadcast by modulo.
+            let idx_row = unsafe { idx.row_ptr(i2 % in1, i3 % in2, 0) };
             for i in 0..n_src {
-                // SAFETY: the index element is inside idx (broadcast by modulo),
-                // the destination row is checked below, source rows are in bounds.
+                // SAFETY: element i of that row is inside idx, the destination
+                // row is checked below, source rows are in bounds.
                 unsafe {
-                    let k = read_i32(
-                        idx.row_ptr(i2 % in1, i3 % in2, 0)
-                            .add(i * idx.nb[0] as usize),
-                    );
+                    let k = read_i32(idx_row.add(i * idx.nb[0] as usize));
                     assert!(
                         (0..n_dst as i64).contains(&i64::from(k)),
                         "set_rows: index {k} is outside the destination's 0..{n_dst} rows"
