@@ -12,7 +12,6 @@ use clap::Args;
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::PlacementOptions;
-use compiler::target::Target;
 use ir::{DType, RopeMode, RopeParams};
 use models::llama::{LlamaConfig, LlamaNames, build_prefill};
 use std::collections::BTreeMap;
@@ -25,7 +24,7 @@ use std::time::Instant;
     after_help = "Example:\n  ggplan bench-compile --target cpu+cuda0 --offload-layers 16 --runs 20"
 )]
 pub struct BenchCompileArgs {
-    /// Target preset or file.
+    /// Target preset, `host`, or file.
     #[arg(long, default_value = "cpu")]
     target: String,
     /// Placement policy.
@@ -84,7 +83,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// Runs the benchmark.
 pub fn run(args: BenchCompileArgs) -> Result<ExitCode> {
     let graph = build_prefill(&llama7b_shape())?;
-    let target = Target::parse(&args.target)?;
+    let target = crate::host_target::parse_target(&args.target)?;
     let options = CompileOptions {
         policy: Policy::from(args.policy),
         placement: PlacementOptions {

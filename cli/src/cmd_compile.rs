@@ -5,7 +5,6 @@ use clap::{Args, ValueEnum};
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::{PinRule, PlacementOptions};
-use compiler::target::Target;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -45,7 +44,8 @@ pub struct CompileArgs {
     /// The graph file (.ron).
     graph: PathBuf,
     /// A preset (cpu, cuda0, cpu+cuda0, cpu+cuda0+cuda1, cpu0+cpu1,
-    /// cpu0+cpu1+cpu2+cpu3) or a target file (.ron).
+    /// cpu0+cpu1+cpu2+cpu3), `host` (this machine: its devices, memory and
+    /// calibrated speed, cached) or a target file (.ron).
     #[arg(long, default_value = "cpu")]
     target: String,
     /// Placement policy.
@@ -85,7 +85,7 @@ pub struct CompileArgs {
 /// Runs `ggplan compile`.
 pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let graph = ir::text::read_graph(&args.graph)?;
-    let target = Target::parse(&args.target)?;
+    let target = crate::host_target::parse_target(&args.target)?;
     let pins = args
         .pins
         .iter()

@@ -3,19 +3,60 @@
 //! host, NUMA nodes, core groups) with their capabilities, and CUDA devices,
 //! or why there are none.
 
-use crate::cuda_probe::{CudaStatus, probe};
-use crate::host_info::host_info;
 use anyhow::Result;
 use clap::Args;
+use runtime::device::cuda::CudaStatus;
+use runtime::device::host::HostInfo;
+use serde_json::{Value, json};
 use std::process::ExitCode;
 
 /// Arguments of `ggplan devices`.
 #[derive(Args)]
-#[command(after_help = "Examples:\n  ggplan devices\n  ggplan devices --json")]
+#[command(
+    after_help = "Examples:\n  ggplan devices\n  ggplan devices --json\n  \
+    ggplan devices --calibrate --write-target host.ron"
+)]
 pub struct DevicesArgs {
     /// Print one JSON object instead.
     #[arg(long)]
     json: bool,
+    /// Measure this host's speed again (for `--target host`) and replace
+    /// the cached calibration.
+    #[arg(long)]
+    calibrate: bool,
+    /// Write the `host` target (devices, memory, calibrated speed) to this
+    /// file, to compile against elsewhere with `--target FILE`.
+    #[arg(long, value_name = "TARGET.ron")]
+    write_target: Option<std::path::PathBuf>,
+}
+
+/// `--calibrate` / `--write-target`: the host target, measured or cached.
+fn host_target_step(args: &DevicesArgs) -> Result<()> {
+    if !args.calibrate && args.write_target.is_none() {
+        return Ok(());
+    }
+    let target = crate::host_target::host_target(args.calibrate)?;
+    let cpu = target.devices.last().expect("the host target has a CPU");
+    let t = &cpu.throughput;
+    let m = &t.matmul_gflops;
+    eprintln!(
+        "host target: cpu matmul {:.1} GFLOP/s f32, {:.1} f16, {:.1} quantized (Q4_0); \
+         memory {:.1} GB/s; {:.2} us per step; {} device(s)",
+        m.f32,
+        m.f16,
+        m.quantized,
+        t.memory_gbps,
+        t.launch_overhead_us,
+        target.devices.len()
+    );
+    if let Some(path) = &args.write_target {
+        let text = ron::ser::to_string_pretty(&target, ron::ser::PrettyConfig::default())?;
+        let tmp = path.with_extension("ron.tmp");
+        std::fs::write(&tmp, text + "\n")?;
+        std::fs::rename(&tmp, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn gib(bytes: Option<u64>) -> String {
@@ -29,15 +70,49 @@ fn count(n: Option<usize>) -> String {
     n.map_or_else(|| "unknown".to_string(), |n| n.to_string())
 }
 
+/// The JSON object `--json` prints under `cpu`.
+fn host_json(host: &HostInfo) -> Value {
+    json!({
+        "model": host.cpu_model,
+        "logical_cores": host.logical_cores,
+        "physical_cores": host.physical_cores,
+        "simd": host.simd,
+        "mem_total_bytes": host.mem_total,
+        "mem_available_bytes": host.mem_available,
+    })
+}
+
+/// The JSON object `--json` prints under `cuda`.
+fn cuda_json(cuda: &CudaStatus) -> Value {
+    match cuda {
+        CudaStatus::Unavailable(reason) => json!({ "available": false, "reason": reason }),
+        CudaStatus::Found {
+            driver_version,
+            devices,
+        } => json!({
+            "available": true,
+            "driver_version": driver_version,
+            "devices": devices.iter().map(|d| json!({
+                "name": format!("cuda{}", d.ordinal),
+                "model": d.name,
+                "total_mem_bytes": d.total_mem,
+                "compute_capability": d.compute_capability.map(|(a, b)| format!("{a}.{b}")),
+                "multiprocessors": d.multiprocessors,
+            })).collect::<Vec<_>>(),
+        }),
+    }
+}
+
 /// Runs `ggplan devices`.
 pub fn run(args: DevicesArgs) -> Result<ExitCode> {
-    let host = host_info();
-    tracing::debug!(?host, "host read");
-    let cuda = probe();
-    tracing::debug!(?cuda, "cuda probed");
+    host_target_step(&args)?;
     let registry = runtime::device::registry::Registry::enumerate();
+    let host = &registry.host;
+    tracing::debug!(?host, "host read");
+    let cuda = registry.probe_cuda();
+    tracing::debug!(?cuda, "cuda probed");
     let caps = |c: runtime::device::Caps| {
-        serde_json::json!({
+        json!({
             "async": c.asynchronous, "events": c.events,
             "host_buffer": c.host_buffer, "buffer_from_host_ptr": c.buffer_from_host_ptr,
         })
@@ -46,7 +121,7 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
         .devices
         .iter()
         .map(|d| {
-            serde_json::json!({
+            json!({
                 "name": d.name, "description": d.description, "cores": d.cores,
                 "memory_total": d.memory_total, "memory_free": d.memory_free,
                 "alignment": d.alignment, "max_buffer_bytes": d.max_buffer_bytes,
@@ -55,8 +130,8 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
         })
         .collect();
     if args.json {
-        let doc = serde_json::json!({
-            "cpu": host.json(), "devices": devices, "cuda": cuda.json(),
+        let doc = json!({
+            "cpu": host_json(host), "devices": devices, "cuda": cuda_json(&cuda),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);

@@ -21,7 +21,10 @@ pub struct VerifyArgs {
 pub fn run(args: VerifyArgs) -> Result<ExitCode> {
     let plan = ir::plan::read_plan(&args.plan)?;
     let target = match &args.target {
-        Some(t) => Some(Target::parse(t)?),
+        Some(t) => Some(crate::host_target::parse_target(t)?),
+        None if plan.target_name == crate::host_target::HOST => {
+            Some(crate::host_target::host_target(false)?)
+        }
         None => Target::preset(&plan.target_name),
     };
     if target.is_none() {

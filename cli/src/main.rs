@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module; `main` only parses arguments and
 //! turns errors into a message and exit code 1 (clap uses 2 for usage errors).
 
+mod calibrate;
 mod check_run;
 mod chrome_trace;
 mod cmd_bench;
@@ -21,9 +22,8 @@ mod cmd_memory;
 mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
-mod cuda_probe;
 mod decode_buckets;
-mod host_info;
+mod host_target;
 mod logging;
 mod memory_svg;
 mod memory_timeline;

@@ -7,12 +7,15 @@
 //! bytes on its copy stream. Streams and events belong to the executor
 //! (`crate::executor`): a device never decides order, it only runs what the
 //! executor hands it, in the order handed. One folder per device kind:
-//! `cpu/` (the host or a group of its cores); CUDA comes in its own module.
+//! `cpu/` (the host or a group of its cores), `cuda/` (the driver probe; the
+//! backend comes in its own issue); `host` describes the machine.
 //!
 //! Invariants: a device's buffers never move while the device lives (kernels
 //! hold their addresses); `run_steps` returns only when every step is done.
 
 pub mod cpu;
+pub mod cuda;
+pub mod host;
 pub mod registry;
 
 use crate::RuntimeError;

@@ -4,7 +4,10 @@
 //! Found: `cpu` (every core this process may use), its NUMA nodes
 //! (`numa0`, ... from /sys, when there are several), and core groups
 //! (`cpu0`, `cpu1`: the cores cut in two, as the `cpu0+cpu1` target asks).
-//! CUDA devices come in their own issue; a plan naming one is refused by name.
+//! The host's description ([`HostInfo`]: CPU model, SIMD, memory) comes
+//! with it. CUDA devices are probed on demand ([`Registry::probe_cuda`]: the
+//! driver is only loaded when asked); their backend comes in its own issue, so
+//! a plan naming one is refused by name, saying what the probe found.
 //!
 //! Invariant: opening a plan's devices allocates nothing and starts no thread
 //! until every device of the plan was found; a missing one is an error that
@@ -12,6 +15,8 @@
 
 use super::DeviceInfo;
 use super::cpu::{CpuDevice, allowed_cores, cpu_caps};
+use super::cuda::CudaStatus;
+use super::host::{HostInfo, host_info, meminfo_bytes};
 use crate::RuntimeError;
 use crate::cpu::ThreadPool;
 use crate::cpu::pool::share;
@@ -24,6 +29,8 @@ pub struct Registry {
     pub devices: Vec<DeviceInfo>,
     /// The host's cores this process may use.
     pub cores: Vec<usize>,
+    /// The host CPU and memory.
+    pub host: HostInfo,
 }
 
 fn cpu_info(name: String, description: String, cores: Vec<usize>) -> DeviceInfo {
@@ -42,10 +49,7 @@ fn cpu_info(name: String, description: String, cores: Vec<usize>) -> DeviceInfo 
 
 /// A `/proc/meminfo` field in bytes.
 fn meminfo(key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with(key))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    meminfo_bytes(&std::fs::read_to_string("/proc/meminfo").ok()?, key)
 }
 
 /// NUMA nodes and their cores from /sys (empty without NUMA information).
@@ -120,7 +124,16 @@ impl Registry {
                 devices.push(cpu_info(format!("cpu{group}"), what, mine));
             }
         }
-        Registry { devices, cores }
+        Registry {
+            devices,
+            cores,
+            host: host_info(),
+        }
+    }
+
+    /// Probes the CUDA driver (loads it: only when a caller needs to know).
+    pub fn probe_cuda(&self) -> CudaStatus {
+        super::cuda::probe::probe()
     }
 
     /// Opens the plan's devices: one pool per device with its share of
@@ -142,12 +155,20 @@ impl Registry {
         for dev in plan_devices {
             match dev.kind {
                 DeviceKind::Cuda { ordinal } => {
+                    let cuda = match self.probe_cuda() {
+                        CudaStatus::Unavailable(reason) => reason,
+                        CudaStatus::Found { devices, .. } => format!(
+                            "the driver reports {} CUDA device(s), but this runtime has no \
+                             CUDA backend yet",
+                            devices.len()
+                        ),
+                    };
                     return Err(RuntimeError::NoDevice {
                         device: dev.name.clone(),
                         kind: format!("CUDA device {ordinal}"),
                         why: format!(
-                            "this runtime has no CUDA backend yet; devices found: {}; compile \
-                             for --target cpu or a core-group target (cpu0+cpu1)",
+                            "{cuda}; devices found: {}; compile for --target cpu or a \
+                             core-group target (cpu0+cpu1)",
                             found()
                         ),
                     });

@@ -1,5 +1,5 @@
 //! Which CUDA devices this machine has, through `cudarc`'s driver API loaded
-//! at run time (`ggplan devices`).
+//! at run time (the registry asks; `ggplan devices` prints it).
 //!
 //! Invariant: nothing of cudarc is called before `is_culib_present()` says
 //! libcuda can be loaded (cudarc panics when it cannot), and the whole probe
@@ -7,7 +7,6 @@
 //! as a reason, never as a crash. No context is created: only device queries.
 
 use cudarc::driver::{result, sys};
-use serde_json::json;
 
 /// One CUDA device.
 #[derive(Clone, Debug, PartialEq)]
@@ -108,27 +107,4 @@ fn query() -> Result<CudaStatus, String> {
         driver_version,
         devices,
     })
-}
-
-impl CudaStatus {
-    /// The JSON object `ggplan devices --json` prints under `cuda`.
-    pub fn json(&self) -> serde_json::Value {
-        match self {
-            CudaStatus::Unavailable(reason) => json!({ "available": false, "reason": reason }),
-            CudaStatus::Found {
-                driver_version,
-                devices,
-            } => json!({
-                "available": true,
-                "driver_version": driver_version,
-                "devices": devices.iter().map(|d| json!({
-                    "name": format!("cuda{}", d.ordinal),
-                    "model": d.name,
-                    "total_mem_bytes": d.total_mem,
-                    "compute_capability": d.compute_capability.map(|(a, b)| format!("{a}.{b}")),
-                    "multiprocessors": d.multiprocessors,
-                })).collect::<Vec<_>>(),
-            }),
-        }
-    }
 }

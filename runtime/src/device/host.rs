@@ -1,11 +1,9 @@
-//! What this machine's CPU and memory are (`ggplan devices`): the model name
-//! and core counts from /proc/cpuinfo, SIMD features detected at run time,
-//! memory from /proc/meminfo.
+//! What this machine's CPU and memory are (the registry's host description,
+//! printed by `ggplan devices`): the model name and core counts from
+//! /proc/cpuinfo, SIMD features detected at run time, memory from /proc/meminfo.
 //!
 //! Invariant: every field is optional or empty when the source is missing
 //! (another OS, a sandbox without /proc): reading never fails.
-
-use serde_json::json;
 
 /// The host CPU and memory.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,7 +62,7 @@ fn parse_cpuinfo(text: &str) -> (Option<String>, Option<usize>) {
 }
 
 /// A `Key: N kB` line of /proc/meminfo, in bytes.
-fn meminfo_bytes(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn meminfo_bytes(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let rest = l.strip_prefix(key)?.strip_prefix(':')?;
         let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
@@ -123,20 +121,6 @@ fn simd_features() -> Vec<&'static str> {
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn simd_features() -> Vec<&'static str> {
     Vec::new()
-}
-
-impl HostInfo {
-    /// The JSON object `ggplan devices --json` prints under `cpu`.
-    pub fn json(&self) -> serde_json::Value {
-        json!({
-            "model": self.cpu_model,
-            "logical_cores": self.logical_cores,
-            "physical_cores": self.physical_cores,
-            "simd": self.simd,
-            "mem_total_bytes": self.mem_total,
-            "mem_available_bytes": self.mem_available,
-        })
-    }
 }
 
 #[cfg(test)]
