@@ -81,9 +81,14 @@ fn layer_split_plans_match_one_device_and_survive_injected_delays() {
                 let used: std::collections::BTreeSet<_> =
                     plan.splits.iter().map(|s| s.device).collect();
                 let what = format!("{} on {target} ({policy:?})", graph.name);
-                // Graphs with blocks spread them (mlp has none: one device).
-                let blocks = compiler::placement::n_layers(&graph);
-                assert_eq!(used.len(), (blocks as usize).clamp(1, devices), "{what}");
+                // Graphs with blocks spread them (mlp has none: one device);
+                // the input layer and the head are units of their own.
+                let blocks = compiler::placement::n_layers(&graph) as usize;
+                if blocks == 0 {
+                    assert_eq!(used.len(), 1, "{what}");
+                } else {
+                    assert!(used.len() >= 2 && used.len() <= (blocks + 2).min(devices), "{what}");
+                }
                 // One thread per device: the same kernels on the same rows.
                 let got = outputs(&mut load(plan.clone(), devices, None).unwrap());
                 for (name, values) in &got {

@@ -12,8 +12,8 @@
 //! out as zero time is clamped), so the target built from it validates.
 
 use anyhow::{Context, Result};
-use compiler::target::{MatmulGflops, Target, Throughput};
 use compiler::pipeline::{CompileOptions, compile};
+use compiler::target::{MatmulGflops, Target, Throughput};
 use ir::{DType, Graph, GraphBuilder};
 use runtime::{LoadOptions, Runtime, Weights};
 use std::sync::Arc;
@@ -143,7 +143,13 @@ mod tests {
         let c = calibrate(1).expect("calibration runs");
         let t = &c.throughput;
         let m = &t.matmul_gflops;
-        for rate in [m.f32, m.f16, m.quantized, t.memory_gbps, t.launch_overhead_us] {
+        for rate in [
+            m.f32,
+            m.f16,
+            m.quantized,
+            t.memory_gbps,
+            t.launch_overhead_us,
+        ] {
             assert!(rate.is_finite() && rate > 0.0, "{t:?}");
         }
         // Sanity, not speed: a 2-core host does neither 10 TFLOP/s nor 10 MFLOP/s.

@@ -48,7 +48,11 @@ struct CachedCalibration {
 /// build profile is part of it).
 fn cache_key(registry: &Registry) -> String {
     let host = &registry.host;
-    let build = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
     format!(
         "ggplan {} ({build}); cpu '{}'; cores {:?}; simd {}",
         env!("CARGO_PKG_VERSION"),
@@ -60,7 +64,11 @@ fn cache_key(registry: &Registry) -> String {
 
 /// Where the cache lives (`None`: no cache directory can be named).
 pub fn cache_path() -> Option<PathBuf> {
-    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |k| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     let dir = env("GGPLAN_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("ggplan")))
         .or_else(|| env("HOME").map(|d| d.join(".cache").join("ggplan")))?;

@@ -504,25 +504,47 @@ fn target_host_calibrates_once_caches_it_and_gives_the_same_plan() {
     let plan = |name: &str| dir.join(name).display().to_string();
     let (first, second) = (plan("first.plan.ron"), plan("second.plan.ron"));
     let compile = |out: &str| {
-        let args = ["compile", &example("llama2l.ron"), "--target", "host", "-o", out];
+        let args = [
+            "compile",
+            &example("llama2l.ron"),
+            "--target",
+            "host",
+            "-o",
+            out,
+        ];
         ggplan_cached(&dir, &args)
     };
     let out = compile(&first);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("calibrating this host"), "{}", text(&out));
+    assert!(
+        text(&out).contains("calibrating this host"),
+        "{}",
+        text(&out)
+    );
     assert!(dir.join("calibration.ron").exists());
     let out = compile(&second);
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains("calibrating"), "{}", text(&out));
     let read = |p: &str| std::fs::read_to_string(p).expect("plan written");
-    assert_eq!(read(&first), read(&second), "same machine, same cache: same plan");
+    assert_eq!(
+        read(&first),
+        read(&second),
+        "same machine, same cache: same plan"
+    );
     assert!(read(&first).contains("target_name: \"host\""));
     // The host target as a file compiles the same plan anywhere.
     let file = plan("host.target.ron");
     let out = ggplan_cached(&dir, &["devices", "--write-target", &file]);
     assert!(out.status.success(), "{}", text(&out));
     let third = plan("third.plan.ron");
-    let args = ["compile", &example("llama2l.ron"), "--target", &file, "-o", &third];
+    let args = [
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        &file,
+        "-o",
+        &third,
+    ];
     assert!(ggplan(&args).status.success());
     let verify = ggplan_cached(&dir, &["verify", &first]);
     assert!(verify.status.success(), "{}", text(&verify));
@@ -530,5 +552,9 @@ fn target_host_calibrates_once_caches_it_and_gives_the_same_plan() {
     std::fs::write(dir.join("calibration.ron"), "(key: 3").expect("damaged");
     let out = compile(&second);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("not a calibration cache"), "{}", text(&out));
+    assert!(
+        text(&out).contains("not a calibration cache"),
+        "{}",
+        text(&out)
+    );
 }

@@ -94,9 +94,11 @@ pub struct PlacementOptions {
     /// `--fit`: place as many layers as fit each device's memory. Recorded
     /// here; only the memory-aware assign pass (not built yet) acts on it.
     pub fit: bool,
-    /// `--split-mode layer [--tensor-split P0,P1,...]`: whole blocks spread
-    /// over the target's devices in priority order, in proportion to `P`
-    /// (llama.cpp's `-sm layer -ts`), or to their memory when `P` is empty.
+    /// `--split-mode layer [--tensor-split P0,P1,...]`: whole blocks (and the
+    /// input layer and output head as units of their own) spread over the
+    /// target's devices in priority order, each device's share of the matmul
+    /// work in proportion to `P` (llama.cpp's `-sm layer -ts`), or to their
+    /// memory when `P` is empty.
     pub layer_split: Option<Vec<f64>>,
 }
 
@@ -209,15 +211,52 @@ pub struct Pins<'a> {
     options: &'a PlacementOptions,
     target: &'a Target,
     n_layers: u32,
+    /// Work per token of each layer-split unit (see [`unit_costs`]).
+    unit_costs: Vec<f64>,
+}
+
+/// A weight's unit in a layer split: 0 the input layer, `1..=n` block
+/// `l + 1`, `n + 1` the output head.
+fn unit_of(name: &str, n_layers: u32) -> usize {
+    match layer_of(name) {
+        Some(l) => l.min(n_layers.saturating_sub(1)) as usize + 1,
+        None if is_output_head(name) => n_layers as usize + 1,
+        None => 0,
+    }
+}
+
+/// Multiply-adds per token of each unit ([`unit_of`]): the elements of every
+/// weight that is the matrix of a `mul_mat` (each element is one multiply-add
+/// per token). Attention over the context and elementwise work are left out:
+/// per token they are small beside the matrices, and they grow the same way
+/// in every block.
+fn unit_costs(graph: &Graph, n_layers: u32) -> Vec<f64> {
+    let mut costs = vec![0.0; n_layers as usize + 2];
+    let mut counted = std::collections::HashSet::new();
+    for id in graph.nodes() {
+        let t = graph.tensor(id);
+        if !matches!(t.op, Some(ir::Op::MulMat)) {
+            continue;
+        }
+        let root = graph.storage_of(t.srcs[0]).root;
+        let w = graph.tensor(root);
+        if w.role == Role::Weight && counted.insert(root) {
+            costs[unit_of(&w.name, n_layers)] += w.layout.n_elements() as f64;
+        }
+    }
+    costs
 }
 
 impl<'a> Pins<'a> {
-    /// Resolves `options` for `target` and `graph` (counts the graph's blocks once).
+    /// Resolves `options` for `target` and `graph` (counts the graph's blocks
+    /// and their work once).
     pub fn new(options: &'a PlacementOptions, target: &'a Target, graph: &Graph) -> Pins<'a> {
+        let n_layers = n_layers(graph);
         Pins {
             options,
             target,
-            n_layers: n_layers(graph),
+            n_layers,
+            unit_costs: unit_costs(graph, n_layers),
         }
     }
 
@@ -265,9 +304,26 @@ impl<'a> Pins<'a> {
 }
 
 impl Pins<'_> {
-    /// `--split-mode layer`: block `l` of `n` goes to the first device whose
-    /// cumulative share of the proportions exceeds `l / n` (llama.cpp's rule);
-    /// the input layer goes with block 0, the output head with the last block.
+    /// Where a unit sits in the model's work, in `[0, 1)`: the share of all
+    /// matmul work before it plus half its own (its middle). Without matmuls,
+    /// units count equally.
+    fn unit_position(&self, unit: usize) -> f64 {
+        let total: f64 = self.unit_costs.iter().sum();
+        if total > 0.0 {
+            let before: f64 = self.unit_costs[..unit].iter().sum();
+            (before + self.unit_costs[unit] / 2.0) / total
+        } else {
+            (unit as f64 + 0.5) / self.unit_costs.len() as f64
+        }
+    }
+
+    /// `--split-mode layer`: the model is cut into units (the input layer,
+    /// each block, the output head), and a unit goes to the first device whose
+    /// cumulative share of the proportions reaches the unit's middle, measured
+    /// in matmul work (see [`unit_costs`]). Like llama.cpp's rule, proportions
+    /// are shares of the model; unlike it (which counts blocks, the head
+    /// counted with them), they are shares of the work per token, so a large
+    /// output head weighs what it costs.
     fn layer_split_device(&self, name: &str, proportions: &[f64]) -> Option<(DeviceId, String)> {
         let shares: Vec<f64> = if proportions.is_empty() {
             let memory = self.target.devices.iter().map(|d| d.memory_bytes as f64);
@@ -278,13 +334,12 @@ impl Pins<'_> {
         };
         let total: f64 = shares.iter().sum();
         let n = self.n_layers.max(1);
-        let layer = layer_of(name).unwrap_or(if is_output_head(name) { n - 1 } else { 0 });
-        let at = f64::from(layer.min(n - 1)) / f64::from(n);
+        let at = self.unit_position(unit_of(name, self.n_layers));
         let mut cumulative = 0.0;
         let mut device = shares.iter().rposition(|&s| s > 0.0)?;
         for (k, s) in shares.iter().enumerate() {
             cumulative += s / total;
-            if *s > 0.0 && at < cumulative {
+            if *s > 0.0 && at <= cumulative {
                 device = k;
                 break;
             }
@@ -292,8 +347,8 @@ impl Pins<'_> {
         let dev = &self.target.devices[device].name;
         let what = match layer_of(name) {
             Some(l) => format!("block {l} of {n}"),
-            None if is_output_head(name) => "the output head (with the last block)".to_string(),
-            None => "the input layer (with block 0)".to_string(),
+            None if is_output_head(name) => "the output head".to_string(),
+            None => "the input layer".to_string(),
         };
         let by = if proportions.is_empty() {
             "device memory".to_string()
@@ -302,7 +357,11 @@ impl Pins<'_> {
         };
         Some((
             DeviceId(device as u32),
-            format!("{what} goes to {dev} by {by} (--split-mode layer)"),
+            format!(
+                "{what} (its middle at {:.0}% of the matmul work) goes to {dev} by {by} \
+                 (--split-mode layer)",
+                at * 100.0
+            ),
         ))
     }
 }
@@ -503,5 +562,66 @@ mod tests {
         }
         assert!(is_output_head("output") && is_output_head("output_norm.weight"));
         assert!(is_output_head("model.norm.weight") && !is_output_head("outputs.weight"));
+    }
+
+    /// A llama-shaped graph whose output head (64 x 1000) outweighs its two
+    /// 64 x 64 blocks, with the token embedding read by `get_rows` only.
+    fn heavy_head_graph() -> Graph {
+        let mut b = ir::GraphBuilder::new("heavy_head");
+        let tokens = b.input("tokens", DType::I32, [4, 1, 1, 1]).expect("in");
+        let embd = b.weight("token_embd.weight", DType::F32, [64, 1000, 1, 1]);
+        let mut h = b.get_rows("x", embd.expect("w"), tokens).expect("rows");
+        for l in 0..2 {
+            let w = b.weight(format!("blk.{l}.ffn.weight"), DType::F32, [64, 64, 1, 1]);
+            h = b.mul_mat(format!("h{l}"), w.expect("w"), h).expect("mm");
+        }
+        let head = b
+            .weight("output.weight", DType::F32, [64, 1000, 1, 1])
+            .expect("w");
+        let logits = b.mul_mat("logits", head, h).expect("mm");
+        b.mark_output(logits).expect("out");
+        b.finish().expect("valid")
+    }
+
+    #[test]
+    fn a_layer_split_weighs_units_by_their_matmul_work() {
+        let t = target("cpu0+cpu1");
+        let g = heavy_head_graph();
+        let split = |p: Vec<f64>| PlacementOptions {
+            layer_split: Some(p),
+            ..Default::default()
+        };
+        let names = [
+            "token_embd.weight",
+            "blk.0.ffn.weight",
+            "blk.1.ffn.weight",
+            "output.weight",
+        ];
+        // The head is 88% of the work: alone on cpu1, every block on cpu0
+        // (counting blocks would put block 1 and the head together on cpu1).
+        let one_one = split(vec![1.0, 1.0]);
+        assert_eq!(
+            place(&t, &g, &one_one, &names),
+            ["cpu0", "cpu0", "cpu0", "cpu1"]
+        );
+        assert_eq!(place(&t, &g, &split(vec![10.0, 1.0]), &names), ["cpu0"; 4]);
+        assert_eq!(place(&t, &g, &split(vec![0.0, 1.0]), &names), ["cpu1"; 4]);
+        let head = why(&t, &g, &one_one, "output.weight");
+        assert!(
+            head.contains("the output head") && head.contains("56%"),
+            "{head}"
+        );
+        // Without matmuls every unit counts the same: 4 units, 2 per device.
+        let names = [
+            "token_embd.weight",
+            "blk.0.attn_q.weight",
+            "blk.1.attn_q.weight",
+            "output.weight",
+        ];
+        let g = gguf_graph(2);
+        assert_eq!(
+            place(&t, &g, &one_one, &names),
+            ["cpu0", "cpu0", "cpu1", "cpu1"]
+        );
     }
 }
