@@ -86,7 +86,21 @@ enum Command {
     Fmt(cmd_fmt::FmtArgs),
 }
 
+/// Restores the default SIGPIPE action (Rust ignores it, so a closed pipe,
+/// as in `ggplan show plan.ron | head`, would make the next print panic):
+/// the process then ends quietly when its reader goes away, like every Unix
+/// tool. Output files are written through a rename, so none is left half-written.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: called first in `main`, before any other thread exists; setting
+    // a signal's action to the default has no other effect.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     logging::init(cli.verbose);
     let result = match cli.command {

@@ -558,3 +558,22 @@ fn target_host_calibrates_once_caches_it_and_gives_the_same_plan() {
         text(&out)
     );
 }
+
+#[test]
+fn a_closed_stdout_ends_the_process_quietly_not_with_a_panic() {
+    let dir = scratch_dir("closed_pipe");
+    let plan = dir.join("p.ron").display().to_string();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ggplan"))
+        .args(["compile", &example("llama2l.ron"), "-o", &plan])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ggplan starts");
+    // The reader goes away before ggplan prints anything (`ggplan ... | head -0`).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("ggplan ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
