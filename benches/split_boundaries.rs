@@ -23,7 +23,9 @@ fn chain() -> Graph {
     let mut b = GraphBuilder::new("boundaries");
     let mut h = b.input("x", DType::F32, [8, 1, 1, 1]).unwrap();
     for l in 0..BLOCKS {
-        let w = b.weight(format!("blk.{l}.w"), DType::F32, [8, 8, 1, 1]).unwrap();
+        let w = b
+            .weight(format!("blk.{l}.w"), DType::F32, [8, 8, 1, 1])
+            .unwrap();
         h = b.mul_mat(format!("blk.{l}.h"), w, h).unwrap();
     }
     b.mark_output(h).unwrap();
@@ -58,7 +60,9 @@ fn main() {
     println!("{}", runtime::ceiling::measure());
     let graph = chain();
     let one = Target::preset("cpu").unwrap();
-    let single = compile(&graph, &one, &CompileOptions::default()).unwrap().plan;
+    let single = compile(&graph, &one, &CompileOptions::default())
+        .unwrap()
+        .plan;
     let two = Target::preset("cpu0+cpu1").unwrap();
     let pins = vec![
         PinRule::parse(r"^blk\.\d*[02468]\.=cpu0", &two).unwrap(),

@@ -87,7 +87,10 @@ fn layer_split_plans_match_one_device_and_survive_injected_delays() {
                 if blocks == 0 {
                     assert_eq!(used.len(), 1, "{what}");
                 } else {
-                    assert!(used.len() >= 2 && used.len() <= (blocks + 2).min(devices), "{what}");
+                    assert!(
+                        used.len() >= 2 && used.len() <= (blocks + 2).min(devices),
+                        "{what}"
+                    );
                 }
                 // One thread per device: the same kernels on the same rows.
                 let got = outputs(&mut load(plan.clone(), devices, None).unwrap());
