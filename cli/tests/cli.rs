@@ -375,12 +375,13 @@ fn compile_errors_name_what_is_wrong() {
         &o,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        text(&out).contains("after step 20: record event 0"),
-        "{}",
-        text(&out)
-    );
-    assert!(text(&out).contains("--pipeline 4"), "{}", text(&out));
+    // One hand-off per micro-batch: four copies, each after its own event.
+    let t = text(&out);
+    assert!(t.contains("copies cpu0 -> cpu1: 4"), "{t}");
+    for event in 0..4 {
+        assert!(t.contains(&format!(": record event {event}\n")), "{t}");
+    }
+    assert!(t.contains("--pipeline 4"), "{t}");
 }
 
 #[test]

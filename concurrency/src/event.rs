@@ -4,22 +4,40 @@
 //! and a sleep/wake-up costs more), then sleeps on a condition variable so a
 //! stream with nothing to do leaves its core to the streams that compute.
 //!
+//! One atomic word holds both the done flag and the number of sleepers, so
+//! `record` learns in the same read-modify-write whether anyone sleeps, and
+//! only then takes the lock and notifies (a notify is a system call; most
+//! records have no sleeper, because waiters spin first).
+//!
 //! Invariants: `record` happens-before the return of every `wait` that sees
-//! it (Release/Acquire on `done`, and the mutex for sleepers); `reset` runs
-//! only between runs, when no stream is running; whoever sets a wait's
-//! `abort` flag then calls [`Event::wake_all`], so a stream that panicked never
-//! leaves the others waiting forever.
+//! it (Release/Acquire on `state`); a waiter counts itself as a sleeper only
+//! under the lock and only while the event is not done (one compare-and-swap),
+//! and a recorder that sees a sleeper notifies under the lock, so no wake-up is
+//! lost; `reset` runs only between runs, when no stream is running; whoever
+//! sets a wait's `abort` flag then calls [`Event::wake_all`], so a stream that
+//! panicked never leaves the others waiting forever.
 
-use crate::shim::{AtomicBool, Condvar, Mutex, lock, spin_limit, spin_loop, wait, yield_now};
-use std::sync::atomic::Ordering::{Acquire, Release};
+use crate::shim::{
+    AtomicBool, AtomicUsize, Condvar, Mutex, lock, spin_limit, spin_loop, wait, yield_now,
+};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 /// Spins before a waiter sleeps (a few microseconds).
 const SPINS: u32 = spin_limit(4_000);
+/// Spins between yields of the core: often, since the thread that will
+/// record may be waiting for this core (more streams than cores).
+const YIELD_EVERY: u32 = 8;
+
+/// The done bit of [`Event::state`]; the other bits count sleepers.
+const DONE: usize = 1;
+/// One sleeper in [`Event::state`].
+const SLEEPER: usize = 2;
 
 /// One event of a plan.
 #[derive(Default)]
 pub struct Event {
-    done: AtomicBool,
+    /// [`DONE`] plus [`SLEEPER`] times the number of sleeping waiters.
+    state: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
 }
@@ -31,14 +49,16 @@ pub struct Aborted;
 impl Event {
     /// Marks the event done and wakes its waiters.
     pub fn record(&self) {
-        self.done.store(true, Release);
-        let _guard = lock(&self.lock);
-        self.wake.notify_all();
+        let before = self.state.fetch_or(DONE, AcqRel);
+        if before >= SLEEPER {
+            let _guard = lock(&self.lock);
+            self.wake.notify_all();
+        }
     }
 
     /// True once recorded.
     pub fn is_done(&self) -> bool {
-        self.done.load(Acquire)
+        self.state.load(Acquire) & DONE != 0
     }
 
     /// Waits until the event is recorded, or `abort` is set (then `Err`).
@@ -49,7 +69,7 @@ impl Event {
             if self.is_done() {
                 return Ok(());
             }
-            if i % 256 == 255 {
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
                 yield_now();
             } else {
                 spin_loop();
@@ -57,25 +77,34 @@ impl Event {
         }
         let mut guard = lock(&self.lock);
         loop {
-            if self.is_done() {
+            let state = self.state.load(Acquire);
+            if state & DONE != 0 {
                 return Ok(());
             }
             if abort.load(Acquire) {
                 return Err(Aborted);
             }
-            // No timeout is needed: `record` and `wake_all` change their flag
-            // before they take `lock` and notify while holding it, and this
-            // thread checks both flags holding `lock`, releasing it only
-            // inside `wait`. So a change is either seen by the checks above or
-            // made after this thread sleeps, and then its notification wakes
-            // it (tests/loom.rs proves both orders).
+            // Count this thread as a sleeper only if the event is still not
+            // done: a `record` after this sees the sleeper and notifies under
+            // `lock`, which this thread releases only inside `wait`; a
+            // `record` before it makes the exchange fail. `wake_all` sets its
+            // flag before it takes `lock`, so it too is either seen above or
+            // notifies this sleeper. No timeout is needed (tests/loom.rs
+            // proves every order).
+            let counted = self
+                .state
+                .compare_exchange(state, state + SLEEPER, AcqRel, Acquire);
+            if counted.is_err() {
+                continue;
+            }
             guard = wait(&self.wake, guard);
+            self.state.fetch_sub(SLEEPER, AcqRel);
         }
     }
 
-    /// Makes the event not done (between runs only).
+    /// Makes the event not done (between runs only, when nobody waits).
     pub fn reset(&self) {
-        self.done.store(false, Release);
+        self.state.fetch_and(!DONE, Release);
     }
 
     /// Wakes every waiter so it can see an abort.

@@ -6,25 +6,41 @@
 //! A compute stream's work is cut into *segments*: maximal runs of one
 //! split's steps with waits only before the first and records only after the
 //! last, each handed to the device as one job (one barrier per step, no event
-//! traffic inside). A copy stream runs one copy per segment.
+//! traffic inside). A copy stream's segments are one copy each.
 //!
-//! Invariants: every stream thread runs its segments in global order; a
-//! segment starts only after every event it waits on was recorded in this
-//! run; events are reset before a run starts and every stream has finished
+//! Threads: one per compute stream (the caller runs the first), pinned to its
+//! device's cores when there are several devices. Copy streams have no thread
+//! of their own: a copy between CPU devices is a memcpy that needs a core like
+//! any step, and a copy thread would take turns with the compute threads on
+//! the same cores (two thread switches per split boundary, measured by the
+//! `split_boundaries` bench). A thread that waits for a copy's event runs the
+//! copy stream's segments up to it itself (*helping*, see [`claims`]: each
+//! copy runs once, in its stream's order, after its own waits); copies nobody
+//! waited for run on the caller after the streams finish. A device whose
+//! copies run on their own engine (CUDA) will bring a copy stream thread back.
+//!
+//! Invariants: every compute stream thread runs its segments in global order;
+//! every copy stream's segments run in order; a segment starts only after
+//! every event it waits on was recorded in this run; a thread helps only with
+//! copies that precede its own position in global order, so helping never
+//! waits on later work (no deadlock that the plan's order does not already
+//! exclude); events are reset before a run starts and every segment has run
 //! when `run` returns; a panic on one stream aborts the others' waits (no
 //! hang) and is re-raised on the caller.
 //!
-//! Fault injection (tests): with a seed, every segment starts after a random
-//! delay of up to 200 µs, drawn per stream, so runs explore other
+//! Fault injection (tests): with a seed, every compute segment and every copy
+//! starts after a random delay of up to 200 µs, so runs explore other
 //! interleavings; outputs must not change.
 
+pub mod claims;
 pub mod event;
 pub mod trace;
 
 use crate::device::Device;
 use crate::device::cpu::CpuDevice;
 use crate::steps::PreparedStep;
-use event::Event;
+use claims::CopyProgress;
+use event::{Aborted, Event};
 use ir::plan::{Plan, StreamKind};
 use std::ops::Range;
 use std::sync::Arc;
@@ -123,10 +139,23 @@ struct RunCtx<'a> {
     tracing: bool,
 }
 
+impl RunCtx<'_> {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+}
+
+/// Spins between checks of a helping wait before yielding the core (often:
+/// the thread it waits for may share this core).
+const YIELD_EVERY: u32 = 8;
 /// What a concurrent run needs from the runtime.
 pub struct Executor {
     programs: Vec<StreamProgram>,
     events: Vec<Event>,
+    /// Per program: how far its copies got (unused for compute programs).
+    progress: Vec<CopyProgress>,
+    /// Per event: the copy segment recording it, as (program, segment).
+    recorded_by_copy: Vec<Option<(usize, usize)>>,
     abort: AtomicBool,
     /// Fault injection seed (tests), and a counter so every run differs.
     delays: Option<(u64, std::sync::atomic::AtomicU64)>,
@@ -143,8 +172,22 @@ fn next_random(state: &mut u64) -> u64 {
 impl Executor {
     /// An executor for `plan` (`delays_seed`: fault injection, for tests).
     pub fn new(plan: &Plan, delays_seed: Option<u64>) -> Executor {
+        let programs = programs(plan);
+        let mut recorded_by_copy = vec![None; plan.n_events as usize];
+        for (p, program) in programs.iter().enumerate() {
+            if program.kind != StreamKind::Copy {
+                continue;
+            }
+            for (k, seg) in program.segments.iter().enumerate() {
+                for &e in &seg.records {
+                    recorded_by_copy[e as usize] = Some((p, k));
+                }
+            }
+        }
         Executor {
-            programs: programs(plan),
+            progress: programs.iter().map(|_| CopyProgress::default()).collect(),
+            recorded_by_copy,
+            programs,
             events: (0..plan.n_events).map(|_| Event::default()).collect(),
             abort: AtomicBool::new(false),
             delays: delays_seed.map(|s| (s, std::sync::atomic::AtomicU64::new(0))),
@@ -173,6 +216,9 @@ impl Executor {
         for e in &self.events {
             e.reset();
         }
+        for p in &self.progress {
+            p.reset();
+        }
         self.abort.store(false, Ordering::Release);
         let run = self.delays.as_ref().map(|(seed, n)| {
             let k = n.fetch_add(1, Ordering::Relaxed);
@@ -186,13 +232,17 @@ impl Executor {
             tracing: trace.is_some(),
         };
         let ctx = &ctx;
-        let spans: Vec<Vec<TraceSpan>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = self.programs[1..]
-                .iter()
-                .map(|p| scope.spawn(move || self.drive(p, ctx)))
+        // Compute streams get a thread each (the caller runs the first);
+        // copy streams get none (see the module doc).
+        let compute: Vec<usize> = (0..self.programs.len())
+            .filter(|&p| self.programs[p].kind == StreamKind::Compute)
+            .collect();
+        let mut spans: Vec<Vec<TraceSpan>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (compute.iter().skip(1))
+                .map(|&p| scope.spawn(move || self.drive(p, ctx)))
                 .collect();
-            let first = self.drive(&self.programs[0], ctx);
-            let mut all = vec![first];
+            let first = compute.first().map(|&p| self.drive(p, ctx));
+            let mut all: Vec<Vec<TraceSpan>> = first.into_iter().collect();
             let mut panic = None;
             for h in handles {
                 match h.join() {
@@ -205,15 +255,29 @@ impl Executor {
             }
             all
         });
+        // Copies no stream waited for (e.g. into an output read after the run).
+        let mut drained = Vec::new();
+        for p in 0..self.programs.len() {
+            let segments = self.programs[p].segments.len();
+            if self.programs[p].kind == StreamKind::Copy && self.progress[p].finished() < segments {
+                let helped = self.help_until(p, segments - 1, ctx, &mut drained);
+                helped.expect("no stream aborted: every stream finished without a panic");
+            }
+        }
+        spans.push(drained);
         if let Some(trace) = trace {
             trace.spans = spans.into_iter().flatten().collect();
         }
     }
 
-    /// Runs one stream's segments; on a panic, aborts every wait and re-raises.
-    fn drive(&self, program: &StreamProgram, ctx: &RunCtx<'_>) -> Vec<TraceSpan> {
+    /// Runs program `p`'s segments; on a panic, aborts every wait and re-raises.
+    fn drive(&self, p: usize, ctx: &RunCtx<'_>) -> Vec<TraceSpan> {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.drive_inner(program, ctx)
+            let mut spans = Vec::new();
+            // An abort (another stream panicked) ends this one early: the
+            // other's panic is what gets reported.
+            let _ = self.drive_inner(p, ctx, &mut spans);
+            spans
         }));
         match result {
             Ok(spans) => spans,
@@ -227,69 +291,148 @@ impl Executor {
         }
     }
 
-    fn drive_inner(&self, program: &StreamProgram, ctx: &RunCtx<'_>) -> Vec<TraceSpan> {
-        let RunCtx {
-            steps,
-            devices,
-            run_seed,
-            start,
-            tracing,
-        } = *ctx;
-        let device = &devices[program.device];
-        if program.kind == StreamKind::Compute && devices.len() > 1 {
+    /// Waits until event `e` is recorded. When a copy segment records it,
+    /// this thread runs that copy stream's segments up to it itself (helping).
+    fn wait_event(
+        &self,
+        e: u32,
+        ctx: &RunCtx<'_>,
+        spans: &mut Vec<TraceSpan>,
+    ) -> Result<(), Aborted> {
+        match self.recorded_by_copy[e as usize] {
+            Some((p, k)) => self.help_until(p, k, ctx, spans),
+            None => self.events[e as usize].wait(&self.abort),
+        }
+    }
+
+    /// Returns once copy segment `k` of program `p` finished, running the
+    /// stream's unfinished segments up to it in order; waits on their sources
+    /// first, helping recursively. Every source precedes its copy in global
+    /// order, so the recursion ends and no thread waits on a later one.
+    fn help_until(
+        &self,
+        p: usize,
+        k: usize,
+        ctx: &RunCtx<'_>,
+        spans: &mut Vec<TraceSpan>,
+    ) -> Result<(), Aborted> {
+        let progress = &self.progress[p];
+        let mut spins = 0u32;
+        loop {
+            let next = progress.finished();
+            if next > k {
+                return Ok(());
+            }
+            if self.abort.load(Ordering::Acquire) {
+                return Err(Aborted);
+            }
+            if progress.is_next_unclaimed(next) {
+                for &w in &self.programs[p].segments[next].waits {
+                    self.wait_event(w, ctx, spans)?;
+                }
+                if progress.claim(next) {
+                    self.run_copy(p, next, ctx, spans);
+                }
+                continue;
+            }
+            // Another thread claimed it with its sources ready: it is short.
+            spins += 1;
+            if spins.is_multiple_of(YIELD_EVERY) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Runs copy segment `k` of program `p`, claimed by this thread.
+    fn run_copy(&self, p: usize, k: usize, ctx: &RunCtx<'_>, spans: &mut Vec<TraceSpan>) {
+        let program = &self.programs[p];
+        let seg = &program.segments[k];
+        if let Some(seed) = ctx.run_seed {
+            // Fault injection: a delay drawn from the run and the segment.
+            let mut state = seed ^ ((p as u64) << 40 | k as u64).wrapping_mul(0x9e37_79b9) | 1;
+            let us = next_random(&mut state) % 200;
+            std::thread::sleep(std::time::Duration::from_micros(us));
+        }
+        let t0 = ctx.now();
+        ctx.devices[program.device].copy(&ctx.steps[seg.steps.start]);
+        if ctx.tracing {
+            spans.push(TraceSpan::step(
+                program.stream,
+                seg.steps.start,
+                t0,
+                ctx.now(),
+            ));
+        }
+        for &e in &seg.records {
+            self.events[e as usize].record();
+        }
+        self.progress[p].finish(k);
+    }
+
+    /// Waits on `waits` (traced as one span on `stream`).
+    fn wait_all(
+        &self,
+        stream: u32,
+        waits: &[u32],
+        ctx: &RunCtx<'_>,
+        spans: &mut Vec<TraceSpan>,
+    ) -> Result<(), Aborted> {
+        let waited = ctx.now();
+        for &e in waits {
+            self.wait_event(e, ctx, spans)?;
+        }
+        if ctx.tracing && !waits.is_empty() {
+            spans.push(TraceSpan::wait(stream, waits, waited, ctx.now()));
+        }
+        Ok(())
+    }
+
+    fn drive_inner(
+        &self,
+        p: usize,
+        ctx: &RunCtx<'_>,
+        spans: &mut Vec<TraceSpan>,
+    ) -> Result<(), Aborted> {
+        let program = &self.programs[p];
+        let device = &ctx.devices[program.device];
+        if ctx.devices.len() > 1 && program.kind == StreamKind::Compute {
             device.pin_caller();
         }
-        let mut rng = run_seed.map(|s| s ^ (u64::from(program.stream) + 1) << 32 | 1);
-        let mut spans = Vec::new();
-        let now = || start.elapsed().as_nanos() as u64;
-        for seg in &program.segments {
-            let waited = now();
-            for &e in &seg.waits {
-                if self.events[e as usize].wait(&self.abort).is_err() {
-                    return spans; // another stream panicked: its panic is reported
-                }
-            }
-            if tracing && !seg.waits.is_empty() {
-                spans.push(TraceSpan::wait(program.stream, &seg.waits, waited, now()));
-            }
+        let mut rng = (ctx.run_seed).map(|s| s ^ (u64::from(program.stream) + 1) << 32 | 1);
+        let mut delay = || {
             if let Some(state) = &mut rng {
                 let us = next_random(state) % 200;
                 std::thread::sleep(std::time::Duration::from_micros(us));
             }
-            let seg_steps = &steps[seg.steps.clone()];
-            match program.kind {
-                StreamKind::Copy => {
-                    let t0 = now();
-                    device.copy(&seg_steps[0]);
-                    if tracing {
-                        let step = seg.steps.start;
-                        spans.push(TraceSpan::step(program.stream, step, t0, now()));
-                    }
+        };
+        for seg in &program.segments {
+            self.wait_all(program.stream, &seg.waits, ctx, spans)?;
+            delay();
+            let seg_steps = &ctx.steps[seg.steps.clone()];
+            let tracing = ctx.tracing;
+            let marks: Vec<std::sync::atomic::AtomicU64> = if tracing {
+                (0..=seg_steps.len()).map(|_| Default::default()).collect()
+            } else {
+                Vec::new()
+            };
+            if tracing {
+                marks[0].store(ctx.now(), Ordering::Relaxed);
+            }
+            device.run_steps(seg_steps, &|i| {
+                if tracing {
+                    marks[i + 1].store(ctx.now(), Ordering::Relaxed);
                 }
-                StreamKind::Compute => {
-                    let marks: Vec<std::sync::atomic::AtomicU64> = if tracing {
-                        (0..=seg_steps.len()).map(|_| Default::default()).collect()
-                    } else {
-                        Vec::new()
-                    };
-                    if tracing {
-                        marks[0].store(now(), Ordering::Relaxed);
-                    }
-                    device.run_steps(seg_steps, &|i| {
-                        if tracing {
-                            marks[i + 1].store(now(), Ordering::Relaxed);
-                        }
-                    });
-                    for (i, w) in marks.windows(2).enumerate() {
-                        let (t0, t1) = (w[0].load(Ordering::Relaxed), w[1].load(Ordering::Relaxed));
-                        spans.push(TraceSpan::step(program.stream, seg.steps.start + i, t0, t1));
-                    }
-                }
+            });
+            for (i, w) in marks.windows(2).enumerate() {
+                let (t0, t1) = (w[0].load(Ordering::Relaxed), w[1].load(Ordering::Relaxed));
+                spans.push(TraceSpan::step(program.stream, seg.steps.start + i, t0, t1));
             }
             for &e in &seg.records {
                 self.events[e as usize].record();
             }
         }
-        spans
+        Ok(())
     }
 }

@@ -135,11 +135,12 @@ pub fn pin_current_thread(cores: &[usize]) {
     }
 }
 
-/// Caps of every CPU device: host memory, synchronous copies on a copy
-/// stream thread, host events.
+/// Caps of every CPU device: host memory and host events; not asynchronous
+/// (a copy is a memcpy run by the thread that needs it, as ggml's CPU backend
+/// has no async copies either).
 pub fn cpu_caps() -> Caps {
     Caps {
-        asynchronous: true,
+        asynchronous: false,
         events: true,
         host_buffer: true,
         buffer_from_host_ptr: true,
