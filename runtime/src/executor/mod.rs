@@ -397,9 +397,7 @@ impl Executor {
     ) -> Result<(), Aborted> {
         let program = &self.programs[p];
         let device = &ctx.devices[program.device];
-        if ctx.devices.len() > 1 && program.kind == StreamKind::Compute {
-            device.pin_caller();
-        }
+        let _pinned = (ctx.devices.len() > 1).then(|| device.pin_caller());
         let mut rng = (ctx.run_seed).map(|s| s ^ (u64::from(program.stream) + 1) << 32 | 1);
         let mut delay = || {
             if let Some(state) = &mut rng {

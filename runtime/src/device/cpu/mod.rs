@@ -49,10 +49,26 @@ impl CpuDevice {
             .map_or(std::ptr::null_mut(), AlignedBuffer::as_ptr)
     }
 
-    /// Pins the calling thread to the group's first core (the thread that
-    /// drives a pool job is its thread 0).
-    pub fn pin_caller(&self) {
+    /// Pins the calling thread to the group's cores (the thread that drives
+    /// a pool job is its thread 0) until the returned guard is dropped, which
+    /// gives the thread back the cores it had: the caller of a run must not
+    /// stay confined to one device's cores afterwards.
+    #[must_use = "the pinning ends when the guard is dropped"]
+    pub fn pin_caller(&self) -> Pinned {
+        let before = allowed_cores();
         pin_current_thread(&self.info.cores);
+        Pinned { before }
+    }
+}
+
+/// The thread's cores before [`CpuDevice::pin_caller`]; restored on drop.
+pub struct Pinned {
+    before: Vec<usize>,
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        pin_current_thread(&self.before);
     }
 }
 
