@@ -137,6 +137,22 @@ pub enum RuntimeError {
     /// LLVM failed to set up or to compile a kernel.
     #[error("JIT: {0}")]
     Jit(String),
+    /// A tensor read or write that would leave the tensor's bytes.
+    #[error(
+        "{device}: {what} of {len} bytes at offset {offset} of a {size}-byte tensor runs past its end"
+    )]
+    TensorAccess {
+        /// The device.
+        device: String,
+        /// `set_tensor` or `get_tensor`.
+        what: &'static str,
+        /// Bytes asked for.
+        len: usize,
+        /// Offset into the tensor.
+        offset: usize,
+        /// The tensor's size in bytes.
+        size: usize,
+    },
     /// An arena could not be allocated.
     #[error("could not allocate {bytes} bytes for arena {arena} ({usage} on {device})")]
     Alloc {

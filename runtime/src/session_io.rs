@@ -5,6 +5,7 @@
 //! they index before any byte is written.
 
 use crate::RuntimeError;
+use crate::device::{Device, TensorBytes};
 use crate::runtime::{Runtime, describe, layout_of};
 use ir::{DType, Role};
 
@@ -49,8 +50,11 @@ impl Runtime {
                 }
             }
         }
-        // SAFETY: the tensor's bytes hold `expected` bytes (checked layout).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr[t as usize], expected) };
+        // SAFETY: the tensor's bytes hold `expected` bytes (checked layout),
+        // in a buffer of its device that lives as long as the runtime.
+        let tensor = unsafe { TensorBytes::new(self.addr[t as usize], expected) };
+        let device = self.plan.tensors[t as usize].device.index();
+        self.devices[device].set_tensor(tensor, 0, bytes)?;
         self.inputs.insert(t, true);
         Ok(())
     }

@@ -19,8 +19,59 @@ pub mod host;
 pub mod registry;
 
 use crate::RuntimeError;
+use crate::executor::event::Event;
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
+
+/// A tensor's bytes in a device's memory (ggml's tensor `data` and
+/// `nbytes`): what [`Device::set_tensor`] and [`Device::get_tensor`] address,
+/// with an offset and a size checked against it.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorBytes {
+    addr: *mut u8,
+    len: usize,
+}
+
+impl TensorBytes {
+    /// The `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must lie in one buffer of the device it is used
+    /// with, and stay allocated while it is used.
+    pub unsafe fn new(addr: *mut u8, len: usize) -> TensorBytes {
+        TensorBytes { addr, len }
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty tensor.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address of `offset..offset + n`, or why it is out of bounds.
+    fn range(
+        &self,
+        device: &str,
+        what: &'static str,
+        offset: usize,
+        n: usize,
+    ) -> Result<*mut u8, RuntimeError> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok(self.addr.wrapping_add(offset)),
+            _ => Err(RuntimeError::TensorAccess {
+                device: device.to_string(),
+                what,
+                len: n,
+                offset,
+                size: self.len,
+            }),
+        }
+    }
+}
 
 /// What a device can do beyond running steps (ggml's device caps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -73,4 +124,48 @@ pub trait Device: Send + Sync {
     /// Runs a prepared copy on the copy stream (bytes from another device of
     /// the same host here; a device with its own memory uploads or downloads).
     fn copy(&self, copy: &PreparedStep);
+
+    /// Writes `data` into `tensor` from byte `offset` (ggml `set_tensor`);
+    /// refused, with nothing written, when it would run past the tensor.
+    fn set_tensor(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), RuntimeError>;
+
+    /// Reads `out.len()` bytes of `tensor` from byte `offset` (ggml
+    /// `get_tensor`); refused when it would run past the tensor.
+    fn get_tensor(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), RuntimeError>;
+
+    /// Queues the write on the copy stream and records `done` once it landed
+    /// (ggml `set_tensor_async` then `event_record`); `data` must stay
+    /// unchanged until then. A device without asynchronous copies
+    /// ([`Caps::asynchronous`] false) writes before returning.
+    fn set_tensor_async(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        data: &[u8],
+        done: &Event,
+    ) -> Result<(), RuntimeError>;
+
+    /// Queues the read on the copy stream and records `done` once `out` holds
+    /// the bytes (ggml `get_tensor_async` then `event_record`).
+    fn get_tensor_async(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        out: &mut [u8],
+        done: &Event,
+    ) -> Result<(), RuntimeError>;
+
+    /// Returns once everything queued on the device's streams is done
+    /// (ggml `synchronize`).
+    fn synchronize(&self);
 }

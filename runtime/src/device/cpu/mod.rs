@@ -5,10 +5,11 @@
 //! Invariants: a group's threads run only its steps; its scratch buffer is
 //! sized once, after every step was prepared, for the largest step.
 
-use super::{Caps, Device, DeviceInfo};
+use super::{Caps, Device, DeviceInfo, TensorBytes};
 use crate::RuntimeError;
 use crate::cpu::{ThreadCtx, ThreadPool};
 use crate::execute::ScratchPtr;
+use crate::executor::event::Event;
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
 use std::sync::{Arc, OnceLock};
@@ -117,6 +118,59 @@ impl Device for CpuDevice {
         // SAFETY: as in run_steps; a copy kernel runs on one thread.
         ThreadCtx::single(|ctx| unsafe { copy.kernel.run(ctx, std::ptr::null_mut()) });
     }
+
+    fn set_tensor(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), RuntimeError> {
+        let dst = tensor.range(&self.info.name, "set_tensor", offset, data.len())?;
+        // SAFETY: `dst..dst + data.len()` lies inside the tensor (checked),
+        // which `TensorBytes::new`'s caller vouched is host memory of ours.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    fn get_tensor(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), RuntimeError> {
+        let src = tensor.range(&self.info.name, "get_tensor", offset, out.len())?;
+        // SAFETY: as in set_tensor.
+        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn set_tensor_async(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        data: &[u8],
+        done: &Event,
+    ) -> Result<(), RuntimeError> {
+        // Host memory: the write is a memcpy, done before returning.
+        self.set_tensor(tensor, offset, data)?;
+        done.record();
+        Ok(())
+    }
+
+    fn get_tensor_async(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        out: &mut [u8],
+        done: &Event,
+    ) -> Result<(), RuntimeError> {
+        self.get_tensor(tensor, offset, out)?;
+        done.record();
+        Ok(())
+    }
+
+    /// Nothing is ever queued: steps and copies finish before they return.
+    fn synchronize(&self) {}
 }
 
 /// The cores this process may run on, in order.
@@ -162,3 +216,6 @@ pub fn cpu_caps() -> Caps {
         buffer_from_host_ptr: true,
     }
 }
+
+#[cfg(test)]
+mod tests;
