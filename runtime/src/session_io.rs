@@ -114,22 +114,31 @@ impl Runtime {
         self.set_input_bytes(name, &bytes)
     }
 
-    /// The bytes of plan tensor `t` (its span), or `None` when it has none.
-    pub fn tensor_bytes(&self, t: u32) -> Option<&[u8]> {
+    /// The bytes of plan tensor `t` (its span, read through its device), or
+    /// `None` when it has none.
+    pub fn tensor_bytes(&self, t: u32) -> Option<Vec<u8>> {
         let a = *self.addr.get(t as usize)?;
         if a.is_null() {
             return None;
         }
         let span = layout_of(&self.plan, t).span_bytes() as usize;
-        // SAFETY: a tensor's address is valid for its span (checker + load);
-        // no kernel runs while `&self` is borrowed.
-        Some(unsafe { std::slice::from_raw_parts(a, span) })
+        // SAFETY: a tensor's address is valid for its span (checker + load),
+        // in a buffer of its device that lives as long as the runtime.
+        let tensor = unsafe { TensorBytes::new(a, span) };
+        let device = self.plan.tensors[t as usize].device.index();
+        let mut bytes = vec![0u8; span];
+        // In bounds by construction: the whole span from offset 0.
+        (self.devices[device].get_tensor(tensor, 0, &mut bytes)).ok()?;
+        Some(bytes)
     }
 
     /// The values of plan tensor `t` as f64 in ggml element order.
     pub fn tensor_values(&self, t: u32) -> Option<kernels::reference::Dense> {
         let bytes = self.tensor_bytes(t)?;
-        Some(kernels::reference::gather(bytes, &layout_of(&self.plan, t)))
+        Some(kernels::reference::gather(
+            &bytes,
+            &layout_of(&self.plan, t),
+        ))
     }
 
     /// The values of graph tensor `name` as f32, in element order.
