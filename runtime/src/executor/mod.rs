@@ -8,8 +8,9 @@
 //! last, each handed to the device as one job (one barrier per step, no event
 //! traffic inside). A copy stream's segments are one copy each.
 //!
-//! Threads: one per compute stream (the caller runs the first), pinned to its
-//! device's cores when there are several devices. Copy streams have no thread
+//! Threads: one per compute stream (the caller runs the first), started once
+//! per executor (a pool: runs do not pay for starting threads), pinned to its
+//! device's cores for the run when there are several devices. Copy streams have no thread
 //! of their own: a copy between CPU devices is a memcpy that needs a core like
 //! any step, and a copy thread would take turns with the compute threads on
 //! the same cores (two thread switches per split boundary, measured by the
@@ -36,6 +37,7 @@ pub mod claims;
 pub mod event;
 pub mod trace;
 
+use crate::cpu::ThreadPool;
 use crate::device::Device;
 use crate::device::cpu::CpuDevice;
 use crate::steps::PreparedStep;
@@ -43,8 +45,8 @@ use claims::CopyProgress;
 use event::{Aborted, Event};
 use ir::plan::{Plan, StreamKind};
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use trace::{Trace, TraceSpan};
 
@@ -156,6 +158,12 @@ pub struct Executor {
     progress: Vec<CopyProgress>,
     /// Per event: the copy segment recording it, as (program, segment).
     recorded_by_copy: Vec<Option<(usize, usize)>>,
+    /// The compute programs, in program order: thread `i` of `streams` drives
+    /// `compute[i]`.
+    compute: Vec<usize>,
+    /// One persistent thread per compute program (the caller is the first),
+    /// started once, not on every run.
+    streams: ThreadPool,
     abort: AtomicBool,
     /// Fault injection seed (tests), and a counter so every run differs.
     delays: Option<(u64, std::sync::atomic::AtomicU64)>,
@@ -184,7 +192,12 @@ impl Executor {
                 }
             }
         }
+        let compute: Vec<usize> = (0..programs.len())
+            .filter(|&p| programs[p].kind == StreamKind::Compute)
+            .collect();
         Executor {
+            streams: ThreadPool::new(compute.len()),
+            compute,
             progress: programs.iter().map(|_| CopyProgress::default()).collect(),
             recorded_by_copy,
             programs,
@@ -232,29 +245,25 @@ impl Executor {
             tracing: trace.is_some(),
         };
         let ctx = &ctx;
-        // Compute streams get a thread each (the caller runs the first);
-        // copy streams get none (see the module doc).
-        let compute: Vec<usize> = (0..self.programs.len())
-            .filter(|&p| self.programs[p].kind == StreamKind::Compute)
-            .collect();
-        let mut spans: Vec<Vec<TraceSpan>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (compute.iter().skip(1))
-                .map(|&p| scope.spawn(move || self.drive(p, ctx)))
-                .collect();
-            let first = compute.first().map(|&p| self.drive(p, ctx));
-            let mut all: Vec<Vec<TraceSpan>> = first.into_iter().collect();
-            let mut panic = None;
-            for h in handles {
-                match h.join() {
-                    Ok(s) => all.push(s),
-                    Err(p) => panic = panic.or(Some(p)),
-                }
-            }
-            if let Some(p) = panic {
-                std::panic::resume_unwind(p);
-            }
-            all
+        // Compute streams get a thread each from the executor's persistent
+        // pool (the caller runs the first); copy streams get none (see the
+        // module doc). The pool re-raises a stream's panic here once every
+        // stream has stopped.
+        let compute = &self.compute;
+        let per_thread: Vec<Mutex<Vec<TraceSpan>>> =
+            compute.iter().map(|_| Mutex::new(Vec::new())).collect();
+        self.streams.run(&|thread| {
+            let Some(&program) = compute.get(thread.ith) else {
+                return; // a plan without compute streams: only copies
+            };
+            let spans = self.drive(program, ctx);
+            *per_thread[thread.ith]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = spans;
         });
+        let mut spans: Vec<Vec<TraceSpan>> = (per_thread.into_iter())
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .collect();
         // Copies no stream waited for (e.g. into an output read after the run).
         let mut drained = Vec::new();
         for p in 0..self.programs.len() {
