@@ -4,7 +4,9 @@
 //! computes. With fault injection (random delays before every segment), 100
 //! seeded runs of each plan give the same bits, and a plan missing one wait
 //! is refused at load. Pipelined plans (`--pipeline 2` and `4`: micro-batches
-//! over a KV cache) compute what the unpipelined one-device plan computes.
+//! over a KV cache) compute what the unpipelined one-device plan computes. A
+//! stream that panics (a test hook) stops the others: the panic reaches the
+//! caller, every time, without a hang.
 
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
@@ -188,5 +190,52 @@ fn stream_programs_cover_every_step_once_in_global_order() {
             .map(|s| s.copies.len() + s.steps.len())
             .sum();
         assert_eq!(seen, (0..total).collect::<Vec<_>>(), "{}", graph.name);
+    }
+}
+
+#[test]
+fn a_stream_that_panics_stops_the_others_and_the_panic_reaches_the_caller() {
+    let path = example_graph_files()
+        .into_iter()
+        .find(|p| p.ends_with("llama2l.ron"))
+        .unwrap();
+    let graph = ir::text::read_graph(&path).unwrap();
+    let plan = plan_for(&graph, "cpu0+cpu1", Policy::Cost);
+    let programs = runtime::executor::programs(&plan);
+    let kind = ir::plan::StreamKind::Compute;
+    let compute: Vec<_> = programs.iter().filter(|p| p.kind == kind).collect();
+    let copy = programs
+        .iter()
+        .find(|p| p.kind != kind)
+        .expect("a copy stream");
+    // On the caller's stream before anyone waits; on the other device's
+    // stream (its own thread); in a copy (run by the thread that waits for it).
+    let first = compute[0].segments[0].steps.start;
+    let last = compute.last().unwrap().segments.last().unwrap().steps.end - 1;
+    let copied = copy.segments[0].steps.start;
+    for at in [first, last, copied] {
+        let options = LoadOptions {
+            threads: 2,
+            fault_panic_at: Some(at),
+            ..LoadOptions::default()
+        };
+        let plan = Arc::new(plan.clone());
+        let mut rt = Runtime::load(plan, Weights::Random { seed: 3 }, &options).unwrap();
+        for name in rt.input_names() {
+            rt.set_random_input(&name, 4).unwrap();
+        }
+        for run in 0..3 {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.run()));
+            let payload = caught.expect_err("the injected panic reaches the caller");
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_default();
+            let want = format!("injected fault at prepared step {at}");
+            assert_eq!(
+                msg, want,
+                "run {run}: the first panic, not a stream that gave up"
+            );
+        }
     }
 }

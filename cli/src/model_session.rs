@@ -30,6 +30,7 @@ impl Shared {
                 precision,
                 on_prepare: None,
                 fault_injection: None,
+                fault_panic_at: None,
             },
         })
     }

@@ -55,6 +55,10 @@ pub struct LoadOptions {
     /// Test hook: with a seed, every segment of a multi-stream run starts
     /// after a random delay (see `executor`), to shake out missing events.
     pub fault_injection: Option<u64>,
+    /// Test hook: in a multi-stream run, the thread reaching this prepared
+    /// step (or copy) panics instead of running it, to prove that a failing
+    /// stream stops the others and the panic reaches the caller.
+    pub fault_panic_at: Option<usize>,
 }
 
 impl Default for LoadOptions {
@@ -67,6 +71,7 @@ impl Default for LoadOptions {
             precision: Precision::Fast,
             on_prepare: None,
             fault_injection: None,
+            fault_panic_at: None,
         }
     }
 }
@@ -289,7 +294,7 @@ impl Runtime {
                 device.set_scratch(bytes.max().unwrap_or(0))?;
             }
         }
-        let executor = Executor::new(&plan, options.fault_injection);
+        let executor = Executor::new(&plan, options.fault_injection, options.fault_panic_at);
         let scratch = AlignedBuffer::zeroed(scratch_bytes, 64).ok_or(RuntimeError::Alloc {
             arena: usize::MAX,
             bytes: scratch_bytes as u64,

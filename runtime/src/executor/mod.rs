@@ -46,6 +46,7 @@ use claims::CopyProgress;
 use event::{Aborted, Event};
 use ir::plan::{Plan, StreamKind};
 pub use programs::{Segment, StreamProgram, programs};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -88,6 +89,8 @@ pub struct Executor {
     abort: AtomicBool,
     /// Fault injection seed (tests), and a counter so every run differs.
     delays: Option<(u64, std::sync::atomic::AtomicU64)>,
+    /// Test hook: the prepared step whose thread panics instead of running it.
+    panic_at: Option<usize>,
 }
 
 /// xorshift64*: the delays' random numbers.
@@ -99,8 +102,9 @@ fn next_random(state: &mut u64) -> u64 {
 }
 
 impl Executor {
-    /// An executor for `plan` (`delays_seed`: fault injection, for tests).
-    pub fn new(plan: &Plan, delays_seed: Option<u64>) -> Executor {
+    /// An executor for `plan` (`delays_seed` and `panic_at`: fault
+    /// injection, for tests).
+    pub fn new(plan: &Plan, delays_seed: Option<u64>, panic_at: Option<usize>) -> Executor {
         let programs = programs(plan);
         let mut recorded_by_copy = vec![None; plan.n_events as usize];
         for (p, program) in programs.iter().enumerate() {
@@ -125,6 +129,7 @@ impl Executor {
             events: (0..plan.n_events).map(|_| Event::default()).collect(),
             abort: AtomicBool::new(false),
             delays: delays_seed.map(|s| (s, std::sync::atomic::AtomicU64::new(0))),
+            panic_at,
         }
     }
 
@@ -221,6 +226,13 @@ impl Executor {
         }
     }
 
+    /// The `fault_panic_at` test hook: panics when `steps` holds that step.
+    fn maybe_fail(&self, steps: Range<usize>) {
+        if let Some(k) = self.panic_at.filter(|k| steps.contains(k)) {
+            panic!("injected fault at prepared step {k}");
+        }
+    }
+
     /// Waits until event `e` is recorded. When a copy segment records it,
     /// this thread runs that copy stream's segments up to it itself (helping).
     fn wait_event(
@@ -279,6 +291,7 @@ impl Executor {
     fn run_copy(&self, p: usize, k: usize, ctx: &RunCtx<'_>, spans: &mut Vec<TraceSpan>) {
         let program = &self.programs[p];
         let seg = &program.segments[k];
+        self.maybe_fail(seg.steps.clone());
         if let Some(seed) = ctx.run_seed {
             // Fault injection: a delay drawn from the run and the segment.
             let mut state = seed ^ ((p as u64) << 40 | k as u64).wrapping_mul(0x9e37_79b9) | 1;
@@ -338,6 +351,7 @@ impl Executor {
         for seg in &program.segments {
             self.wait_all(program.stream, &seg.waits, ctx, spans)?;
             delay();
+            self.maybe_fail(seg.steps.clone());
             let seg_steps = &ctx.steps[seg.steps.clone()];
             let tracing = ctx.tracing;
             let marks: Vec<std::sync::atomic::AtomicU64> = if tracing {
