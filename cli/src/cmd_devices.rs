@@ -51,9 +51,7 @@ fn host_target_step(args: &DevicesArgs) -> Result<()> {
     );
     if let Some(path) = &args.write_target {
         let text = ron::ser::to_string_pretty(&target, ron::ser::PrettyConfig::default())?;
-        let tmp = path.with_extension("ron.tmp");
-        std::fs::write(&tmp, text + "\n")?;
-        std::fs::rename(&tmp, path)?;
+        ir::text::write_atomically(path, (text + "\n").as_bytes())?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
@@ -107,7 +105,7 @@ fn cuda_json(cuda: &CudaStatus) -> Value {
 pub fn run(args: DevicesArgs) -> Result<ExitCode> {
     host_target_step(&args)?;
     let registry = runtime::device::registry::Registry::enumerate();
-    let host = &registry.host;
+    let host = &registry.host();
     tracing::debug!(?host, "host read");
     let cuda = registry.probe_cuda();
     tracing::debug!(?cuda, "cuda probed");

@@ -36,10 +36,9 @@ pub const HOST: &str = "host";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CachedCalibration {
-    /// What the rates were measured on (see [`cache_key`]).
+    /// What the rates were measured on (see [`cache_key`]; the cores in it
+    /// are the threads the calibration ran on).
     key: String,
-    /// Threads the calibration ran on.
-    threads: usize,
     /// The rates.
     throughput: Throughput,
 }
@@ -47,7 +46,7 @@ struct CachedCalibration {
 /// What the CPU rates depend on (a debug build's kernels are slower, so the
 /// build profile is part of it).
 fn cache_key(registry: &Registry) -> String {
-    let host = &registry.host;
+    let host = registry.host();
     let build = if cfg!(debug_assertions) {
         "debug"
     } else {
@@ -103,9 +102,7 @@ fn write_cache(path: &Path, cached: &CachedCalibration) -> Result<()> {
     let dir = path.parent().context("the cache path has no folder")?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let text = ron::ser::to_string_pretty(cached, ron::ser::PrettyConfig::default())?;
-    let tmp = dir.join(format!(".calibration.ron.{}", std::process::id()));
-    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    ir::text::write_atomically(path, (text + "\n").as_bytes())?;
     Ok(())
 }
 
@@ -130,7 +127,6 @@ pub fn cpu_throughput(registry: &Registry, recalibrate: bool) -> Result<Throughp
     tracing::info!(took_ms = measured.took_ms, "host calibrated");
     let cached = CachedCalibration {
         key,
-        threads,
         throughput: measured.throughput.clone(),
     };
     match &path {
@@ -215,14 +211,13 @@ mod tests {
         assert_eq!(read_cache(&path, "k"), Ok(None));
         let cached = CachedCalibration {
             key: "k".to_string(),
-            threads: 2,
             throughput: sample(),
         };
         write_cache(&path, &cached).expect("written");
         assert_eq!(read_cache(&path, "k"), Ok(Some(sample())));
         let other = read_cache(&path, "other").expect_err("another key");
         assert!(other.contains("another machine"), "{other}");
-        std::fs::write(&path, "(key: \"k\", threads: 2, throughput: (").expect("garbage");
+        std::fs::write(&path, "(key: \"k\", throughput: (").expect("garbage");
         let garbage = read_cache(&path, "k").expect_err("garbage");
         assert!(garbage.contains("not a calibration cache"), "{garbage}");
         let mut bad = cached.clone();

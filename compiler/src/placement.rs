@@ -211,8 +211,9 @@ pub struct Pins<'a> {
     options: &'a PlacementOptions,
     target: &'a Target,
     n_layers: u32,
-    /// Work per token of each layer-split unit (see [`unit_costs`]).
-    unit_costs: Vec<f64>,
+    /// Where each layer-split unit's middle sits in the model's work, in
+    /// `[0, 1)` (see [`unit_positions`]).
+    unit_positions: Vec<f64>,
 }
 
 /// A weight's unit in a layer split: 0 the input layer, `1..=n` block
@@ -247,6 +248,27 @@ fn unit_costs(graph: &Graph, n_layers: u32) -> Vec<f64> {
     costs
 }
 
+/// Where each unit sits in the model's work, in `[0, 1)`: the share of all
+/// matmul work before it plus half its own (its middle). Without matmuls,
+/// units count equally.
+fn unit_positions(costs: &[f64]) -> Vec<f64> {
+    let total: f64 = costs.iter().sum();
+    let mut before = 0.0;
+    costs
+        .iter()
+        .enumerate()
+        .map(|(unit, &cost)| {
+            let at = if total > 0.0 {
+                (before + cost / 2.0) / total
+            } else {
+                (unit as f64 + 0.5) / costs.len() as f64
+            };
+            before += cost;
+            at
+        })
+        .collect()
+}
+
 impl<'a> Pins<'a> {
     /// Resolves `options` for `target` and `graph` (counts the graph's blocks
     /// and their work once).
@@ -256,7 +278,7 @@ impl<'a> Pins<'a> {
             options,
             target,
             n_layers,
-            unit_costs: unit_costs(graph, n_layers),
+            unit_positions: unit_positions(&unit_costs(graph, n_layers)),
         }
     }
 
@@ -304,19 +326,6 @@ impl<'a> Pins<'a> {
 }
 
 impl Pins<'_> {
-    /// Where a unit sits in the model's work, in `[0, 1)`: the share of all
-    /// matmul work before it plus half its own (its middle). Without matmuls,
-    /// units count equally.
-    fn unit_position(&self, unit: usize) -> f64 {
-        let total: f64 = self.unit_costs.iter().sum();
-        if total > 0.0 {
-            let before: f64 = self.unit_costs[..unit].iter().sum();
-            (before + self.unit_costs[unit] / 2.0) / total
-        } else {
-            (unit as f64 + 0.5) / self.unit_costs.len() as f64
-        }
-    }
-
     /// `--split-mode layer`: the model is cut into units (the input layer,
     /// each block, the output head), and a unit goes to the first device whose
     /// cumulative share of the proportions reaches the unit's middle, measured
@@ -334,7 +343,7 @@ impl Pins<'_> {
         };
         let total: f64 = shares.iter().sum();
         let n = self.n_layers.max(1);
-        let at = self.unit_position(unit_of(name, self.n_layers));
+        let at = self.unit_positions[unit_of(name, self.n_layers)];
         let mut cumulative = 0.0;
         let mut device = shares.iter().rposition(|&s| s > 0.0)?;
         for (k, s) in shares.iter().enumerate() {

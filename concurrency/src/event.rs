@@ -17,16 +17,11 @@
 //! sets a wait's `abort` flag then calls [`Event::wake_all`], so a stream that
 //! panicked never leaves the others waiting forever.
 
-use crate::shim::{
-    AtomicBool, AtomicUsize, Condvar, Mutex, lock, spin_limit, spin_loop, wait, yield_now,
-};
+use crate::shim::{AtomicBool, AtomicUsize, Condvar, Mutex, lock, relax_often, spin_limit, wait};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 /// Spins before a waiter sleeps (a few microseconds).
 const SPINS: u32 = spin_limit(4_000);
-/// Spins between yields of the core: often, since the thread that will
-/// record may be waiting for this core (more streams than cores).
-const YIELD_EVERY: u32 = 8;
 
 /// The done bit of [`Event::state`]; the other bits count sleepers.
 const DONE: usize = 1;
@@ -65,15 +60,12 @@ impl Event {
     /// Whoever sets `abort` must then call [`Event::wake_all`]: a sleeping
     /// waiter sees the flag only when woken.
     pub fn wait(&self, abort: &AtomicBool) -> Result<(), Aborted> {
-        for i in 0..SPINS {
+        let mut spins = 0;
+        while spins < SPINS {
             if self.is_done() {
                 return Ok(());
             }
-            if i % YIELD_EVERY == YIELD_EVERY - 1 {
-                yield_now();
-            } else {
-                spin_loop();
-            }
+            relax_often(&mut spins);
         }
         let mut guard = lock(&self.lock);
         loop {

@@ -28,3 +28,4 @@ pub use barrier::SpinBarrier;
 pub use ctx::{ThreadCtx, share};
 pub use event::{Aborted, Event};
 pub use pool::ThreadPool;
+pub use shim::relax_often;

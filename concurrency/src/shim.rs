@@ -50,3 +50,16 @@ pub(crate) fn relax(spins: &mut u32) {
         spin_loop();
     }
 }
+
+/// One iteration of a wait for another stream: spin, but yield the core
+/// every eighth time, because the thread that will end the wait may be
+/// waiting for this very core (more streams than cores). Public: the
+/// runtime's executor waits for copies the same way.
+pub fn relax_often(spins: &mut u32) {
+    *spins += 1;
+    if spins.is_multiple_of(8) {
+        yield_now();
+    } else {
+        spin_loop();
+    }
+}

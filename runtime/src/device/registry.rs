@@ -4,8 +4,8 @@
 //! Found: `cpu` (every core this process may use), its NUMA nodes
 //! (`numa0`, ... from /sys, when there are several), and core groups
 //! (`cpu0`, `cpu1`: the cores cut in two, as the `cpu0+cpu1` target asks).
-//! The host's description ([`HostInfo`]: CPU model, SIMD, memory) comes
-//! with it. CUDA devices are probed on demand ([`Registry::probe_cuda`]: the
+//! The host's description ([`HostInfo`]: CPU model, SIMD, memory) is read
+//! on demand ([`Registry::host`]). CUDA devices are probed on demand ([`Registry::probe_cuda`]: the
 //! driver is only loaded when asked); their backend comes in its own issue, so
 //! a plan naming one is refused by name, saying what the probe found.
 //!
@@ -29,8 +29,6 @@ pub struct Registry {
     pub devices: Vec<DeviceInfo>,
     /// The host's cores this process may use.
     pub cores: Vec<usize>,
-    /// The host CPU and memory.
-    pub host: HostInfo,
 }
 
 fn cpu_info(name: String, description: String, cores: Vec<usize>) -> DeviceInfo {
@@ -124,11 +122,13 @@ impl Registry {
                 devices.push(cpu_info(format!("cpu{group}"), what, mine));
             }
         }
-        Registry {
-            devices,
-            cores,
-            host: host_info(),
-        }
+        Registry { devices, cores }
+    }
+
+    /// The host CPU and memory, read now (only callers that describe the
+    /// host pay for reading /proc/cpuinfo: loading a plan does not).
+    pub fn host(&self) -> HostInfo {
+        host_info()
     }
 
     /// Probes the CUDA driver (loads it: only when a caller needs to know).

@@ -69,9 +69,6 @@ impl RunCtx<'_> {
     }
 }
 
-/// Spins between checks of a helping wait before yielding the core (often:
-/// the thread it waits for may share this core).
-const YIELD_EVERY: u32 = 8;
 /// What a concurrent run needs from the runtime.
 pub struct Executor {
     programs: Vec<StreamProgram>,
@@ -131,11 +128,6 @@ impl Executor {
             delays: delays_seed.map(|s| (s, std::sync::atomic::AtomicU64::new(0))),
             panic_at,
         }
-    }
-
-    /// The stream programs.
-    pub fn programs(&self) -> &[StreamProgram] {
-        &self.programs
     }
 
     /// True when the plan is one stream with no events: the caller's
@@ -278,12 +270,7 @@ impl Executor {
                 continue;
             }
             // Another thread claimed it with its sources ready: it is short.
-            spins += 1;
-            if spins.is_multiple_of(YIELD_EVERY) {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            concurrency::relax_often(&mut spins);
         }
     }
 
