@@ -85,12 +85,12 @@ impl DType {
     }
 
     /// Bytes of one row of `ne0` elements, or `None` when `ne0` is not a whole
-    /// number of blocks.
+    /// number of blocks or the row's size does not fit in a `u64`.
     pub const fn row_bytes(self, ne0: u64) -> Option<u64> {
         if !ne0.is_multiple_of(self.block_elems()) {
             return None;
         }
-        Some(ne0 / self.block_elems() * self.block_bytes())
+        (ne0 / self.block_elems()).checked_mul(self.block_bytes())
     }
 
     /// The lower-case name ggml and GGUF tools print (`f32`, `q4_1`, ...).

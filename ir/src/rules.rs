@@ -31,6 +31,22 @@ pub struct Derived {
 /// saying which rule fails; callers add the node's name and operands.
 pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Result<Derived, String> {
     check_arity(op, srcs.len())?;
+    // A parsed graph reaches here before the verifier has seen its leaves:
+    // the rules below divide by extents, so empty ones stop here.
+    for (i, (_, t)) in srcs.iter().enumerate() {
+        if t.layout.ne.iter().any(|&n| n < 1) {
+            return Err(format!(
+                "src{i} has extents {} (each must be >= 1)",
+                fmt_ne(&t.layout.ne)
+            ));
+        }
+    }
+    if let Some(d) = declared.filter(|d| d.ne.iter().any(|&n| n < 1)) {
+        return Err(format!(
+            "the result's extents {} are not all >= 1",
+            fmt_ne(&d.ne)
+        ));
+    }
     let s = |i: usize| &srcs[i].1.layout;
     let packed = |dtype: DType, ne: [i64; 4]| -> Result<Derived, String> {
         Layout::contiguous(dtype, ne)

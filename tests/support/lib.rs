@@ -1,9 +1,11 @@
 //! Shared support for the workspace integration tests in `tests/`.
 
 pub mod bert_gguf;
+pub mod fuzz;
 pub mod generation;
 pub mod gguf_writer;
 pub mod models;
+pub mod random_graph;
 pub mod references;
 
 use std::path::PathBuf;

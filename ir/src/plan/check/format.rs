@@ -72,7 +72,7 @@ fn tensors(c: &mut Checker<'_>) {
             c.tensor_problem(Format, id, format!("extents {:?} must all be >= 1", t.ne));
         } else if t.dtype.row_bytes(t.ne[0] as u64).is_none() {
             let msg = format!(
-                "ne0 {} is not a whole number of {} blocks",
+                "ne0 {} is not a whole number of {} blocks (or its row overflows)",
                 t.ne[0], t.dtype
             );
             c.tensor_problem(Format, id, msg);

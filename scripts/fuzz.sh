@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing (cargo-fuzz / libFuzzer, AddressSanitizer on).
+#
+#   scripts/fuzz.sh [TARGET|all] [SECONDS]     default: all, 60 seconds each
+#
+# Targets (bodies in tests/support/fuzz/): graph_text plan_text plan_edit gguf
+# hf_folder npy tokenizer differential. Each run starts from the in-tree seeds
+# (fuzz/seeds/TARGET) plus the corpus grown by earlier runs (fuzz/corpus/TARGET,
+# git-ignored), and appends one line of libFuzzer's final statistics to
+# fuzz/runs.tsv (committed: the totals in README.md's "Reliability" come from it).
+# A failing input is saved under fuzz/artifacts/TARGET/; the script then exits 1
+# and prints how to reproduce it. Fix the bug and copy the input to
+# tests/fuzz_regressions/TARGET/ so `cargo test` keeps checking it.
+#
+# Installs what a fresh machine lacks: the pinned nightly toolchain and
+# cargo-fuzz. GGPLAN_FUZZ_SMOKE=1 (CI) fixes libFuzzer's seed and appends
+# nothing to fuzz/runs.tsv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Pinned so a fuzz build is reproducible; the date's nightly must have the
+# sanitizers (every tier-1 Linux nightly does).
+nightly=nightly-2026-10-29
+all_targets=(graph_text plan_text plan_edit gguf hf_folder npy tokenizer differential)
+
+which_targets=${1:-all}
+seconds=${2:-60}
+if [ "$which_targets" = all ]; then
+  targets=("${all_targets[@]}")
+else
+  targets=("$which_targets")
+  if [[ " ${all_targets[*]} " != *" $which_targets "* ]]; then
+    echo "fuzz.sh: unknown target '$which_targets' (targets: ${all_targets[*]})" >&2
+    exit 2
+  fi
+fi
+
+if ! rustup run "$nightly" rustc --version >/dev/null 2>&1; then
+  echo "fuzz.sh: installing the $nightly toolchain" >&2
+  rustup toolchain install "$nightly" --profile minimal >&2
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz.sh: installing cargo-fuzz" >&2
+  cargo install cargo-fuzz --version 0.13.2 --locked >&2
+fi
+
+# The JIT cache and scratch files stay out of the user's cache.
+export GGPLAN_CACHE_DIR="${GGPLAN_CACHE_DIR:-$PWD/fuzz/target/ggplan-cache}"
+# With no target named, cargo-fuzz builds every target in one go.
+build_target=()
+[ "$which_targets" = all ] || build_target=("$which_targets")
+if ! (cd fuzz && cargo "+$nightly" fuzz build --sanitizer address "${build_target[@]}") >&2; then
+  echo "fuzz.sh: build failed" >&2
+  exit 1
+fi
+[ -f fuzz/runs.tsv ] ||
+  printf 'date\ttarget\tseconds\texecutions\tcov\tft\tresult\n' >fuzz/runs.tsv
+
+smoke=()
+[ "${GGPLAN_FUZZ_SMOKE:-}" = 1 ] && smoke=(-seed=1)
+status=0
+for target in "${targets[@]}"; do
+  mkdir -p "fuzz/corpus/$target" "fuzz/artifacts/$target"
+  log=$(mktemp)
+  result=ok
+  echo "fuzz.sh: $target for ${seconds}s" >&2
+  if ! (cd fuzz && cargo "+$nightly" fuzz run --sanitizer address "$target" \
+        "corpus/$target" "seeds/$target" -- \
+        -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -max_len=131072 \
+        -print_final_stats=1 "${smoke[@]}") >"$log" 2>&1; then
+    status=1
+    result=failed
+    tail -n 60 "$log" >&2
+    echo "fuzz.sh: $target FAILED; reproduce with:" >&2
+    echo "  (cd fuzz && cargo +$nightly fuzz run $target artifacts/$target/<file>)" >&2
+  fi
+  stat() { awk -v k="$1" '$1 == "stat::"k":" { print $2 }' "$log" | tail -n 1; }
+  execs=$(stat number_of_executed_units)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+  crashes=$(find "fuzz/artifacts/$target" -type f | wc -l)
+  echo "fuzz.sh: $target: ${execs:-0} executions, cov ${cov:-?}, ft ${ft:-?}, ${crashes} failing inputs saved" >&2
+  if [ "${GGPLAN_FUZZ_SMOKE:-}" != 1 ]; then
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%F)" "$target" "$seconds" \
+      "${execs:-0}" "${cov:-0}" "${ft:-0}" "$result" >>fuzz/runs.tsv
+  fi
+  rm -f "$log"
+done
+exit "$status"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The unsafe code under the tools that see undefined behaviour:
+#
+#   scripts/sanitizers.sh [asan|miri|all]      default: all
+#
+# asan: the runtime's unit tests and the runtime, multi-device and fuzz-corpus
+#       integration tests built with AddressSanitizer (nightly
+#       -Zsanitizer=address), in target/asan. Every load, step, copy and
+#       output read goes through instrumented code, so a plan that makes the
+#       runtime read or write outside its arenas stops with a report.
+# miri: the code Miri can interpret, in target/miri:
+#       - ggplan-concurrency: the pool, its barrier, the host events (unit tests);
+#       - ggplan-runtime: aligned buffers (memory::), the executor's claims, the
+#         CPU device's tensor set/get with offsets and its async events;
+#       Miri cannot run, and this script leaves out: the LLVM JIT (machine code
+#       it generates at run time), the matmul kernels (AVX2/AVX-512 intrinsics
+#       through gemm and our own), the file readers over memory maps (mmap is
+#       outside Miri's model), and the CPU ops' tests (their sizes take over
+#       15 minutes interpreted: one test alone passes in minutes). ASan and the
+#       fuzz targets cover those.
+#
+# Installs the pinned nightly with the miri and rust-src components when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+nightly=nightly-2026-10-29
+what=${1:-all}
+host=$(rustc -vV | awk '/^host:/ { print $2 }')
+
+need_nightly() {
+  if ! rustup run "$nightly" rustc --version >/dev/null 2>&1; then
+    rustup toolchain install "$nightly" --profile minimal >&2
+  fi
+  rustup component add --toolchain "$nightly" "$@" >/dev/null 2>&1
+}
+
+run_asan() {
+  need_nightly rust-src
+  echo "sanitizers.sh: AddressSanitizer (runtime unit tests; runtime, multi-device, fuzz-corpus tests)" >&2
+  # --target keeps build scripts and proc macros uninstrumented; leak checking
+  # is off because the JIT's LLVM context and the kernel cache live until exit
+  # by design.
+  RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address" \
+    ASAN_OPTIONS="detect_leaks=0" CARGO_TARGET_DIR=target/asan \
+    cargo "+$nightly" test --locked --target "$host" \
+    -p ggplan-runtime --lib
+  RUSTFLAGS="-Zsanitizer=address" ASAN_OPTIONS="detect_leaks=0" CARGO_TARGET_DIR=target/asan \
+    cargo "+$nightly" test --locked --target "$host" \
+    -p ggplan-tests --test runtime --test multi_device --test fuzz_corpus
+}
+
+run_miri() {
+  need_nightly miri rust-src
+  echo "sanitizers.sh: Miri (concurrency; runtime buffers, claims, CPU device)" >&2
+  export CARGO_TARGET_DIR=target/miri
+  cargo "+$nightly" miri test --locked -p ggplan-concurrency --lib
+  # Reading /proc (memory, CPU list) needs the host: isolation off.
+  MIRIFLAGS="-Zmiri-disable-isolation" cargo "+$nightly" miri test --locked -p ggplan-runtime --lib -- \
+    memory:: executor::claims device::cpu
+}
+
+case "$what" in
+  asan) run_asan ;;
+  miri) run_miri ;;
+  all) run_asan && run_miri ;;
+  *) echo "sanitizers.sh: asan, miri or all (got '$what')" >&2; exit 2 ;;
+esac
+echo "sanitizers.sh: $what passed" >&2

@@ -1,0 +1,138 @@
+//! Fuzz bodies for graphs: graph text through parse, verify and compile for
+//! several targets; and the differential target, random graphs compiled and
+//! run on the runtime against the reference evaluator.
+
+use super::plans::shared_options;
+use crate::random_graph::random_graph;
+use arbitrary::Unstructured;
+use compiler::assign::Policy;
+use compiler::pipeline::{CompileOptions, compile};
+use compiler::placement::PlacementOptions;
+use compiler::target::Target;
+use runtime::{Runtime, Weights};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The setups graphs are compiled for: one CPU, CPU + GPU with half the
+/// layers offloaded, two core groups with a layer split, and that split
+/// pipelined over two micro-batches.
+fn setups() -> Vec<(Target, CompileOptions)> {
+    let target = |name: &str| Target::preset(name).expect("preset");
+    let with = |placement: PlacementOptions, micro_batches: u32| CompileOptions {
+        placement,
+        micro_batches,
+        ..CompileOptions::default()
+    };
+    let layer = PlacementOptions {
+        layer_split: Some(Vec::new()),
+        ..PlacementOptions::default()
+    };
+    let offload = PlacementOptions {
+        offload_layers: Some(1),
+        ..PlacementOptions::default()
+    };
+    vec![
+        (target("cpu"), CompileOptions::default()),
+        (target("cpu+cuda0"), with(offload, 1)),
+        (target("cpu0+cpu1"), with(layer.clone(), 1)),
+        (target("cpu0+cpu1"), with(layer, 2)),
+    ]
+}
+
+/// Compiles; a plan must pass the checker, and only an internal error is a
+/// bug (the graph's own problems come back as other errors).
+fn compile_checked(
+    graph: &ir::Graph,
+    target: &Target,
+    options: &CompileOptions,
+) -> Option<ir::plan::Plan> {
+    match compile(graph, target, options) {
+        Ok(compiled) => {
+            let problems = compiler::check::check_plan(&compiled.plan, Some(target));
+            assert!(
+                problems.is_empty(),
+                "{}: compiled plan fails the checker: {problems:?}",
+                target.name
+            );
+            Some(compiled.plan)
+        }
+        Err(e @ compiler::Error::Internal { .. }) => {
+            panic!("{}: {e}\n{}", target.name, ir::text::to_ron(graph))
+        }
+        Err(_) => None,
+    }
+}
+
+/// Graph text: parse (which verifies); an accepted graph prints back
+/// canonically and compiles for every setup (or is refused with an error).
+pub fn graph_text(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(graph) = ir::text::parse(text, "fuzz.ron") else {
+        return;
+    };
+    let problems = ir::verify::verify(&graph);
+    assert!(problems.is_empty(), "a parsed graph verifies: {problems:?}");
+    let printed = ir::text::to_ron(&graph);
+    let reparsed = ir::text::parse(&printed, "printed.ron")
+        .unwrap_or_else(|e| panic!("a printed graph must parse: {e}\n{printed}"));
+    assert_eq!(
+        ir::text::to_ron(&reparsed),
+        printed,
+        "printing is canonical"
+    );
+    for (target, options) in setups() {
+        compile_checked(&graph, &target, &options);
+    }
+}
+
+/// A random graph drawn from the bytes, compiled for one CPU or for two core
+/// groups (layer split, optionally pipelined), with either policy; the plan
+/// must load, and the runtime's outputs must match the reference evaluator
+/// within the thresholds of DESIGN.md.
+pub fn differential(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let graph = random_graph(&mut u, 0);
+    let setups = setups();
+    let cpu_only: Vec<_> = setups
+        .iter()
+        .filter(|(t, _)| t.name != "cpu+cuda0")
+        .collect();
+    let (target, options) = cpu_only[u.choose_index(cpu_only.len()).unwrap_or(0)];
+    let options = CompileOptions {
+        policy: if u.arbitrary().unwrap_or(false) {
+            Policy::Ggml
+        } else {
+            Policy::Cost
+        },
+        ..options.clone()
+    };
+    let Some(plan) = compile_checked(&graph, target, &options) else {
+        return;
+    };
+    let threads = 1 + u.choose_index(2).unwrap_or(0);
+    let seed = u64::from(u.arbitrary::<u8>().unwrap_or(0));
+    let weights = Weights::Random { seed };
+    let mut rt = Runtime::load(Arc::new(plan), weights.clone(), &shared_options(threads))
+        .unwrap_or_else(|e| panic!("a compiled CPU plan loads: {e}"));
+    let mut inputs = BTreeMap::new();
+    for name in rt.input_names() {
+        let values = rt
+            .set_random_input(&name, seed + 1)
+            .expect("inputs of the plan are settable");
+        inputs.insert(name, values);
+    }
+    rt.run().expect("a compiled plan runs");
+    let checks = runtime::check::check_outputs(&rt, &weights, inputs).expect("outputs compare");
+    assert!(!checks.is_empty(), "the graph has outputs");
+    for c in &checks {
+        assert!(
+            c.passed(),
+            "{} on {} ({threads} threads): {c:?}\n{}",
+            graph.name,
+            target.name,
+            ir::text::to_ron(&graph)
+        );
+    }
+}

@@ -1,0 +1,278 @@
+//! The seed corpus: small valid inputs of every kind, made by code so they
+//! can be re-made byte for byte (`fuzz/seeds/` holds them, and
+//! `tests/fuzz_corpus.rs` checks the folder against this file).
+
+use super::Scratch;
+use crate::bert_gguf::{Convert, HfBert, write_bert_gguf};
+use crate::gguf_writer::{Meta, TensorData, write_gguf_tensors};
+use crate::random_graph::random_graph;
+use crate::{TestRng, workspace_root};
+use compiler::pipeline::{CompileOptions, compile};
+use compiler::placement::PlacementOptions;
+use compiler::target::Target;
+use ir::DType;
+use ir::files::npy::{write_npy_f32, write_npy_i32};
+use models::llama::{BlockWeight, LlamaNames};
+
+/// Every seed: (target, file name, bytes), in a fixed order.
+pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
+    let mut seeds = Vec::new();
+    let mut add = |target: &'static str, name: String, bytes: Vec<u8>| {
+        seeds.push((target, name, bytes));
+    };
+    for (name, text) in graph_texts() {
+        add("graph_text", format!("{name}.ron"), text.into_bytes());
+    }
+    for (name, plan) in plans() {
+        add(
+            "plan_text",
+            format!("{name}.ron"),
+            ir::plan::plan_to_ron(&plan).into_bytes(),
+        );
+    }
+    for (name, bytes) in tokenizer_ggufs() {
+        add("gguf", format!("{name}.gguf"), bytes);
+    }
+    add("gguf", "llama-tiny.gguf".into(), tiny_llama_gguf());
+    add(
+        "hf_folder",
+        "bert-tiny.bin".into(),
+        hf_folder_input(&HfBert::tiny(1)),
+    );
+    for (name, bytes) in npy_files() {
+        add("npy", name, bytes);
+    }
+    add(
+        "tokenizer",
+        "bpe-text.bin".into(),
+        b"\x00Hello world, 12 caf\xc3\xa9s! \xf0\x9f\x98\x80".to_vec(),
+    );
+    add(
+        "tokenizer",
+        "wordpiece-text.bin".into(),
+        b"\x03hello worlds! unbelievable".to_vec(),
+    );
+    add(
+        "tokenizer",
+        "bpe-ids.bin".into(),
+        vec![0x80, 1, 0, 72, 0, 2, 1, 255, 255],
+    );
+    // Structure-aware targets read choices from their bytes: any bytes are a
+    // valid start.
+    let mut rng = TestRng::new(7);
+    for i in 0..4 {
+        let bytes: Vec<u8> = (0..64).map(|_| rng.below(256) as u8).collect();
+        add("plan_edit", format!("choices{i}.bin"), bytes.clone());
+        add("differential", format!("choices{i}.bin"), bytes);
+    }
+    seeds
+}
+
+/// The example graphs small enough to mutate quickly, and two random graphs.
+fn graph_texts() -> Vec<(String, String)> {
+    let mut texts = vec![(
+        "mlp".to_owned(),
+        std::fs::read_to_string(workspace_root().join("examples/graphs/mlp.ron"))
+            .expect("examples/graphs/mlp.ron"),
+    )];
+    let mut rng = TestRng::new(11);
+    for case in 0..2 {
+        let graph = random_graph(&mut rng, case);
+        texts.push((format!("random{case}"), ir::text::to_ron(&graph)));
+    }
+    texts
+}
+
+/// Base plans: the mlp example and a random graph on one CPU, on two core
+/// groups with a layer split, and on CPU + GPU (refused by a CPU runtime).
+pub fn plans() -> Vec<(String, ir::plan::Plan)> {
+    let mlp = ir::text::read_graph(&workspace_root().join("examples/graphs/mlp.ron"))
+        .expect("examples/graphs/mlp.ron");
+    let random = random_graph(&mut TestRng::new(5), 0);
+    let layer = CompileOptions {
+        placement: PlacementOptions {
+            layer_split: Some(Vec::new()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let setups = [
+        ("cpu", CompileOptions::default()),
+        ("cpu0+cpu1", layer),
+        ("cpu+cuda0", CompileOptions::default()),
+    ];
+    let mut plans = Vec::new();
+    for graph in [&mlp, &random] {
+        for (target, options) in &setups {
+            let t = Target::preset(target).expect("preset");
+            let plan = compile(graph, &t, options)
+                .unwrap_or_else(|e| panic!("{target}: {e}"))
+                .plan;
+            plans.push((format!("{}.{target}", graph.name), plan));
+        }
+    }
+    plans
+}
+
+/// Metadata of a byte-level BPE vocabulary: a control token, the 256 byte
+/// characters, four merges.
+fn bpe_metadata(pre: &str) -> Vec<(String, Meta)> {
+    const MERGES: &[(&str, &str)] = &[("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("1", "2")];
+    let mut tokens = vec!["<|endoftext|>".to_owned()];
+    tokens.extend((0..=255u8).map(byte_char));
+    tokens.extend(MERGES.iter().map(|(a, b)| format!("{a}{b}")));
+    let mut types = vec![3];
+    types.resize(tokens.len(), 1);
+    vec![
+        ("tokenizer.ggml.model".into(), Meta::Str("gpt2")),
+        ("tokenizer.ggml.pre".into(), Meta::String(pre.to_owned())),
+        ("tokenizer.ggml.tokens".into(), Meta::Strs(tokens)),
+        ("tokenizer.ggml.token_type".into(), Meta::I32s(types)),
+        (
+            "tokenizer.ggml.merges".into(),
+            Meta::Strs(MERGES.iter().map(|(a, b)| format!("{a} {b}")).collect()),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), Meta::U32(0)),
+        ("tokenizer.ggml.eos_token_id".into(), Meta::U32(0)),
+    ]
+}
+
+/// Vocabulary size of [`bpe_metadata`].
+const BPE_VOCAB: u64 = 1 + 256 + 4;
+
+/// The byte-level character of `byte` (GPT-2's fixed byte-to-character map).
+fn byte_char(byte: u8) -> String {
+    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    if printable(byte) {
+        char::from(byte).to_string()
+    } else {
+        let rank = (0..byte).filter(|&b| !printable(b)).count();
+        char::from_u32(0x100 + rank as u32)
+            .expect("a character")
+            .to_string()
+    }
+}
+
+fn file_bytes(write: impl FnOnce(&std::path::Path)) -> Vec<u8> {
+    let scratch = Scratch::path("seed");
+    write(&scratch.0);
+    std::fs::read(&scratch.0).expect("seed written")
+}
+
+/// GGUF files whose tokenizer the `tokenizer` target uses: byte-level BPE with
+/// three pre-tokenizers (no weights), and the tiny BERT with WordPiece.
+pub fn tokenizer_ggufs() -> Vec<(&'static str, Vec<u8>)> {
+    let bpe = |pre: &str| {
+        let mut kvs = vec![("general.architecture".to_owned(), Meta::Str("llama"))];
+        kvs.extend(bpe_metadata(pre));
+        file_bytes(|p| write_gguf_tensors(p, &kvs, &[]))
+    };
+    vec![
+        ("bpe-smollm", bpe("smollm")),
+        ("bpe-llama-bpe", bpe("llama-bpe")),
+        ("bpe-qwen2", bpe("qwen2")),
+        (
+            "wordpiece",
+            file_bytes(|p| write_bert_gguf(p, &HfBert::tiny(1), &Convert::default())),
+        ),
+    ]
+}
+
+/// A one-block llama (8 wide, 2 heads over 1 KV head, n_ff 12) with the BPE
+/// vocabulary, its block matrices Q4_1 (as SmolLM2's file), the rest F32.
+fn tiny_llama_gguf() -> Vec<u8> {
+    let mut kvs: Vec<(String, Meta)> = vec![
+        ("general.architecture".into(), Meta::Str("llama")),
+        ("llama.block_count".into(), Meta::U32(1)),
+        ("llama.context_length".into(), Meta::U32(64)),
+        ("llama.embedding_length".into(), Meta::U32(32)),
+        ("llama.attention.head_count".into(), Meta::U32(2)),
+        ("llama.attention.head_count_kv".into(), Meta::U32(1)),
+        ("llama.feed_forward_length".into(), Meta::U32(64)),
+        (
+            "llama.attention.layer_norm_rms_epsilon".into(),
+            Meta::F32(1e-6),
+        ),
+        ("llama.rope.freq_base".into(), Meta::F32(10000.0)),
+    ];
+    kvs.extend(bpe_metadata("smollm"));
+    let names = LlamaNames::Gguf;
+    let mut rng = TestRng::new(3);
+    let mut tensor = |name: String, dtype: DType, ne: [u64; 2]| {
+        let values: Vec<f32> = (0..ne[0] * ne[1])
+            .map(|_| rng.uniform(-0.5, 0.5) as f32)
+            .collect();
+        let mut data =
+            vec![0; dtype.row_bytes(ne[0]).expect("whole blocks") as usize * ne[1] as usize];
+        kernels::quant::quantize_row(dtype, &values, &mut data);
+        TensorData {
+            name,
+            dtype,
+            ne: ne.to_vec(),
+            data,
+        }
+    };
+    let mut tensors = vec![tensor(names.token_embd(), DType::F32, [32, BPE_VOCAB])];
+    for w in BlockWeight::ALL {
+        use BlockWeight as B;
+        let (dtype, ne) = match w {
+            B::AttnNorm | B::FfnNorm => (DType::F32, [32, 1]),
+            B::Wq | B::Wo => (DType::Q4_1, [32, 32]),
+            B::Wk | B::Wv => (DType::Q4_1, [32, 16]),
+            B::FfnGate | B::FfnUp => (DType::Q4_1, [32, 64]),
+            B::FfnDown => (DType::Q4_1, [64, 32]),
+        };
+        tensors.push(tensor(names.block(0, w), dtype, ne));
+    }
+    tensors.push(tensor(names.output_norm(), DType::F32, [32, 1]));
+    file_bytes(|p| write_gguf_tensors(p, &kvs, &tensors))
+}
+
+/// A Hugging Face folder in the `hf_folder` target's framing.
+pub fn hf_folder_input(model: &HfBert) -> Vec<u8> {
+    let config = serde_json::to_vec(&model.config).expect("config serializes");
+    let modules = br#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},{"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = model
+        .tensors
+        .iter()
+        .map(|t| {
+            let shape = t.ne.iter().rev().map(|&n| n as usize).collect();
+            let data = t.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            (t.name.clone(), shape, data)
+        })
+        .collect();
+    let views = bytes.iter().map(|(name, shape, data)| {
+        let view =
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                .expect("a consistent view");
+        (name.clone(), view)
+    });
+    let weights = safetensors::tensor::serialize(views, None).expect("safetensors serializes");
+    let mut out = Vec::new();
+    for part in [&config[..], &modules[..]] {
+        out.extend((part.len() as u16).to_le_bytes());
+        out.extend(part);
+    }
+    out.extend(weights);
+    out
+}
+
+/// `.npy` files of each element type the runtime reads.
+fn npy_files() -> Vec<(String, Vec<u8>)> {
+    vec![
+        (
+            "f32-2x3.npy".into(),
+            file_bytes(|p| {
+                write_npy_f32(p, &[2, 3], &[1.0, -2.5, 3.25, f32::NAN, 0.0, 1e-30]).expect("npy")
+            }),
+        ),
+        (
+            "i32-4.npy".into(),
+            file_bytes(|p| write_npy_i32(p, &[4], &[1, -2, 3, 1 << 30]).expect("npy")),
+        ),
+        (
+            "scalar.npy".into(),
+            file_bytes(|p| write_npy_f32(p, &[], &[7.0]).expect("npy")),
+        ),
+    ]
+}
