@@ -142,6 +142,18 @@ fn placement_and_bounds() {
     }; // b in the io arena
     expect(&p, None, K::Placement, None);
 
+    // A weight with a gap between its elements: leaves are bound as packed
+    // bytes, so strides other than the packed ones are refused (found by the
+    // plan_edit fuzz target: the binder wrote past the tensor's span).
+    let mut p = chain_plan();
+    p.tensors[1].nb = [8, 128, 128, 128];
+    let v = expect(&p, None, K::Format, None);
+    assert!(
+        v.iter().any(|x| x.message.contains("leaf must be packed")),
+        "{}",
+        listed(&v)
+    );
+
     let mut p = minimal_plan();
     (p.devices[0].memory_bytes, p.devices[0].max_buffer_bytes) = (400, 400); // 2 x 256 bytes
     let v = expect(&p, None, K::Bounds, Some(1));

@@ -79,6 +79,16 @@ fn tensors(c: &mut Checker<'_>) {
         } else if span_of(t).is_none() {
             let msg = format!("the span of {:?} with strides {:?} overflows", t.ne, t.nb);
             c.tensor_problem(Format, id, msg);
+        } else if t.role.is_leaf_role()
+            && let packed = crate::layout::contiguous_strides(t.dtype, t.ne)
+            && packed != Some(t.nb)
+        {
+            // Leaves are bound and set as packed bytes (weights, inputs, state).
+            let msg = format!(
+                "a {:?} leaf must be packed: strides {:?}, packed {:?} for extents {:?}",
+                t.role, t.nb, packed, t.ne
+            );
+            c.tensor_problem(Format, id, msg);
         }
         match t.placement {
             Placement::Arena { arena, .. } if arena as usize >= plan.arenas.len() => {
