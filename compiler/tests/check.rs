@@ -154,6 +154,17 @@ fn placement_and_bounds() {
         listed(&v)
     );
 
+    // A stride too large for the shape rules, on a unit axis where it spans
+    // nothing: the step is refused as unchecked instead of passing unchecked.
+    let mut p = chain_plan();
+    p.tensors[5].nb[3] = 1 << 60;
+    let v = expect(&p, None, K::Format, None);
+    assert!(
+        v.iter().any(|x| x.message.contains("too large to check")),
+        "{}",
+        listed(&v)
+    );
+
     let mut p = minimal_plan();
     (p.devices[0].memory_bytes, p.devices[0].max_buffer_bytes) = (400, 400); // 2 x 256 bytes
     let v = expect(&p, None, K::Bounds, Some(1));

@@ -17,7 +17,7 @@ mod readers;
 pub mod seeds;
 
 pub use graphs::{differential, graph_text};
-pub use plans::{PlanOutcome, plan_edit, plan_edit_outcome, plan_text};
+pub use plans::{PlanOutcome, edited_plan, plan_edit, plan_edit_outcome, plan_text};
 pub use readers::{gguf, hf_folder, npy, tokenizer};
 
 use std::path::PathBuf;

@@ -63,12 +63,18 @@ pub enum PlanOutcome {
 /// [`plan_edit`], saying what became of the edited plan (the tests check
 /// that edits reach the runtime, so the target is not only a checker test).
 pub fn plan_edit_outcome(data: &[u8]) -> PlanOutcome {
+    match edited_plan(data) {
+        Some(plan) => run_if_checked(plan),
+        None => PlanOutcome::NoPlan,
+    }
+}
+
+/// The plan [`plan_edit`] makes from `data` (to print a failing input's plan).
+pub fn edited_plan(data: &[u8]) -> Option<Plan> {
     static BASES: OnceLock<Vec<Plan>> = OnceLock::new();
     let bases = BASES.get_or_init(|| seeds::plans().into_iter().map(|(_, p)| p).collect());
     let mut u = Unstructured::new(data);
-    let Ok(which) = u.choose_index(bases.len()) else {
-        return PlanOutcome::NoPlan;
-    };
+    let which = u.choose_index(bases.len()).ok()?;
     let mut plan = bases[which].clone();
     let n_edits = 1 + u.choose_index(8).unwrap_or(0);
     for _ in 0..n_edits {
@@ -76,7 +82,7 @@ pub fn plan_edit_outcome(data: &[u8]) -> PlanOutcome {
             break;
         }
     }
-    run_if_checked(plan)
+    Some(plan)
 }
 
 /// Kernel families (and their JIT cache) shared by every run of a process:
