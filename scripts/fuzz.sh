@@ -2,6 +2,7 @@
 # Coverage-guided fuzzing (cargo-fuzz / libFuzzer, AddressSanitizer on).
 #
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]     default: all, 60 seconds each
+#   scripts/fuzz.sh summary                    totals per target from fuzz/runs.tsv
 #
 # Targets (bodies in tests/support/fuzz/): graph_text plan_text plan_edit gguf
 # hf_folder npy tokenizer differential. Each run starts from the in-tree seeds
@@ -22,6 +23,16 @@ cd "$(dirname "$0")/.."
 nightly=nightly-2026-10-29
 all_targets=(graph_text plan_text plan_edit gguf hf_folder npy tokenizer differential)
 
+if [ "${1:-}" = summary ]; then
+  # One markdown row per target: runs, minutes, executions, coverage reached.
+  awk -F'\t' 'NR > 1 { n[$2]++; s[$2] += $3; e[$2] += $4; if ($5 > c[$2]) c[$2] = $5
+                        if ($7 != "ok") f[$2]++ }
+       END { print "| target | runs | minutes | executions | cov (max) | failed runs |"
+             print "|---|---|---|---|---|---|"
+             for (t in n) printf "| `%s` | %d | %.1f | %d | %d | %d |\n", t, n[t], s[t] / 60, e[t], c[t], f[t] }' \
+    fuzz/runs.tsv | { read -r h; read -r r; echo "$h"; echo "$r"; sort; }
+  exit 0
+fi
 which_targets=${1:-all}
 seconds=${2:-60}
 if [ "$which_targets" = all ]; then
@@ -63,6 +74,7 @@ for target in "${targets[@]}"; do
   log=$(mktemp)
   result=ok
   echo "fuzz.sh: $target for ${seconds}s" >&2
+  started=$(date +%s)
   if ! (cd fuzz && cargo "+$nightly" fuzz run --sanitizer address "$target" \
         "corpus/$target" "seeds/$target" -- \
         -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -max_len=131072 \
@@ -80,7 +92,8 @@ for target in "${targets[@]}"; do
   crashes=$(find "fuzz/artifacts/$target" -type f | wc -l)
   echo "fuzz.sh: $target: ${execs:-0} executions, cov ${cov:-?}, ft ${ft:-?}, ${crashes} failing inputs saved" >&2
   if [ "${GGPLAN_FUZZ_SMOKE:-}" != 1 ]; then
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%F)" "$target" "$seconds" \
+    # Seconds actually fuzzed: a run that fails stops early.
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%F)" "$target" "$(($(date +%s) - started))" \
       "${execs:-0}" "${cov:-0}" "${ft:-0}" "$result" >>fuzz/runs.tsv
   fi
   rm -f "$log"
