@@ -19,7 +19,9 @@ use ir::plan::BinaryFn;
 /// A norm's per-row statistics: the mean subtracted (norm only) and 1/sqrt(.. + eps).
 #[derive(Clone, Copy)]
 struct Stats<'ctx> {
-    mean: Option<FloatValue<'ctx>>,
+    /// For norm: the row's first element and the mean's distance from it
+    /// (x - mean is computed as (x - first) - distance, see `norm_stats`).
+    mean: Option<(FloatValue<'ctx>, FloatValue<'ctx>)>,
     inv: FloatValue<'ctx>,
 }
 
@@ -125,14 +127,23 @@ fn norm_stats<'ctx>(
             }
             Node::Norm(input, eps) => {
                 let row = &rows[input as usize];
-                let sum = g.row_sum(row, n0, Ok)?;
-                let mean = g.b.build_float_div(sum, n, "")?;
+                // Deviations are taken around the row's first element x0:
+                // x - x0 is exact for values near x0, and the mean's distance
+                // from x0 is a small sum. For a nearly constant row (a norm
+                // after soft_max) the f32 mean itself, rounded to a unit in
+                // the last place of the values, is as far off as the
+                // deviations the norm divides by their spread (ggml sums in
+                // double; found by the differential fuzz target, NMSE 1.7e-3).
+                let x0 = g.lane0(g.load(row, g.ci(0), 1)?)?;
+                let from_x0 =
+                    |x: VectorValue<'ctx>| g.sub(x, g.splat(x0, x.get_type().get_size())?);
+                let shift = g.b.build_float_div(g.row_sum(row, n0, from_x0)?, n, "")?;
                 let ss = g.row_sum(row, n0, |x| {
-                    let d = g.sub(x, g.splat(mean, x.get_type().get_size())?)?;
+                    let d = g.sub(from_x0(x)?, g.splat(shift, x.get_type().get_size())?)?;
                     g.mul(d, d)
                 })?;
                 Ok(Some(Stats {
-                    mean: Some(mean),
+                    mean: Some((x0, shift)),
                     inv: inv_sqrt(ss, eps)?,
                 }))
             }
@@ -163,8 +174,8 @@ fn eval<'ctx>(
             Node::RmsNorm(t, _) | Node::Norm(t, _) => {
                 let s = stats[k].expect("computed per row");
                 let mut x = g.load(&rows[t as usize], i, w)?;
-                if let Some(mean) = s.mean {
-                    x = g.sub(x, g.splat(mean, w)?)?;
+                if let Some((x0, shift)) = s.mean {
+                    x = g.sub(g.sub(x, g.splat(x0, w)?)?, g.splat(shift, w)?)?;
                 }
                 g.mul(x, g.splat(s.inv, w)?)?
             }
