@@ -112,6 +112,24 @@ impl<'a> GgufMeta<'a> {
         self.opt_positive(key)?.ok_or_else(|| self.missing(key))
     }
 
+    /// The `block_count` under `key`, refused when the file cannot hold that
+    /// many blocks (each block has weights of its own), before any builder
+    /// makes a node or a weight check per block (a fuzzed file claimed 12.5
+    /// million blocks with 11 tensors).
+    pub(crate) fn block_count(&self, key: &str) -> Result<i64, Error> {
+        let n = self.positive(key)?;
+        let tensors = self.file.tensor_infos().len();
+        if n as u64 > tensors as u64 {
+            return Err(self.bad(
+                key,
+                format!(
+                    "is {n}, but the file holds {tensors} tensors (each block has its own weights)"
+                ),
+            ));
+        }
+        Ok(n)
+    }
+
     /// A finite float.
     pub(crate) fn opt_f32(&self, key: &str) -> Result<Option<f32>, Error> {
         let Some(v) = self.file.get(key) else {

@@ -59,7 +59,7 @@ impl BertConfig {
         }
         let key = |suffix: &str| format!("{ARCH}.{suffix}");
 
-        let n_layer = meta.positive(&key("block_count"))?;
+        let n_layer = meta.block_count(&key("block_count"))?;
         let n_embd = meta.positive(&key("embedding_length"))?;
         let n_head = meta.positive(&key("attention.head_count"))?;
         let n_ff = meta.positive(&key("feed_forward_length"))?;

@@ -55,7 +55,7 @@ impl LlamaConfig {
             )));
         }
 
-        let n_layer = meta.positive(&key("block_count"))?;
+        let n_layer = meta.block_count(&key("block_count"))?;
         let n_embd = meta.positive(&key("embedding_length"))?;
         let n_head = meta.positive(&key("attention.head_count"))?;
         let n_head_kv = meta.positive(&key("attention.head_count_kv"))?;
