@@ -129,26 +129,27 @@ pub fn differential(data: &[u8]) {
     if outputs.iter().all(|c| c.passed()) {
         return;
     }
-    // An output over its threshold is a bug unless the graph amplifies the
-    // kernels' rounding: soft_max of soft_max of soft_max flattens a row to
-    // nearly equal values and a norm after it divides their differences by
-    // their tiny spread (measured: every step within its threshold, the
-    // output at NMSE 6.4e-4 against 5e-4). So every step must then pass in
-    // isolation (DESIGN.md's rule, on the very inputs the fast kernels read)
-    // and the outputs stay within END_TO_END_NMSE, far below what a wrong
-    // buffer or order gives (~1).
+    // An output over its threshold is a bug, with one exception the fuzzer
+    // showed: a norm (not rms_norm) of a nearly constant row, such as the
+    // output of soft_max over soft_max, divides the rows' rounding by their
+    // tiny spread, so f32 against f64 has no bound there (measured: every
+    // step within its threshold in isolation, the output at NMSE 6.4e-4 and
+    // 3e-2). Outputs downstream of a norm are therefore held to the step
+    // checks alone (DESIGN.md's rule, on the very inputs the fast kernels
+    // read); the others still catch a wrong buffer or order, which does not
+    // depend on the ops.
+    let after_norm = downstream_of_norm(&graph);
     let steps = runtime::check::check_steps(&mut rt, &mut |_| {}).expect("steps compare");
+    let exempt = |c: &runtime::check::Comparison| {
+        c.step.is_none()
+            && graph
+                .find(&c.tensor)
+                .is_some_and(|id| after_norm[id.index()])
+    };
     let failed: Vec<_> = steps
         .iter()
         .chain(&outputs)
-        .filter(|c| {
-            c.nmse
-                > if c.step.is_some() {
-                    c.threshold
-                } else {
-                    END_TO_END_NMSE
-                }
-        })
+        .filter(|c| !c.passed() && !exempt(c))
         .collect();
     assert!(
         failed.is_empty(),
@@ -159,6 +160,14 @@ pub fn differential(data: &[u8]) {
     );
 }
 
-/// Output error allowed when every step meets its own threshold but the
-/// graph amplifies rounding (see [`differential`]).
-const END_TO_END_NMSE: f64 = 1e-2;
+/// For each tensor (by id), whether a `norm` node is among it and its sources.
+fn downstream_of_norm(graph: &ir::Graph) -> Vec<bool> {
+    let mut after = vec![false; graph.len()];
+    for id in graph.ids() {
+        let t = graph.tensor(id);
+        after[id.index()] = matches!(t.op, Some(ir::Op::Norm { .. }))
+            || t.srcs.iter().any(|s| after[s.index()])
+            || t.view.is_some_and(|v| after[v.root.index()]);
+    }
+    after
+}
