@@ -54,7 +54,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --version 0.13.2 --locked >&2
 fi
 
-# The JIT cache and scratch files stay out of the user's cache.
+# The JIT cache of the fuzzed runtime stays out of the user's cache.
 export GGPLAN_CACHE_DIR="${GGPLAN_CACHE_DIR:-$PWD/fuzz/target/ggplan-cache}"
 # With no target named, cargo-fuzz builds every target in one go.
 build_target=()
