@@ -125,8 +125,44 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes, joined by ": ". A cause whose text the message
+/// already contains is left out: the library errors print their cause in
+/// their own message and also expose it as `source()`, which anyhow's `{:#}`
+/// would print twice ("file: No such file: No such file").
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(ir::Error::Io {
+            path: "a.ron".into(),
+            source: io,
+        });
+        assert_eq!(error_chain(&e), "a.ron: No such file");
+        let wrapped = e.context("loading the plan");
+        assert_eq!(error_chain(&wrapped), "loading the plan: a.ron: No such file");
     }
 }
