@@ -83,7 +83,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// Runs the benchmark.
 pub fn run(args: BenchCompileArgs) -> Result<ExitCode> {
     let graph = build_prefill(&llama7b_shape())?;
-    let target = crate::host_target::parse_target(&args.target)?;
+    let target = ggplan::target::resolve_with_notes(&args.target, &mut |note| eprintln!("{note}"))?;
     let options = CompileOptions {
         policy: Policy::from(args.policy),
         placement: PlacementOptions {

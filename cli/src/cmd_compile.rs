@@ -85,44 +85,17 @@ pub struct CompileArgs {
 /// Runs `ggplan compile`.
 pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let graph = ir::text::read_graph(&args.graph)?;
-    let target = crate::host_target::parse_target(&args.target)?;
+    let target = ggplan::target::resolve_with_notes(&args.target, &mut |note| eprintln!("{note}"))?;
     let pins = args
         .pins
         .iter()
         .map(|p| PinRule::parse(p, &target))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut spelled = vec![format!("--target {}", args.target)];
-    let policy = Policy::from(args.policy);
-    spelled.push(format!(
-        "--policy {}",
-        if policy == Policy::Ggml {
-            "ggml"
-        } else {
-            "cost"
-        }
-    ));
-    spelled.extend(args.pins.iter().map(|p| format!("--pin {p}")));
-    if let Some(n) = args.offload_layers {
-        spelled.push(format!("--offload-layers {n}"));
-    }
-    if args.fit {
-        spelled.push("--fit".to_string());
-    }
     let layer_split = args
         .split_mode
         .map(|SplitModeArg::Layer| args.tensor_split.clone());
-    if layer_split.is_some() {
-        spelled.push("--split-mode layer".to_string());
-    }
-    if !args.tensor_split.is_empty() {
-        let list: Vec<String> = args.tensor_split.iter().map(f64::to_string).collect();
-        spelled.push(format!("--tensor-split {}", list.join(",")));
-    }
-    if args.pipeline > 1 {
-        spelled.push(format!("--pipeline {}", args.pipeline));
-    }
-    let options = CompileOptions {
-        policy,
+    let mut options = CompileOptions {
+        policy: Policy::from(args.policy),
         placement: PlacementOptions {
             pins,
             offload_layers: args.offload_layers,
@@ -130,11 +103,12 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             layer_split,
         },
         micro_batches: args.pipeline,
-        spelled,
+        spelled: Vec::new(),
     };
+    options.spelled = options.flags(&args.target);
     let compiled = compile(&graph, &target, &options)?;
     ir::plan::write_plan(&args.output, &compiled.plan).with_context(|| "writing the plan")?;
-    print!("{}", crate::plan_summary::summary(&compiled.plan));
+    print!("{}", ggplan::plan::summary(&compiled.plan));
     let total: f64 = compiled.timings.iter().map(|t| t.micros).sum();
     let passes: Vec<String> = compiled
         .timings

@@ -56,7 +56,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let plan = compile(&graph, &target, &options)?.plan;
     println!("compiled in {:.2} ms:", start.elapsed().as_secs_f64() * 1e3);
-    print!("{}", crate::plan_summary::summary(&plan));
+    print!("{}", ggplan::plan::summary(&plan));
     println!();
 
     let plan = std::sync::Arc::new(plan);

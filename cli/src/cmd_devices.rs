@@ -35,7 +35,7 @@ fn host_target_step(args: &DevicesArgs) -> Result<()> {
     if !args.calibrate && args.write_target.is_none() {
         return Ok(());
     }
-    let target = crate::host_target::host_target(args.calibrate)?;
+    let target = ggplan::target::host_target(args.calibrate, &mut |note| eprintln!("{note}"))?;
     let cpu = target.devices.last().expect("the host target has a CPU");
     let t = &cpu.throughput;
     let m = &t.matmul_gflops;

@@ -2,11 +2,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use ir::files::gguf::GgufFile;
-use ir::{DType, Graph};
-use models::Family;
-use models::bert::{self, BertConfig};
-use models::llama::{self, CacheConfig, LlamaConfig};
+use ggplan::ModelShape;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,20 +51,22 @@ pub struct GraphArgs {
 
 /// Runs `ggplan graph`.
 pub fn run(args: GraphArgs) -> Result<ExitCode> {
+    let shape = ModelShape {
+        tokens: args.tokens,
+        ctx: args.ctx,
+        decode: args.decode,
+        attend: args.attend,
+        kv_f16: args.kv_f16,
+    };
     let graph = match (&args.gguf, &args.hf) {
-        (Some(path), _) => {
-            let file = GgufFile::open(path)?;
-            match Family::of(&file)? {
-                Family::Llama => llama_graph(&args, &file)?,
-                Family::Bert => {
-                    refuse_cache_options(&args)?;
-                    bert::build_encoder(&BertConfig::from_gguf(&file, args.tokens)?)?
-                }
-            }
-        }
+        (Some(path), _) => ggplan::graph::from_gguf(path, &shape)?,
         (None, Some(dir)) => {
-            refuse_cache_options(&args)?;
-            bert::build_encoder(&BertConfig::from_hf_dir(dir, args.tokens)?)?
+            if shape != ModelShape::tokens(args.tokens) {
+                bail!(
+                    "--ctx, --attend, --decode and --kv-f16 apply to llama-family decoders, not BERT encoders"
+                );
+            }
+            ggplan::graph::from_hf(dir, args.tokens)?
         }
         (None, None) => bail!("give --gguf FILE or --hf DIR"),
     };
@@ -80,30 +78,4 @@ pub fn run(args: GraphArgs) -> Result<ExitCode> {
         graph.len()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// The prefill graph, or with `--ctx`/`--decode` the generation graph, of a
-/// llama-family file.
-fn llama_graph(args: &GraphArgs, file: &GgufFile) -> Result<Graph> {
-    let tokens = if args.decode { 1 } else { args.tokens };
-    let cfg = LlamaConfig::from_gguf(file, tokens)?;
-    Ok(match (args.ctx, args.decode, args.attend) {
-        (None, false, None) => llama::build_prefill(&cfg)?,
-        (ctx, _, attend) => {
-            let cache = CacheConfig {
-                n_ctx: ctx.unwrap_or(512),
-                kv_dtype: if args.kv_f16 { DType::F16 } else { DType::F32 },
-            };
-            llama::build_cached_attending(&cfg, &cache, attend.unwrap_or(cache.n_ctx))?
-        }
-    })
-}
-
-/// A KV cache belongs to decoders: `--ctx`, `--attend` and `--decode` are
-/// refused for an encoder.
-fn refuse_cache_options(args: &GraphArgs) -> Result<()> {
-    if args.ctx.is_some() || args.decode || args.attend.is_some() {
-        bail!("--ctx, --attend and --decode apply to llama-family decoders, not BERT encoders");
-    }
-    Ok(())
 }

@@ -23,10 +23,10 @@ pub fn run_show(args: ShowArgs) -> Result<ExitCode> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&crate::plan_summary::json(&plan))?
+            serde_json::to_string_pretty(&ggplan::plan::summary_json(&plan))?
         );
     } else {
-        print!("{}", crate::plan_summary::summary(&plan));
+        print!("{}", ggplan::plan::summary(&plan));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,6 @@
 //! Each subcommand lives in its own module; `main` only parses arguments and
 //! turns errors into a message and exit code 1 (clap uses 2 for usage errors).
 
-mod calibrate;
 mod check_run;
 mod chrome_trace;
 mod cmd_bench;
@@ -23,13 +22,11 @@ mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
 mod decode_buckets;
-mod host_target;
 mod logging;
 mod memory_svg;
 mod memory_timeline;
 mod model_session;
 mod npy_values;
-mod plan_summary;
 mod progress;
 mod summary;
 mod svg;
@@ -163,6 +160,9 @@ mod tests {
         });
         assert_eq!(error_chain(&e), "a.ron: No such file");
         let wrapped = e.context("loading the plan");
-        assert_eq!(error_chain(&wrapped), "loading the plan: a.ron: No such file");
+        assert_eq!(
+            error_chain(&wrapped),
+            "loading the plan: a.ron: No such file"
+        );
     }
 }

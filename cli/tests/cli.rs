@@ -282,6 +282,46 @@ fn verify_lists_every_violation_of_a_corrupted_plan() {
 }
 
 #[test]
+fn verify_gates_fail_with_the_figures_and_pass_within_them() {
+    let dir = scratch_dir("verify_gates");
+    let plan = dir.join("offload.ron").display().to_string();
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu+cuda0",
+        "--offload-layers",
+        "1",
+        "-o",
+        &plan,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = ggplan(&[
+        "verify",
+        &plan,
+        "--max-splits",
+        "1",
+        "--max-copy-bytes",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = text(&out);
+    assert!(said.contains("2 gates failed"), "{said}");
+    assert!(said.contains("2 splits, more than max_splits 1"), "{said}");
+    assert!(said.contains("more than max_copy_bytes 10"), "{said}");
+    let out = ggplan(&[
+        "verify",
+        &plan,
+        "--max-splits",
+        "2",
+        "--max-arena-over-bound",
+        "1.5",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("every gate kept"), "{}", text(&out));
+}
+
+#[test]
 fn compile_errors_name_what_is_wrong() {
     let dir = scratch_dir("compile-errors");
     let out_path = dir.join("p.ron");

@@ -14,7 +14,27 @@ use crate::target::Target;
 use crate::{Error, check, fuse, micro_batch, schedule, split, sync};
 use ir::Graph;
 use ir::plan::Plan;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
+
+/// The compiler's version, recorded in every plan (`compiler_version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Calls of [`compile`] in this process: a program that loads precompiled
+/// plans can show (and its tests assert) that it compiled none.
+static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many times [`compile`] has been called in this process.
+pub fn compilations() -> usize {
+    COMPILATIONS.load(Ordering::Relaxed)
+}
+
+/// The fingerprint a plan records of the graph it was compiled from
+/// (`graph_hash`): of the graph's canonical text, so two graphs that print
+/// the same have the same hash.
+pub fn graph_hash(graph: &Graph) -> String {
+    ir::plan::fingerprint(ir::text::to_ron(graph).as_bytes())
+}
 
 /// Everything besides the graph and target that shapes a plan.
 #[derive(Clone, Debug)]
@@ -39,6 +59,46 @@ impl Default for CompileOptions {
             micro_batches: 1,
             spelled: Vec::new(),
         }
+    }
+}
+
+impl CompileOptions {
+    /// These options as `ggplan compile` flags, `--target TARGET` first: what
+    /// a plan records in `options`, so that reading a plan tells how to
+    /// compile it again.
+    pub fn flags(&self, target: &str) -> Vec<String> {
+        let mut flags = vec![format!("--target {target}")];
+        flags.push(format!(
+            "--policy {}",
+            match self.policy {
+                Policy::Ggml => "ggml",
+                Policy::Cost => "cost",
+            }
+        ));
+        let placement = &self.placement;
+        flags.extend(
+            placement
+                .pins
+                .iter()
+                .map(|p| format!("--pin {}={}", p.pattern.as_str(), p.device)),
+        );
+        if let Some(n) = placement.offload_layers {
+            flags.push(format!("--offload-layers {n}"));
+        }
+        if placement.fit {
+            flags.push("--fit".to_string());
+        }
+        if let Some(shares) = &placement.layer_split {
+            flags.push("--split-mode layer".to_string());
+            if !shares.is_empty() {
+                let list: Vec<String> = shares.iter().map(f64::to_string).collect();
+                flags.push(format!("--tensor-split {}", list.join(",")));
+            }
+        }
+        if self.micro_batches > 1 {
+            flags.push(format!("--pipeline {}", self.micro_batches));
+        }
+        flags
     }
 }
 
@@ -88,7 +148,8 @@ pub fn compile(
 
     // The header names the graph as the user gave it; the plan's tensors are
     // those of the micro-batched graph.
-    let graph_hash = ir::plan::fingerprint(ir::text::to_ron(graph).as_bytes());
+    COMPILATIONS.fetch_add(1, Ordering::Relaxed);
+    let graph_hash = graph_hash(graph);
     let t = Instant::now();
     let cut;
     let graph = if options.micro_batches > 1 {
@@ -121,7 +182,7 @@ pub fn compile(
 
     let t = Instant::now();
     let header = Header {
-        compiler_version: env!("CARGO_PKG_VERSION").to_string(),
+        compiler_version: VERSION.to_string(),
         graph_hash,
         target_name: target.name.clone(),
         options: options.spelled.clone(),

@@ -11,7 +11,7 @@
 //! Invariant: every rate returned is finite and > 0 (a measurement that came
 //! out as zero time is clamped), so the target built from it validates.
 
-use anyhow::{Context, Result};
+use crate::{Error, Result};
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::{MatmulGflops, Target, Throughput};
 use ir::{DType, Graph, GraphBuilder};
@@ -78,16 +78,14 @@ fn launch_graph() -> Result<Graph, ir::Error> {
 /// Compiles `graph` for the `cpu` preset, loads it with random weights on
 /// `threads` threads, and returns the best time of [`RUNS`] runs, in seconds.
 fn best_run_seconds(graph: &Graph, threads: usize) -> Result<f64> {
-    let target = Target::preset("cpu").expect("the cpu preset exists");
-    let plan = compile(graph, &target, &CompileOptions::default())
-        .with_context(|| format!("compiling the calibration graph '{}'", graph.name))?
-        .plan;
+    let target = Target::preset("cpu")
+        .ok_or_else(|| Error::Usage("the cpu target preset is missing".to_string()))?;
+    let plan = compile(graph, &target, &CompileOptions::default())?.plan;
     let options = LoadOptions {
         threads,
         ..LoadOptions::default()
     };
-    let mut rt = Runtime::load(Arc::new(plan), Weights::Random { seed: 1 }, &options)
-        .with_context(|| format!("loading the calibration plan '{}'", graph.name))?;
+    let mut rt = Runtime::load(Arc::new(plan), Weights::Random { seed: 1 }, &options)?;
     rt.run()?;
     let mut best = f64::INFINITY;
     for _ in 0..RUNS {

@@ -1,4 +1,4 @@
-//! `--target host`: a target built from what the runtime's registry finds on
+//! The `host` target: a target built from what the runtime's registry finds on
 //! this machine instead of a static preset.
 //!
 //! - The CPU: memory is the host's total (read on every use; not what is
@@ -20,8 +20,10 @@
 //! plan); to take it elsewhere, `ggplan devices --write-target FILE` writes
 //! the target as a file to compile against.
 
-use crate::calibrate::calibrate;
-use anyhow::{Context, Result};
+mod calibrate;
+
+use crate::{Error, Result};
+use calibrate::calibrate;
 use compiler::target::presets::{cpu, cuda, pcie};
 use compiler::target::{Target, Throughput};
 use runtime::device::cuda::CudaStatus;
@@ -99,16 +101,29 @@ fn read_cache(path: &Path, key: &str) -> Result<Option<Throughput>, String> {
 
 /// Writes the cache through a temporary file and a rename.
 fn write_cache(path: &Path, cached: &CachedCalibration) -> Result<()> {
-    let dir = path.parent().context("the cache path has no folder")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let text = ron::ser::to_string_pretty(cached, ron::ser::PrettyConfig::default())?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| Error::Usage(format!("{}: no folder", path.display())))?;
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let text = ron::ser::to_string_pretty(cached, ron::ser::PrettyConfig::default())
+        .map_err(|e| Error::Usage(format!("cannot write the calibration cache: {e}")))?;
     ir::text::write_atomically(path, (text + "\n").as_bytes())?;
     Ok(())
 }
 
 /// The host CPU's rates: from the cache, or measured (and cached) when the
 /// cache is missing, stale or `recalibrate` is set.
-pub fn cpu_throughput(registry: &Registry, recalibrate: bool) -> Result<Throughput> {
+///
+/// What the user should know (a cache that was measured again, a calibration
+/// starting, a cache that cannot be written) goes to `note`.
+pub fn cpu_throughput(
+    registry: &Registry,
+    recalibrate: bool,
+    note: &mut dyn FnMut(&str),
+) -> Result<Throughput> {
     let key = cache_key(registry);
     let path = cache_path();
     if !recalibrate && let Some(path) = &path {
@@ -118,11 +133,13 @@ pub fn cpu_throughput(registry: &Registry, recalibrate: bool) -> Result<Throughp
                 return Ok(t);
             }
             Ok(None) => {}
-            Err(why) => eprintln!("warning: {why}; measuring again"),
+            Err(why) => note(&format!("warning: {why}; measuring again")),
         }
     }
     let threads = registry.cores.len().max(1);
-    eprintln!("calibrating this host ({threads} threads; cached for later runs)...");
+    note(&format!(
+        "calibrating this host ({threads} threads; cached for later runs)..."
+    ));
     let measured = calibrate(threads)?;
     tracing::info!(took_ms = measured.took_ms, "host calibrated");
     let cached = CachedCalibration {
@@ -132,10 +149,10 @@ pub fn cpu_throughput(registry: &Registry, recalibrate: bool) -> Result<Throughp
     match &path {
         Some(path) => {
             if let Err(e) = write_cache(path, &cached) {
-                eprintln!("warning: the calibration is not cached: {e:#}");
+                note(&format!("warning: the calibration is not cached: {e}"));
             }
         }
-        None => eprintln!("warning: no cache folder (set GGPLAN_CACHE_DIR): not cached"),
+        None => note("warning: no cache folder (set GGPLAN_CACHE_DIR): not cached"),
     }
     Ok(measured.throughput)
 }
@@ -154,10 +171,11 @@ fn host_with(throughput: Throughput, memory_bytes: u64) -> Target {
 }
 
 /// The `host` target: this machine's CUDA devices (if the driver reports
-/// any) first, then the CPU, every pair linked.
-pub fn host_target(recalibrate: bool) -> Result<Target> {
+/// any) first, then the CPU, every pair linked. Notes for the user (see
+/// [`cpu_throughput`]) go to `note`.
+pub fn host_target(recalibrate: bool, note: &mut dyn FnMut(&str)) -> Result<Target> {
     let registry = Registry::enumerate();
-    let throughput = cpu_throughput(&registry, recalibrate)?;
+    let throughput = cpu_throughput(&registry, recalibrate, note)?;
     let host = &registry.devices[0];
     // Total, not free, memory: free memory changes from run to run, and the
     // same machine must give the same target (plans are deterministic).
@@ -184,14 +202,6 @@ pub fn host_target(recalibrate: bool) -> Result<Target> {
     }
     target.validate()?;
     Ok(target)
-}
-
-/// `--target NAME_OR_PATH` with `host` understood too.
-pub fn parse_target(name_or_path: &str) -> Result<Target> {
-    if name_or_path == HOST {
-        return host_target(false);
-    }
-    Ok(Target::parse(name_or_path)?)
 }
 
 #[cfg(test)]
