@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every check CI runs: set up, formatting, clippy with -D warnings, all tests
+# Every check CI runs: set up, formatting, clippy with -D warnings, docs with
+# no warnings, the facade without LLVM, all tests
 # (the loom models of the concurrency crate included), and a short smoke of
 # every fuzz target under AddressSanitizer.
 # Ends with one line totalling every test binary: "tests: N passed, M failed".
@@ -8,6 +9,10 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The facade's documentation builds without a warning (broken links included),
+# and without its `jit` feature it builds with no runtime and so no LLVM.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+cargo build -p ggplan --no-default-features --locked
 # The concurrency crate's loom models (concurrency/tests/loom.rs) build in their
 # own target folder: `--cfg loom` rebuilds the crate and its dependencies.
 loom=(env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom)

@@ -43,7 +43,7 @@
 //! ## Where to go next
 //! - [`build`]: compile plans in `build.rs` and embed them, with a staleness
 //!   key ([`PlanKey`]) checked at load.
-//! - [`testing`] (feature `testing`): snapshot tests of your model's plan
+//! - `testing` (feature `testing`): snapshot tests of your model's plan
 //!   with insta, and quality [`Gates`].
 //! - [`target`]: presets, target files and (feature `jit`) `host`, this
 //!   machine measured.
@@ -51,7 +51,7 @@
 //! ## Features
 //! - `jit` (default): the runtime (LLVM 19 through inkwell, gemm). Without
 //!   it, graphs, compilation, plans, keys and gates build with no LLVM.
-//! - `testing`: [`testing`] and [`assert_plan_snapshot!`].
+//! - `testing`: the `testing` module and `assert_plan_snapshot!`.
 //!
 //! Every file is untrusted input: readers check sizes before use, the runtime
 //! runs the checker on every plan before touching memory, and errors name
@@ -71,9 +71,9 @@ pub mod target;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use compiler::assign::Policy;
-pub use compiler::pipeline::{CompileOptions, Compiled, PassTiming};
-pub use compiler::placement::{PinRule, PlacementOptions};
+pub use ::compiler::assign::Policy;
+pub use ::compiler::pipeline::{CompileOptions, Compiled, PassTiming};
+pub use ::compiler::placement::{PinRule, PlacementOptions};
 pub use error::{Error, Result};
 pub use gates::Gates;
 pub use graph::{Graph, ModelShape};
@@ -85,6 +85,15 @@ pub use target::Target;
 pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Precision, Runtime, StepInfo, Weights};
 
 pub use models::{StreamDecoder, Tokenizer};
+
+/// The compiler's version, which every plan it makes records.
+pub const COMPILER_VERSION: &str = ::compiler::pipeline::VERSION;
+
+/// How many times the compiler has run in this process: a program that loads
+/// precompiled plans can show (and its tests assert) that it compiled none.
+pub fn compiler_calls() -> usize {
+    ::compiler::pipeline::compilations()
+}
 
 /// Compiles `graph` for `target`: the plan, checked, and how long each pass
 /// took. When `options.spelled` is empty it is filled with the flags that
@@ -107,7 +116,7 @@ pub fn compile(graph: &Graph, target: &Target, options: &CompileOptions) -> Resu
     if options.spelled.is_empty() {
         let mut options = options.clone();
         options.spelled = options.flags(&target.name);
-        return Ok(compiler::pipeline::compile(graph, target, &options)?);
+        return Ok(::compiler::pipeline::compile(graph, target, &options)?);
     }
-    Ok(compiler::pipeline::compile(graph, target, options)?)
+    Ok(::compiler::pipeline::compile(graph, target, options)?)
 }

@@ -1,7 +1,7 @@
 //! Tensor layouts with ggml semantics.
 //!
-//! A layout is a dtype, four extents `ne` (ne[0] innermost) and four byte
-//! strides `nb`. Invariants of a *valid* layout (checked by [`Layout::validate`]):
+//! A layout is a dtype, four extents `ne` (`ne[0]` innermost) and four byte
+//! strides `nb`. Invariants of a *valid* layout (checked by [`crate::verify`] and the op rules in [`crate::rules`]):
 //! - every `ne[i] >= 1`;
 //! - `ne[0]` is a whole number of blocks of the dtype;
 //! - `nb[0]` is the dtype's block size in bytes (elements of a row are never strided:
@@ -14,7 +14,7 @@
 use crate::dtype::DType;
 use serde::{Deserialize, Serialize};
 
-/// Extents in ggml order (ne[0] innermost).
+/// Extents in ggml order (`ne[0]` innermost).
 pub type Extents = [i64; 4];
 /// Byte strides in ggml order.
 pub type Strides = [u64; 4];
@@ -24,7 +24,7 @@ pub type Strides = [u64; 4];
 pub struct Layout {
     /// Element type.
     pub dtype: DType,
-    /// Extents, ne[0] innermost.
+    /// Extents, `ne[0]` innermost.
     pub ne: Extents,
     /// Byte strides.
     pub nb: Strides,
@@ -85,7 +85,7 @@ impl Layout {
         (0..4).all(|i| self.ne[i] == 1 || self.nb[i] == expect[i])
     }
 
-    /// True when ne[0] is not the fastest-moving dimension (ggml_is_transposed).
+    /// True when `ne[0]` is not the fastest-moving dimension (ggml_is_transposed).
     pub fn is_transposed(&self) -> bool {
         self.nb[0] > self.nb[1]
     }

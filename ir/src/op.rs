@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 /// Which rotation pairs rope uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RopeMode {
-    /// ggml mode 0 (llama): rotates adjacent pairs (x[2i], x[2i+1]).
+    /// ggml mode 0 (llama): rotates adjacent pairs `(x[2i], x[2i+1])`.
     Normal,
-    /// ggml mode 2 (GPT-NeoX, qwen2): rotates (x[i], x[i + n_dims/2]).
+    /// ggml mode 2 (GPT-NeoX, qwen2): rotates `(x[i], x[i + n_dims/2])`.
     Neox,
 }
 
@@ -129,7 +129,7 @@ pub enum Op {
         max_bias: f32,
     },
     /// Rotary position embedding of src0 [head_dim, n_head, n_tokens] at the
-    /// I32 positions in src1 [n_tokens].
+    /// I32 positions in src1 `[n_tokens]`.
     Rope(RopeParams),
     /// Copies src0 into src1's memory, converting dtype; the result is a view of src1.
     Cpy,

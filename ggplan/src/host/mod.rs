@@ -172,7 +172,7 @@ fn host_with(throughput: Throughput, memory_bytes: u64) -> Target {
 
 /// The `host` target: this machine's CUDA devices (if the driver reports
 /// any) first, then the CPU, every pair linked. Notes for the user (see
-/// [`cpu_throughput`]) go to `note`.
+/// `cpu_throughput`) go to `note`.
 pub fn host_target(recalibrate: bool, note: &mut dyn FnMut(&str)) -> Result<Target> {
     let registry = Registry::enumerate();
     let throughput = cpu_throughput(&registry, recalibrate, note)?;

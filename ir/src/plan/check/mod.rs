@@ -2,7 +2,7 @@
 //!
 //! It shares no code with the passes that make plans (assign, schedule, split,
 //! fuse, liveness, memory): it reads only `ir` types (the plan, [`crate::Op`], the
-//! shape rules of [`crate::rules`]) and, when given one, the [`Target`]. Lifetimes,
+//! shape rules of [`crate::rules`]) and, when given one, the target. Lifetimes,
 //! spans and validity are recomputed here from scratch. It never stops at the
 //! first problem: [`check_plan`] returns every violation, each with its
 //! [`ViolationKind`], the tensor to blame when there is one, and a sentence. It

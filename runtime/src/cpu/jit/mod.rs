@@ -10,7 +10,7 @@
 //! [`math`](self) for their documented error bounds.
 //!
 //! Invariants:
-//! - **Cache**: a kernel's code depends only on a [`spec::Spec`] (body, dtypes,
+//! - **Cache**: a kernel's code depends only on a `spec::Spec` (body, dtypes,
 //!   access classes, constants, streaming); addresses and extents are passed
 //!   at run time in an argument block. A plan with 30 identical layers
 //!   compiles each distinct kernel once.

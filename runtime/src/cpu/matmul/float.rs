@@ -15,7 +15,7 @@
 //!   src0 costs O(M K) per run against O(M N K) multiply-adds, and for small N
 //!   (decode) the block stays in L1/L2, so the weights are read from memory once.
 //!
-//! - times one column (decode), at most [`MATVEC_ROWS`] src0 rows per gemm
+//! - times one column (decode), at most `MATVEC_ROWS` src0 rows per gemm
 //!   call on both routes, so every row takes the same gemm kernel.
 //!
 //! Threads: gemm runs with `Parallelism::None` inside each pool thread; the
