@@ -27,6 +27,11 @@ pub struct Comparison {
     pub nmse: f64,
     /// The threshold it must not exceed.
     pub threshold: f64,
+    /// The largest absolute difference from the reference (infinite when
+    /// either side has a NaN or the lengths differ). NMSE is relative to the
+    /// reference's size, so it cannot judge a result that is itself rounding
+    /// noise (a difference of two equal values); this can.
+    pub max_abs_error: f64,
 }
 
 impl Comparison {
@@ -34,6 +39,24 @@ impl Comparison {
     pub fn passed(&self) -> bool {
         self.nmse <= self.threshold
     }
+}
+
+/// The largest `|a - b|` over the pairs; infinite for a NaN or a length mismatch.
+fn max_abs_error(reference: &[f64], actual: &[f64]) -> f64 {
+    if reference.len() != actual.len() {
+        return f64::INFINITY;
+    }
+    reference
+        .iter()
+        .zip(actual)
+        .fold(0.0, |worst: f64, (a, b)| {
+            let d = (a - b).abs();
+            if d.is_nan() {
+                f64::INFINITY
+            } else {
+                worst.max(d)
+            }
+        })
 }
 
 /// `values` as they read back after being stored with `layout`.
@@ -95,6 +118,7 @@ impl Observer for StepChecker<'_> {
             tensor: plan.tensors[s.dst as usize].name.clone(),
             nmse,
             threshold,
+            max_abs_error: max_abs_error(&expected.data, &actual.data),
         };
         (self.each)(&c);
         self.out.push(c);
@@ -159,6 +183,7 @@ pub fn check_outputs(
             tensor: pt.name.clone(),
             nmse: nmse(&expected.data, &actual.data),
             threshold,
+            max_abs_error: max_abs_error(&expected.data, &actual.data),
         });
     }
     Ok(out)
