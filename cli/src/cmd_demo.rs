@@ -116,7 +116,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let greedy: Vec<String> = logits
         .chunks(n_vocab as usize)
         .take(8)
-        .map(|row| crate::cmd_generate::argmax(row).to_string())
+        .map(|row| ggplan::jobs::argmax(row).to_string())
         .collect();
     println!(
         "greedy next token at positions 0..8: [{}]",
@@ -134,7 +134,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             prompt: "Once upon a time, in a small village by the sea, there lived a".into(),
             max_tokens: 32,
             ctx: 128,
-            min_bucket: crate::decode_buckets::DEFAULT_MIN_BUCKET,
+            min_bucket: ggplan::jobs::buckets::DEFAULT_MIN_BUCKET,
             dump_logits: None,
             json: false,
             precision: crate::cmd_generate::PrecisionArg::Fast,

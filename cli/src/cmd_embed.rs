@@ -2,14 +2,10 @@
 //! style: mean or `[CLS]` pooling, L2 normalisation) on the CPU runtime, from
 //! a Hugging Face folder or a GGUF file.
 
-use crate::model_session::Shared;
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
-use ir::files::gguf::GgufFile;
-use models::bert::{self, BertConfig};
-use models::{Family, Tokenizer};
-use runtime::{Precision, Weights};
-use std::path::{Path, PathBuf};
+use ggplan::jobs::{Embedder, cosine};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -44,86 +40,40 @@ pub struct EmbedArgs {
 }
 
 /// Where the encoder comes from.
-enum Source {
-    Hf(PathBuf),
-    Gguf(GgufFile),
-}
-
-impl Source {
-    /// The config for a sentence of `n_tokens` tokens.
-    fn config(&self, n_tokens: i64) -> Result<BertConfig> {
-        Ok(match self {
-            Source::Hf(dir) => BertConfig::from_hf_dir(dir, n_tokens)?,
-            Source::Gguf(file) => BertConfig::from_gguf(file, n_tokens)?,
-        })
-    }
-}
-
-/// The tokenizer, weights and config source of a folder or a GGUF file.
-fn open(args: &EmbedArgs) -> Result<(Tokenizer, Weights, Source)> {
-    match (&args.hf, &args.gguf) {
-        (Some(dir), _) => {
-            let tokenizer = Tokenizer::from_hf_file(&dir.join("tokenizer.json"))
-                .with_context(|| format!("reading the tokenizer of {}", dir.display()))?;
-            let weights = Weights::open(dir.join("model.safetensors"))?;
-            Ok((tokenizer, weights, Source::Hf(dir.clone())))
-        }
-        (None, Some(path)) => {
-            let file = GgufFile::open(path)?;
-            check_encoder(&file, path)?;
-            let tokenizer = Tokenizer::from_gguf(&file)?;
-            let weights = Weights::open(path)?;
-            Ok((tokenizer, weights, Source::Gguf(file)))
-        }
-        (None, None) => bail!("give --hf DIR or --gguf FILE"),
-    }
-}
-
-/// `embed` needs an encoder: a decoder's file is refused by name.
-fn check_encoder(file: &GgufFile, path: &Path) -> Result<()> {
-    match Family::of(file)? {
-        Family::Bert => Ok(()),
-        Family::Llama => bail!(
-            "{}: architecture '{}' is a decoder; embed needs a BERT encoder (architecture 'bert'); \
-             use generate for decoders",
-            path.display(),
-            file.architecture().unwrap_or("?")
-        ),
-    }
-}
-
 /// Runs `ggplan embed`.
 pub fn run(args: EmbedArgs) -> Result<ExitCode> {
-    let (tokenizer, weights, source) = open(&args)?;
-    let shared = Shared::new(args.threads, Precision::Exact)?;
     let start = Instant::now();
+    let mut embedder = match (&args.hf, &args.gguf) {
+        (Some(dir), _) => Embedder::open_hf(dir, args.threads)?,
+        (None, Some(path)) => Embedder::open_gguf(path, args.threads)?,
+        (None, None) => bail!("give --hf DIR or --gguf FILE"),
+    };
+    // A bar over the first plan's kernels: later plans reuse them.
+    let bar = crate::progress::bar(0, "preparing kernels");
+    embedder.set_progress(Some(crate::progress::preparing(&bar)));
     let mut run_seconds = 0.0;
     let mut n_tokens_total = 0;
     let mut embeddings: Vec<Vec<f32>> = Vec::new();
     for sentence in &args.sentences {
-        let ids = tokenizer.encode(sentence)?;
-        if ids.is_empty() {
-            bail!("sentence {sentence:?} has no tokens");
-        }
-        let cfg = source.config(ids.len() as i64)?;
-        let graph = bert::build_encoder(&cfg)?;
-        let mut rt = shared.load(&graph, &weights)?;
-        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        rt.set_input_i32(bert::TOKENS, &ids)?;
-        let t = Instant::now();
-        rt.run()?;
-        run_seconds += t.elapsed().as_secs_f64();
-        n_tokens_total += ids.len();
-        let e = rt.output_f32(bert::EMBEDDING)?;
-        let head: Vec<String> = e.iter().take(6).map(|v| format!("{v:+.5}")).collect();
+        let e = embedder.embed(sentence)?;
+        bar.finish_and_clear();
+        embedder.set_progress(None);
+        run_seconds += e.run_seconds;
+        n_tokens_total += e.tokens;
+        let head: Vec<String> = e
+            .values
+            .iter()
+            .take(6)
+            .map(|v| format!("{v:+.5}"))
+            .collect();
         println!(
             "[{}] {sentence:?} ({} tokens): [{}, ...] dim {}",
             embeddings.len(),
-            ids.len(),
+            e.tokens,
             head.join(", "),
-            e.len()
+            e.values.len()
         );
-        embeddings.push(e);
+        embeddings.push(e.values);
     }
     if embeddings.len() > 1 {
         println!("\ncosine similarity:");
@@ -143,7 +93,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
     println!(
         "\n{} sentences, {n_tokens_total} tokens on {} threads: {:.0} tokens/s running ({:.1} ms total with compiling and loading)",
         embeddings.len(),
-        shared.threads(),
+        embedder.threads(),
         n_tokens_total as f64 / run_seconds.max(1e-9),
         start.elapsed().as_secs_f64() * 1e3
     );
@@ -154,14 +104,4 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         println!("saved {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (norm(a) * norm(b)).max(f64::MIN_POSITIVE)
 }

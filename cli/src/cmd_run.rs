@@ -85,7 +85,7 @@ pub fn load(
         options.threads = n.max(1);
     }
     let start = Instant::now();
-    let rt = crate::model_session::with_progress(&options, "preparing kernels", |options| {
+    let rt = crate::progress::while_preparing(&options, "preparing kernels", |options| {
         Runtime::load(Arc::clone(&plan), weights.clone(), options)
             .with_context(|| format!("loading {}", path.display()))
     })?;

@@ -25,6 +25,31 @@ fn bar_for(len: u64, message: &str, visible: bool) -> ProgressBar {
     pb
 }
 
+/// A hook for the runtime's kernel preparation (steps done, steps in all)
+/// that moves `bar`.
+pub fn preparing(bar: &ProgressBar) -> std::sync::Arc<dyn Fn(usize, usize) + Send + Sync> {
+    let bar = bar.clone();
+    std::sync::Arc::new(move |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+}
+
+/// Runs `load` with `options` plus a bar labelled `message` over kernel
+/// preparation (hidden unless stderr is a terminal).
+pub fn while_preparing<T>(
+    options: &runtime::LoadOptions,
+    message: &str,
+    load: impl FnOnce(&runtime::LoadOptions) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let bar = bar(0, message);
+    let mut options = options.clone();
+    options.on_prepare = Some(preparing(&bar));
+    let result = load(&options);
+    bar.finish_and_clear();
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

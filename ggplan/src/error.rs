@@ -19,6 +19,9 @@ pub enum Error {
     /// A model file could not be turned into a graph.
     #[error(transparent)]
     Model(#[from] models::Error),
+    /// A tokenizer could not be built, or text not encoded or decoded.
+    #[error(transparent)]
+    Tokenizer(#[from] models::TokenizerError),
     /// The runtime refused the plan, its weights or inputs, or failed a run.
     #[cfg(feature = "jit")]
     #[error(transparent)]

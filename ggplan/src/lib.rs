@@ -47,6 +47,9 @@
 //!   with insta, and quality [`Gates`].
 //! - [`target`]: presets, target files and (feature `jit`) `host`, this
 //!   machine measured.
+//! - `jobs` (feature `jit`): `Generator` (greedy generation with a
+//!   llama-family GGUF) and `Embedder` (sentence embeddings with a BERT
+//!   encoder), what `ggplan generate` and `ggplan embed` run.
 //!
 //! ## Features
 //! - `jit` (default): the runtime (LLVM 19 through inkwell, gemm). Without
@@ -64,6 +67,8 @@ pub mod gates;
 pub mod graph;
 #[cfg(feature = "jit")]
 mod host;
+#[cfg(feature = "jit")]
+pub mod jobs;
 mod key;
 pub mod plan;
 mod summary;
@@ -81,6 +86,8 @@ pub use key::{PlanKey, compile_command};
 pub use plan::Plan;
 pub use target::Target;
 
+#[cfg(feature = "jit")]
+pub use jobs::{Embedder, Embedding, GenerateOptions, Generation, Generator};
 #[cfg(feature = "jit")]
 pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Precision, Runtime, StepInfo, Weights};
 

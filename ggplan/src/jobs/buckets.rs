@@ -15,15 +15,15 @@
 //!   has a bucket;
 //! - every bucket's plan declares the same state tensors as the prefill plan
 //!   (`models::llama::build_cached_attending` keeps the full `n_ctx`-row
-//!   caches), so all plans loaded through one [`Shared`] share one KV cache;
+//!   caches), so all plans loaded through one [`Session`] share one KV cache;
 //! - the rows a bucket leaves out are rows the mask would hide anyway, and the
 //!   runtime's one-column products do not depend on how many rows they have
 //!   (`runtime::cpu::matmul::float`), so a step's logits are, to the bit,
 //!   those of a full-context plan (tests/runtime_windows.rs; end to end in
 //!   cli/tests/models.rs; on the graphs in tests/llama_cache.rs).
 
-use crate::model_session::Shared;
-use anyhow::{Context, Result, bail};
+use super::session::Session;
+use crate::{Error, Result};
 use models::llama::{self, CacheConfig, LlamaConfig};
 use runtime::{Runtime, Weights};
 use std::time::Instant;
@@ -36,10 +36,14 @@ pub const DEFAULT_MIN_BUCKET: i64 = 128;
 /// unless `n_ctx >= 1` and `min_bucket` is a power of two.
 pub fn context_buckets(n_ctx: i64, min_bucket: i64) -> Result<Vec<i64>> {
     if n_ctx < 1 {
-        bail!("the context must hold at least one row, not {n_ctx}");
+        return Err(Error::Usage(format!(
+            "the context must hold at least one row, not {n_ctx}"
+        )));
     }
     if min_bucket < 1 || !(min_bucket as u64).is_power_of_two() {
-        bail!("the smallest bucket must be a power of two, not {min_bucket}");
+        return Err(Error::Usage(format!(
+            "the smallest bucket must be a power of two, not {min_bucket}"
+        )));
     }
     let mut buckets = Vec::new();
     let mut rows = min_bucket;
@@ -70,7 +74,7 @@ pub struct BucketLoad {
 /// The one-token decode plans of a generation, one per bucket, loaded on
 /// first use (see the module doc).
 pub struct DecodePlans<'a> {
-    shared: &'a Shared,
+    session: &'a Session,
     weights: &'a Weights,
     /// The model at one token per step.
     config: LlamaConfig,
@@ -84,16 +88,16 @@ pub struct DecodePlans<'a> {
 impl<'a> DecodePlans<'a> {
     /// Decode plans of `config` (its `n_tokens` is replaced by 1) over
     /// `cache`, in `buckets` (from [`context_buckets`] for `cache.n_ctx`),
-    /// loaded through `shared` with `weights`. Nothing is compiled yet.
+    /// loaded through `session` with `weights`. Nothing is compiled yet.
     pub fn new(
-        shared: &'a Shared,
+        session: &'a Session,
         weights: &'a Weights,
         config: &LlamaConfig,
         cache: CacheConfig,
         buckets: Vec<i64>,
     ) -> DecodePlans<'a> {
         DecodePlans {
-            shared,
+            session,
             weights,
             config: LlamaConfig {
                 n_tokens: 1,
@@ -113,10 +117,10 @@ impl<'a> DecodePlans<'a> {
     pub fn for_step(&mut self, n_past: i64) -> Result<(&mut Runtime, i64)> {
         let rows = n_past.saturating_add(1);
         let Some(attend) = bucket_for(&self.buckets, rows) else {
-            bail!(
+            return Err(Error::Usage(format!(
                 "no decode bucket holds {rows} rows: the context is {} rows",
                 self.cache.n_ctx
-            );
+            )));
         };
         let current = match self.current.take() {
             Some((a, runtime)) if a == attend => runtime,
@@ -134,14 +138,13 @@ impl<'a> DecodePlans<'a> {
     /// Compiles and loads the plan of bucket `attend`, first used at `n_past`.
     fn load(&mut self, attend: i64, n_past: i64) -> Result<Runtime> {
         let start = Instant::now();
-        let graph = llama::build_cached_attending(&self.config, &self.cache, attend)
-            .with_context(|| format!("building the decode graph over {attend} rows"))?;
-        let runtime = self.shared.load_quietly(&graph, self.weights)?;
+        let graph = llama::build_cached_attending(&self.config, &self.cache, attend)?;
+        let runtime = self.session.load(&graph, self.weights, None)?;
         let load_ms = start.elapsed().as_secs_f64() * 1e3;
         tracing::info!(
             attend,
             position = n_past,
-            kernels_compiled = self.shared.kernels_compiled(),
+            kernels_compiled = self.session.kernels_compiled(),
             "decode bucket switch at position {n_past}: plan over {attend} of {} cache rows \
              compiled and loaded in {load_ms:.1} ms",
             self.cache.n_ctx

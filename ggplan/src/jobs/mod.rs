@@ -1,0 +1,15 @@
+//! The model jobs (feature `jit`): [`Generator`] (greedy text generation
+//! with a llama-family GGUF: a prefill plan, then decode plans per context
+//! bucket sharing one KV cache) and [`Embedder`] (sentence embeddings with a
+//! BERT encoder), each compiling its plans for this CPU and running them on
+//! the runtime. `ggplan generate` and `ggplan embed` are thin printers over
+//! them.
+
+pub mod buckets;
+mod embedder;
+mod generator;
+pub mod session;
+
+pub use embedder::{Embedder, Embedding, cosine};
+pub use generator::{GenerateEvent, GenerateOptions, Generation, Generator, argmax};
+pub use session::{Progress, Session};

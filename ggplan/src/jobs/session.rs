@@ -1,0 +1,69 @@
+//! What the runtimes of one job share: one thread pool, one JIT cache (each
+//! distinct kernel compiled once) and one state store (generation's prefill
+//! and decode plans share the KV cache). Graphs are compiled for the `cpu`
+//! preset and loaded through it.
+
+use crate::{Error, Graph, Plan, Result};
+use runtime::{FastKernels, LoadOptions, Precision, Runtime, StateStore, Weights};
+use std::sync::Arc;
+
+/// Called with (steps prepared, steps in all) while a plan's kernels are
+/// prepared: a progress bar's hook.
+pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+/// The runtimes of one job: shared pool, kernels and state.
+pub struct Session {
+    options: LoadOptions,
+}
+
+impl Session {
+    /// A pool of `threads` (all cores when `None`), kernels at `precision`.
+    pub fn new(threads: Option<usize>, precision: Precision) -> Result<Session> {
+        let threads = threads
+            .unwrap_or_else(|| LoadOptions::default().threads)
+            .max(1);
+        Ok(Session {
+            options: LoadOptions {
+                threads,
+                pool: Some(Arc::new(runtime::cpu::ThreadPool::new(threads))),
+                kernels: Some(Arc::new(FastKernels::new(precision)?)),
+                state: Some(Arc::new(StateStore::new())),
+                precision,
+                ..LoadOptions::default()
+            },
+        })
+    }
+
+    /// Threads in the pool.
+    pub fn threads(&self) -> usize {
+        self.options.threads
+    }
+
+    /// The JIT's count of distinct kernels compiled so far.
+    pub fn kernels_compiled(&self) -> usize {
+        self.options
+            .kernels
+            .as_ref()
+            .map_or(0, |k| k.jit().stats().kernels_compiled)
+    }
+
+    /// Compiles `graph` for the CPU and loads it with `weights`; `progress`
+    /// sees the kernels' preparation.
+    pub fn load(
+        &self,
+        graph: &Graph,
+        weights: &Weights,
+        progress: Option<Progress>,
+    ) -> Result<Runtime> {
+        let plan = compile_cpu(graph)?;
+        let mut options = self.options.clone();
+        options.on_prepare = progress;
+        Runtime::load(Arc::new(plan), weights.clone(), &options).map_err(Error::from)
+    }
+}
+
+/// `graph` compiled for this machine's CPU (the `cpu` preset, cost policy).
+pub fn compile_cpu(graph: &Graph) -> Result<Plan> {
+    let target = crate::target::resolve("cpu")?;
+    Ok(crate::compile(graph, &target, &crate::CompileOptions::default())?.plan)
+}
