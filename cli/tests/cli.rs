@@ -208,6 +208,15 @@ fn compile_show_explain_verify_diff_dot_work_together() {
     assert!(out.status.success(), "{}", text(&out));
     let dot = std::fs::read_to_string(p("plan.dot")).unwrap();
     assert!(
+        dot.starts_with("digraph plan")
+            && dot.contains("n1 [label=\"split 1 · ")
+            && dot.contains(" per run\""),
+        "{dot}"
+    );
+    let out = ggplan(&["dot", &p("cost.ron"), "--detail", "-o", &p("steps.dot")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dot = std::fs::read_to_string(p("steps.dot")).unwrap();
+    assert!(
         dot.starts_with("digraph plan") && dot.contains("cluster_0") && dot.contains("copy "),
         "{dot}"
     );

@@ -62,6 +62,7 @@
 #![deny(missing_docs)]
 
 pub mod build;
+mod dot;
 mod error;
 pub mod gates;
 pub mod graph;

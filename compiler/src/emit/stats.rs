@@ -38,7 +38,9 @@ pub(super) fn compute(
         .collect();
     let mut links: BTreeMap<(DeviceId, DeviceId), (u32, u64)> = BTreeMap::new();
     let mut estimated_us = 0.0;
+    let mut split_us = Vec::with_capacity(splits.len());
     for split in splits {
+        let before = estimated_us;
         for c in &split.copies {
             let from = table.tensors[c.src as usize].device;
             let e = links.entry((from, split.device)).or_default();
@@ -55,6 +57,7 @@ pub(super) fn compute(
                 estimated_us += cost::op_time_us(target, split.device, graph, TensorId(n));
             }
         }
+        split_us.push(round_ns(estimated_us - before));
     }
     Stats {
         devices,
@@ -69,6 +72,13 @@ pub(super) fn compute(
             })
             .collect(),
         fused_nodes: kernels.iter().map(|k| k.nodes.len() as u32).sum(),
-        estimated_us: (estimated_us * 1000.0).round() / 1000.0,
+        estimated_us: round_ns(estimated_us),
+        split_us,
     }
+}
+
+/// Microseconds rounded to whole nanoseconds, so a plan's text does not
+/// carry the summation's last bits.
+fn round_ns(us: f64) -> f64 {
+    (us * 1000.0).round() / 1000.0
 }

@@ -147,6 +147,7 @@ pub fn plan(
         links: vec![],
         fused_nodes: 0,
         estimated_us: 1.0,
+        split_us: vec![1.0 / splits.len().max(1) as f64; splits.len()],
     };
     let streams = (0..devices.len() as u32)
         .flat_map(|d| {

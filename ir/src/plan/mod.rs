@@ -322,6 +322,12 @@ pub struct Stats {
     pub fused_nodes: u32,
     /// Estimated time of one run, microseconds (the cost model's figure).
     pub estimated_us: f64,
+    /// Per split, in plan order: the estimated time of its copies and steps,
+    /// microseconds (the same model; empty in plans written before it was
+    /// recorded). Splits on different devices may overlap, so these can add
+    /// up to more than `estimated_us`'s share of the wall time.
+    #[serde(default)]
+    pub split_us: Vec<f64>,
 }
 
 /// The compiled plan.

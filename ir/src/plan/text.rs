@@ -77,6 +77,7 @@ pub fn plan_to_ron(plan: &Plan) -> String {
     list(&mut s, "    ", "links", &st.links);
     s.push_str(&format!("    fused_nodes: {},\n", line(&st.fused_nodes)));
     s.push_str(&format!("    estimated_us: {},\n", line(&st.estimated_us)));
+    s.push_str(&format!("    split_us: {},\n", line(&st.split_us)));
     s.push_str("  ),\n)\n");
     s
 }
