@@ -59,6 +59,10 @@ impl Layout {
     /// Bytes spanned from the first to one past the last element (ggml_nbytes).
     /// For permuted views this is the extent of the memory touched, not the
     /// element count times the element size.
+    ///
+    /// Saturates at `u64::MAX`: extents and strides come from files, and a
+    /// span too large to count is too large for any buffer, so every bounds
+    /// check against it fails (rather than wrapping to a small number).
     pub fn span_bytes(&self) -> u64 {
         if self.ne.iter().any(|&n| n <= 0) {
             return 0;
@@ -67,11 +71,11 @@ impl Layout {
         let mut bytes = if bs == 1 {
             self.dtype.block_bytes()
         } else {
-            self.ne[0] as u64 / bs * self.nb[0]
+            (self.ne[0] as u64 / bs).saturating_mul(self.nb[0])
         };
         let first_dim = if bs == 1 { 0 } else { 1 };
         for i in first_dim..4 {
-            bytes += (self.ne[i] as u64 - 1) * self.nb[i];
+            bytes = bytes.saturating_add((self.ne[i] as u64 - 1).saturating_mul(self.nb[i]));
         }
         bytes
     }
@@ -161,6 +165,16 @@ mod tests {
         assert_eq!(q.nb, [20, 360, 207360, 207360]);
         assert_eq!(q.span_bytes(), 207360);
         assert!(Layout::contiguous(DType::Q8_0, [33, 1, 1, 1]).is_none());
+    }
+
+    #[test]
+    fn a_span_too_large_to_count_saturates() {
+        let mut l = Layout::contiguous(DType::F32, [32, 22, 1, 1]).unwrap();
+        l.nb[1] = 4_666_666_666_666_666_666;
+        assert_eq!(l.span_bytes(), u64::MAX);
+        let mut q = Layout::contiguous(DType::Q4_0, [64, 2, 1, 1]).unwrap();
+        q.nb[0] = u64::MAX / 2;
+        assert_eq!(q.span_bytes(), u64::MAX);
     }
 
     #[test]
