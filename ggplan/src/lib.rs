@@ -62,6 +62,7 @@
 #![deny(missing_docs)]
 
 pub mod build;
+mod critical;
 mod dot;
 mod error;
 pub mod gates;

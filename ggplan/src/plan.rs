@@ -8,6 +8,7 @@
 use crate::{Error, Result};
 use std::path::Path;
 
+pub use crate::critical::{CriticalPath, critical_path};
 pub use crate::dot::{DotView, dot};
 pub use crate::summary::{json as summary_json, summary};
 pub use ir::plan::{PLAN_FORMAT_VERSION, Plan};

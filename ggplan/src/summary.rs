@@ -6,6 +6,12 @@ fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
+/// A device's name; `?` for an index a damaged plan has out of range (the
+/// summary is printed for plans the checker has not passed).
+fn device(plan: &Plan, index: usize) -> &str {
+    plan.devices.get(index).map_or("?", |d| d.name.as_str())
+}
+
 /// The summary `ggplan show` prints.
 pub fn summary(plan: &Plan) -> String {
     let mut out = String::new();
@@ -33,7 +39,7 @@ pub fn summary(plan: &Plan) -> String {
         s.estimated_us
     );
     for d in &s.devices {
-        let dev = &plan.devices[d.device.index()];
+        let dev = device(plan, d.device.index());
         let over = if d.compute_lower_bound > 0 {
             format!(
                 "{:+.2}%",
@@ -44,7 +50,7 @@ pub fn summary(plan: &Plan) -> String {
         };
         out += &format!(
             "  {:<6} compute {} (lower bound {}, {over}, {}), resident {}\n",
-            dev.name,
+            dev,
             mib(d.compute_bytes),
             mib(d.compute_lower_bound),
             d.algorithm,
@@ -54,8 +60,8 @@ pub fn summary(plan: &Plan) -> String {
     for l in &s.links {
         out += &format!(
             "  copies {} -> {}: {} ({})\n",
-            plan.devices[l.from.index()].name,
-            plan.devices[l.to.index()].name,
+            device(plan, l.from.index()),
+            device(plan, l.to.index()),
             l.copies,
             mib(l.bytes)
         );
@@ -68,7 +74,7 @@ pub fn summary(plan: &Plan) -> String {
             .count();
         out += &format!(
             "  split {i}: {} — {} copies in, {} steps ({} ops, {} fused)\n",
-            plan.devices[sp.device.index()].name,
+            device(plan, sp.device.index()),
             sp.copies.len(),
             sp.steps.len(),
             ops,
@@ -78,7 +84,12 @@ pub fn summary(plan: &Plan) -> String {
             if !c.wait.is_empty() || c.record.is_some() {
                 out += &format!(
                     "    copy {k} '{}' on stream {}: waits {:?}, records {:?}\n",
-                    plan.tensors[c.src as usize].name, c.stream, c.wait, c.record
+                    plan.tensors
+                        .get(c.src as usize)
+                        .map_or("?", |t| t.name.as_str()),
+                    c.stream,
+                    c.wait,
+                    c.record
                 );
             }
         }
@@ -96,6 +107,17 @@ pub fn summary(plan: &Plan) -> String {
             plan.n_events
         );
     }
+    if let Some(path) = crate::plan::critical_path(plan)
+        && plan.splits.len() > 1
+    {
+        let chain: Vec<String> = path.splits.iter().map(ToString::to_string).collect();
+        out += &format!(
+            "  critical path: splits {}, {:.1} us of {:.1} us of split work (cost model)\n",
+            chain.join(" -> "),
+            path.us,
+            path.serial_us
+        );
+    }
     out
 }
 
@@ -106,7 +128,7 @@ pub fn json(plan: &Plan) -> serde_json::Value {
         .devices
         .iter()
         .map(|d| {
-            let name = plan.devices[d.device.index()].name.clone();
+            let name = device(plan, d.device.index()).to_string();
             let arena = |u: Usage| {
                 plan.arenas
                     .iter()
