@@ -73,6 +73,20 @@ pub fn read(path: impl AsRef<Path>) -> Result<Graph> {
 }
 
 /// Parses graph text; `name` is what errors call the text (a file name).
+///
+/// ```
+/// let text = r#"(format_version: 1, name: "tiny", tensors: [
+///     (name: "x", role: Input, dtype: F32, ne: [8, 1, 1, 1]),
+///     (name: "y", role: Output, op: Silu, src: ["x"], dtype: F32, ne: [8, 1, 1, 1]),
+/// ])"#;
+/// let graph = ggplan::graph::parse(text, "tiny.ron")?;
+/// assert_eq!(graph.len(), 2);
+/// assert_eq!(ggplan::graph::parse(&ggplan::graph::to_text(&graph), "again.ron")?, graph);
+/// let wrong = text.replace("[8, 1, 1, 1]),\n])", "[9, 1, 1, 1]),\n])");
+/// let refused = ggplan::graph::parse(&wrong, "wrong.ron").unwrap_err().to_string();
+/// assert!(refused.contains("wrong.ron"), "{refused}");
+/// # Ok::<(), ggplan::Error>(())
+/// ```
 pub fn parse(text: &str, name: &str) -> Result<Graph> {
     Ok(ir::text::parse(text, name)?)
 }
@@ -83,7 +97,14 @@ pub fn to_text(graph: &Graph) -> String {
 }
 
 /// Builds the graph of a GGUF model: a llama-family decoder (llama, mistral,
-/// qwen2) or a BERT encoder, at `shape`.
+/// qwen2) or a BERT encoder, at `shape`. Only the file's metadata is read.
+///
+/// ```no_run
+/// use ggplan::ModelShape;
+/// let prefill = ggplan::graph::from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", &ModelShape::tokens(128))?;
+/// let decode = ggplan::graph::from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", &ModelShape::decode(512))?;
+/// # Ok::<(), ggplan::Error>(())
+/// ```
 pub fn from_gguf(path: impl AsRef<Path>, shape: &ModelShape) -> Result<Graph> {
     let file = GgufFile::open(path.as_ref())?;
     match Family::of(&file)? {
@@ -100,6 +121,11 @@ pub fn from_gguf(path: impl AsRef<Path>, shape: &ModelShape) -> Result<Graph> {
 
 /// Builds the graph of a Hugging Face BERT folder (config.json,
 /// model.safetensors) over `tokens` tokens.
+///
+/// ```no_run
+/// let encoder = ggplan::graph::from_hf("all-MiniLM-L6-v2", 16)?;
+/// # Ok::<(), ggplan::Error>(())
+/// ```
 pub fn from_hf(dir: impl AsRef<Path>, tokens: i64) -> Result<Graph> {
     Ok(bert::build_encoder(&BertConfig::from_hf_dir(
         dir.as_ref(),

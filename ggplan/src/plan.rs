@@ -39,6 +39,18 @@ pub fn to_text(plan: &Plan) -> String {
 
 /// Writes a plan file atomically (a temporary file renamed into place, so a
 /// reader never sees half a plan).
+///
+/// ```
+/// # let graph = ggplan::graph::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/graphs/mlp.ron"))?;
+/// # let target = ggplan::target::resolve("cpu")?;
+/// let plan = ggplan::compile(&graph, &target, &Default::default())?.plan;
+/// let path = std::env::temp_dir().join(format!("ggplan-doc-{}.plan.ron", std::process::id()));
+/// ggplan::plan::write(&path, &plan)?;
+/// assert_eq!(ggplan::plan::read(&path)?, plan);
+/// assert!(ggplan::plan::summary(&plan).contains("1 splits"));
+/// # std::fs::remove_file(&path).unwrap();
+/// # Ok::<(), ggplan::Error>(())
+/// ```
 pub fn write(path: impl AsRef<Path>, plan: &Plan) -> Result<()> {
     Ok(ir::plan::write_plan(path.as_ref(), plan)?)
 }
