@@ -107,20 +107,7 @@ mod tests {
 
     #[test]
     fn a_split_waiting_for_none_of_the_others_is_off_the_path() {
-        let graph = crate::graph::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../examples/graphs/llama2l.ron"
-        ))
-        .unwrap();
-        let target = crate::target::resolve("cpu+cuda0").unwrap();
-        let options = crate::CompileOptions {
-            placement: crate::PlacementOptions {
-                offload_layers: Some(1),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let mut plan = crate::compile(&graph, &target, &options).unwrap().plan;
+        let mut plan = crate::test_plans::llama2l_offloaded();
         // cpu then cuda0, the second copying from the first: one chain.
         let path = critical_path(&plan).unwrap();
         assert_eq!(path.splits, [0, 1]);

@@ -349,23 +349,7 @@ fn detail(plan: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn llama2l_offloaded() -> Plan {
-        let graph = crate::graph::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../examples/graphs/llama2l.ron"
-        ))
-        .unwrap();
-        let target = crate::target::resolve("cpu+cuda0").unwrap();
-        let options = crate::CompileOptions {
-            placement: crate::PlacementOptions {
-                offload_layers: Some(1),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        crate::compile(&graph, &target, &options).unwrap().plan
-    }
+    use crate::test_plans::llama2l_offloaded;
 
     #[test]
     fn the_summary_has_a_node_per_split_and_copies_with_bytes() {

@@ -75,6 +75,8 @@ mod key;
 pub mod plan;
 mod summary;
 pub mod target;
+#[cfg(test)]
+mod test_plans;
 #[cfg(feature = "testing")]
 pub mod testing;
 
