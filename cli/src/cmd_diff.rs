@@ -17,17 +17,18 @@ pub struct DiffArgs {
     b: PathBuf,
 }
 
+// Plans are read, not checked, before they are compared: every index is
+// looked up with `get`, and what is out of range prints as "?".
+
+fn device(p: &Plan, index: usize) -> &str {
+    p.devices.get(index).map_or("?", |d| d.name.as_str())
+}
+
 fn devices_by_tensor(p: &Plan) -> BTreeMap<&str, &str> {
-    p.tensors[..p.n_graph_tensors as usize]
+    let graph_tensors = (p.n_graph_tensors as usize).min(p.tensors.len());
+    p.tensors[..graph_tensors]
         .iter()
-        .map(|t| {
-            (
-                t.name.as_str(),
-                p.devices
-                    .get(t.device.index())
-                    .map_or("?", |d| d.name.as_str()),
-            )
-        })
+        .map(|t| (t.name.as_str(), device(p, t.device.index())))
         .collect()
 }
 
@@ -39,8 +40,10 @@ fn copies(p: &Plan) -> BTreeMap<String, u64> {
             (
                 format!(
                     "{} -> {}",
-                    p.tensors[c.src as usize].name,
-                    p.devices[d.index()].name
+                    p.tensors
+                        .get(c.src as usize)
+                        .map_or("?", |t| t.name.as_str()),
+                    device(p, d.index())
                 ),
                 c.bytes,
             )
@@ -53,7 +56,7 @@ fn arenas(p: &Plan) -> BTreeMap<String, u64> {
         .iter()
         .map(|a| {
             (
-                format!("{} {:?}", p.devices[a.device.index()].name, a.usage),
+                format!("{} {:?}", device(p, a.device.index()), a.usage),
                 a.size,
             )
         })

@@ -43,13 +43,23 @@ pub struct ExplainArgs {
     tensor: Option<String>,
 }
 
+/// A tensor's name; `?` for an index out of range (explain reads plans the
+/// checker has not passed, to show what is wrong with them).
+fn tensor_name(plan: &Plan, t: u32) -> &str {
+    plan.tensors
+        .get(t as usize)
+        .map_or("?", |t| t.name.as_str())
+}
+
 fn placement_text(plan: &Plan, p: &Placement) -> String {
     match *p {
         Placement::Arena { arena, offset } => match plan.arenas.get(arena as usize) {
             Some(a) => format!(
                 "{:?} arena of {} at {offset}",
                 a.usage,
-                plan.devices[a.device.index()].name
+                plan.devices
+                    .get(a.device.index())
+                    .map_or("?", |d| d.name.as_str())
             ),
             None => format!("arena {arena} (missing) at {offset}"),
         },
@@ -99,10 +109,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
     for (s, split) in plan.splits.iter().enumerate() {
         for c in &split.copies {
             if c.src == id || c.dst == id {
-                let (src, dst) = (
-                    &plan.tensors[c.src as usize].name,
-                    &plan.tensors[c.dst as usize].name,
-                );
+                let (src, dst) = (tensor_name(&plan, c.src), tensor_name(&plan, c.dst));
                 println!("  split {s}: copy '{src}' -> '{dst}' ({} bytes)", c.bytes);
             }
         }
@@ -110,12 +117,12 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
             let (writes, reads, what) = match step {
                 Step::Op { op, dst, srcs } => (*dst, srcs.clone(), op.name().to_string()),
                 Step::Fused { kernel } => {
-                    let kern = &plan.kernels[*kernel as usize];
-                    let names: Vec<&str> = kern
-                        .nodes
-                        .iter()
-                        .map(|&n| plan.tensors[n as usize].name.as_str())
-                        .collect();
+                    let Some(kern) = plan.kernels.get(*kernel as usize) else {
+                        println!("  split {s} step {k}: fused kernel {kernel} (missing)");
+                        continue;
+                    };
+                    let names: Vec<&str> =
+                        kern.nodes.iter().map(|&n| tensor_name(&plan, n)).collect();
                     (
                         kern.output,
                         kern.inputs.clone(),
@@ -128,7 +135,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
             } else if reads.contains(&id) {
                 println!(
                     "  split {s} step {k}: read by {what} writing '{}'",
-                    plan.tensors[writes as usize].name
+                    tensor_name(&plan, writes)
                 );
             }
         }

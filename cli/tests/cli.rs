@@ -331,6 +331,53 @@ fn verify_gates_fail_with_the_figures_and_pass_within_them() {
 }
 
 #[test]
+fn reading_commands_never_panic_on_a_damaged_plan() {
+    let dir = scratch_dir("damaged");
+    let p = |f: &str| dir.join(f).display().to_string();
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu+cuda0",
+        "--offload-layers",
+        "1",
+        "-o",
+        &p("ok.ron"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    // A split on a device that does not exist, a copy from a tensor that
+    // does not exist, a step running a kernel that does not exist.
+    let original = std::fs::read_to_string(p("ok.ron")).unwrap();
+    for pattern in ["      device: 1,", "(src: 1, dst:", "Fused(kernel: 0)"] {
+        assert!(original.contains(pattern), "{pattern}: {original}");
+    }
+    let damaged = original
+        .replacen("      device: 1,", "      device: 9,", 1)
+        .replacen("(src: 1, dst:", "(src: 99999, dst:", 1)
+        .replacen("Fused(kernel: 0)", "Fused(kernel: 77)", 1);
+    std::fs::write(p("bad.ron"), damaged).unwrap();
+    for args in [
+        vec!["show", &p("bad.ron")],
+        vec!["show", &p("bad.ron"), "--json"],
+        vec!["explain", &p("bad.ron")],
+        vec!["explain", &p("bad.ron"), "l1.kq"],
+        vec!["diff", &p("ok.ron"), &p("bad.ron")],
+        vec!["dot", &p("bad.ron"), "-o", &p("bad.dot")],
+        vec!["dot", &p("bad.ron"), "--detail", "-o", &p("bad2.dot")],
+        vec!["memory", &p("bad.ron"), "-o", &p("bad.svg")],
+        vec!["verify", &p("bad.ron")],
+    ] {
+        let out = ggplan(&args);
+        let said = text(&out);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)) && !said.contains("panicked"),
+            "{args:?}: {said}"
+        );
+    }
+    assert_eq!(ggplan(&["verify", &p("bad.ron")]).status.code(), Some(1));
+}
+
+#[test]
 fn compile_errors_name_what_is_wrong() {
     let dir = scratch_dir("compile-errors");
     let out_path = dir.join("p.ron");
