@@ -29,6 +29,14 @@
 //! mapped or in the weights arena); SmolLM2-135M's Q8_0 token embedding is
 //! also its output head, so it exists twice (get_rows reads the original).
 //!
+//! Time: one thread, in row order. Splitting each weight's rows over rayon's
+//! pool was measured slower (2026-11-25, this 2-core host, SmolLM2-135M Q4_1
+//! prefill plan, 63.3 MiB repacked, JIT kernels from the disk cache, 2
+//! threads): kernels prepared in 115-120 ms in order against 131-135 ms in
+//! parallel, three runs each. Repacking touches each byte once, so it is
+//! bound by first-touch page faults on the source mapping and the fresh
+//! copy, which do not scale across two cores.
+//!
 //! Invariants:
 //! - only tensors that never change after load are repacked (the runtime
 //!   passes a cache only for mul_mat operands whose root is a weight); the
@@ -77,39 +85,6 @@ pub(crate) fn scale_fields(kind: u8) -> usize {
 /// Quant bytes in a block of `kind`: 32 for Q8_0, 16 of nibbles for Q4.
 pub(crate) fn quant_bytes(kind: u8) -> usize {
     if kind == kind::Q8_0 { QK } else { QK / 2 }
-}
-
-/// Rows per task of [`repack_rows_parallel`]: 64 rows of a 576-wide Q4_1
-/// matrix are 23 KiB, enough work to amortise a task, and in L2.
-const ROWS_PER_TASK: usize = 64;
-
-/// [`repack_rows`] with the rows split over rayon's pool (rows are
-/// independent; each task owns a disjoint range of both buffers).
-///
-/// # Safety
-/// As [`repack_rows`], for all `rows` rows.
-unsafe fn repack_rows_parallel(kind: u8, src: *const u8, dst: *mut u8, rows: usize, nb: usize) {
-    use rayon::prelude::*;
-    let row_bytes = nb * kind::block_bytes(kind);
-    // Addresses cross threads as integers; each task derives its own range.
-    let (src, dst) = (src as usize, dst as usize);
-    (0..rows.div_ceil(ROWS_PER_TASK))
-        .into_par_iter()
-        .for_each(|task| {
-            let first = task * ROWS_PER_TASK;
-            let n = ROWS_PER_TASK.min(rows - first);
-            // SAFETY: rows first..first + n lie inside both buffers (the
-            // caller's guarantee for all rows), and no other task touches them.
-            unsafe {
-                repack_rows(
-                    kind,
-                    (src as *const u8).add(first * row_bytes),
-                    (dst as *mut u8).add(first * row_bytes),
-                    n,
-                    nb,
-                )
-            };
-        });
 }
 
 /// Repacks `rows` rows of `nb` blocks of `kind` from `src` into `dst`
@@ -206,7 +181,7 @@ impl RepackCache {
         let nb = src0.ne[0] as usize / QK;
         let rows = span / (nb * kind::block_bytes(kind));
         // SAFETY: both hold `span` bytes = rows * nb blocks (contiguous).
-        unsafe { repack_rows_parallel(kind, src0.data, buf.as_ptr(), rows, nb) };
+        unsafe { repack_rows(kind, src0.data, buf.as_ptr(), rows, nb) };
         let p = Arc::new(PackedWeights {
             buf,
             origin: src0.data as usize,
@@ -223,30 +198,5 @@ impl RepackCache {
             .filter_map(Weak::upgrade)
             .map(|p| p.bytes() as u64)
             .sum()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rows_repacked_in_parallel_equal_rows_repacked_in_order() {
-        let mut rng = kernels::testing::Rng::new(7);
-        // 203 rows: three full tasks and a partial one; 7 blocks per row
-        // (a tail group).
-        for k in [kind::Q8_0, kind::Q4_0, kind::Q4_1] {
-            let (rows, nb) = (203, 7);
-            let len = rows * nb * kind::block_bytes(k);
-            let src: Vec<u8> = (0..len).map(|_| (rng.uniform(0.0, 256.0)) as u8).collect();
-            let (mut serial, mut parallel) = (vec![0u8; len], vec![0u8; len]);
-            // SAFETY: all three hold rows * nb blocks and do not overlap.
-            unsafe {
-                repack_rows(k, src.as_ptr(), serial.as_mut_ptr(), rows, nb);
-                repack_rows_parallel(k, src.as_ptr(), parallel.as_mut_ptr(), rows, nb);
-            }
-            assert!(serial == parallel, "kind {k}");
-            assert!(serial != src, "kind {k}: repacking moved nothing");
-        }
     }
 }
