@@ -54,6 +54,10 @@
 //! ## Features
 //! - `jit` (default): the runtime (LLVM 19 through inkwell, gemm). Without
 //!   it, graphs, compilation, plans, keys and gates build with no LLVM.
+//! - `cuda` (default): the runtime's CUDA driver probe (cudarc, loaded at run
+//!   time; no CUDA toolkit is needed to build), so `host` targets and the
+//!   registry list CUDA devices. The CUDA backend that runs plans is not
+//!   built yet. Without it nothing of cudarc is compiled.
 //! - `testing`: the `testing` module and `assert_plan_snapshot!`.
 //!
 //! Every file is untrusted input: readers check sizes before use, the runtime

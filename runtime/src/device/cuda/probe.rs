@@ -5,7 +5,9 @@
 //! libcuda can be loaded (cudarc panics when it cannot), and the whole probe
 //! also runs under `catch_unwind`, so a missing or broken driver is reported
 //! as a reason, never as a crash. No context is created: only device queries.
+//! A build without the `cuda` feature has no cudarc and reports that reason.
 
+#[cfg(feature = "cuda")]
 use cudarc::driver::{result, sys};
 
 /// One CUDA device.
@@ -37,7 +39,16 @@ pub enum CudaStatus {
     },
 }
 
+/// Probes the CUDA driver (in a build without the `cuda` feature: says so).
+#[cfg(not(feature = "cuda"))]
+pub fn probe() -> CudaStatus {
+    CudaStatus::Unavailable(
+        "this build has no CUDA support (built without the `cuda` feature)".to_string(),
+    )
+}
+
 /// Probes the CUDA driver.
+#[cfg(feature = "cuda")]
 pub fn probe() -> CudaStatus {
     // SAFETY: this only tries to dlopen libcuda under its usual names; loading
     // a driver library runs its initialisers, which is what using CUDA means.
@@ -72,6 +83,7 @@ pub fn probe() -> CudaStatus {
     }
 }
 
+#[cfg(feature = "cuda")]
 fn query() -> Result<CudaStatus, String> {
     result::init().map_err(|e| format!("cuInit failed: {e}"))?;
     let mut version = 0;
