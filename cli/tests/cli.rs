@@ -290,10 +290,10 @@ fn verify_lists_every_violation_of_a_corrupted_plan() {
     );
 }
 
-#[test]
-fn verify_gates_fail_with_the_figures_and_pass_within_them() {
-    let dir = scratch_dir("verify_gates");
-    let plan = dir.join("offload.ron").display().to_string();
+/// Compiles llama2l for `cpu+cuda0` with its last block offloaded (two
+/// splits, copies between them) to `path`, returned as a string.
+fn compile_offloaded(path: &Path) -> String {
+    let plan = path.display().to_string();
     let out = ggplan(&[
         "compile",
         &example("llama2l.ron"),
@@ -305,6 +305,13 @@ fn verify_gates_fail_with_the_figures_and_pass_within_them() {
         &plan,
     ]);
     assert!(out.status.success(), "{}", text(&out));
+    plan
+}
+
+#[test]
+fn verify_gates_fail_with_the_figures_and_pass_within_them() {
+    let dir = scratch_dir("verify_gates");
+    let plan = compile_offloaded(&dir.join("offload.ron"));
     let out = ggplan(&[
         "verify",
         &plan,
@@ -334,17 +341,7 @@ fn verify_gates_fail_with_the_figures_and_pass_within_them() {
 fn reading_commands_never_panic_on_a_damaged_plan() {
     let dir = scratch_dir("damaged");
     let p = |f: &str| dir.join(f).display().to_string();
-    let out = ggplan(&[
-        "compile",
-        &example("llama2l.ron"),
-        "--target",
-        "cpu+cuda0",
-        "--offload-layers",
-        "1",
-        "-o",
-        &p("ok.ron"),
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    compile_offloaded(&dir.join("ok.ron"));
     // A split on a device that does not exist, a copy from a tensor that
     // does not exist, a step running a kernel that does not exist.
     let original = std::fs::read_to_string(p("ok.ron")).unwrap();
