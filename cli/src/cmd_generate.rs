@@ -114,12 +114,6 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
                     written = write!(out, "{text}").and_then(|()| out.flush());
                 }
             }
-        })
-        .map_err(|e| match e {
-            ggplan::Error::Usage(why) if why.contains("longer than the context") => {
-                anyhow::anyhow!("{why} (raise --ctx)")
-            }
-            e => e.into(),
         })?;
     written?;
     if let Some(path) = &args.dump_logits {

@@ -185,7 +185,7 @@ impl Generator {
         let n_prompt = prompt_ids.len() as i64;
         if n_prompt > n_ctx {
             return Err(Error::Usage(format!(
-                "the prompt is {n_prompt} tokens, longer than the context of {n_ctx}"
+                "the prompt is {n_prompt} tokens, longer than the context of {n_ctx} (raise the context: `ctx`, `--ctx`)"
             )));
         }
         let cache = CacheConfig {
