@@ -98,11 +98,13 @@ fn time(kernels: &[Box<dyn CpuKernel>], nth: usize, runs: usize) -> (f64, f64) {
 }
 
 /// `copies` independent products dst = src0 x src1 (distinct src0 each),
-/// src0 prepared as a weight, as the runtime does (repacked on AVX2).
-fn products(
+/// src0 prepared as a weight, as the runtime does (repacked on AVX2), on
+/// the runtime's route or on `route`.
+fn products_on(
     t0: DType,
     (k, m, n): (i64, i64, i64),
     copies: usize,
+    route: Option<Route>,
 ) -> (Vec<Buf>, Vec<Box<dyn CpuKernel>>, String) {
     let mut keep = Vec::new();
     let mut kernels = Vec::new();
@@ -113,7 +115,13 @@ fn products(
         let (b2, d) = tensor(DType::F32, [m, n, 1, 1], 2000 + c as u64);
         // SAFETY: src0 is written above and never again; its buffer lives
         // as long as the kernel (both returned together).
-        let kernel = unsafe { prepare_mul_mat_weights(d, a, b, Precision::Fast, &repack) }.unwrap();
+        let kernel = unsafe {
+            match route {
+                None => prepare_mul_mat_weights(d, a, b, Precision::Fast, &repack),
+                Some(r) => prepare_mul_mat_on(d, a, b, r, Some(&repack)),
+            }
+        }
+        .unwrap();
         keep.extend([b0, b1, b2]);
         kernels.push(kernel);
     }
@@ -123,7 +131,18 @@ fn products(
 
 /// CPU seconds per product of the slowest thread, for 1 and 2 threads.
 fn compute_bound(c: &Ceilings, t0: DType, kmn: (i64, i64, i64), runs: usize) -> [f64; 2] {
-    let (_keep, kernels, what) = products(t0, kmn, 1);
+    compute_bound_on(c, t0, kmn, runs, None)
+}
+
+/// [`compute_bound`] on `route` (None: the runtime's choice).
+fn compute_bound_on(
+    c: &Ceilings,
+    t0: DType,
+    kmn: (i64, i64, i64),
+    runs: usize,
+    route: Option<Route>,
+) -> [f64; 2] {
+    let (_keep, kernels, what) = products_on(t0, kmn, 1, route);
     let (k, m, n) = kmn;
     let flops = 2.0 * (k * m * n) as f64;
     let mut secs = [0.0; 2];
@@ -144,13 +163,18 @@ fn compute_bound(c: &Ceilings, t0: DType, kmn: (i64, i64, i64), runs: usize) -> 
 
 /// CPU seconds per product of the slowest thread, for 1 and 2 threads.
 fn memory_bound(c: &Ceilings, t0: DType, k: i64, m: i64) -> [f64; 2] {
+    memory_bound_on(c, t0, k, m, None)
+}
+
+/// [`memory_bound`] on `route` (None: the runtime's choice).
+fn memory_bound_on(c: &Ceilings, t0: DType, k: i64, m: i64, route: Option<Route>) -> [f64; 2] {
     let weight_bytes = (Layout::contiguous(t0, [k, m, 1, 1]).unwrap().span_bytes()) as f64;
     // Enough copies to exceed the L3 cache (at least 96 MB in all).
     let copies = match std::env::var("MATMUL_BENCH_COPIES") {
         Ok(v) => v.parse().unwrap(),
         Err(_) => ((96e6 / weight_bytes).ceil() as usize).max(2),
     };
-    let (_keep, kernels, what) = products(t0, (k, m, 1), copies);
+    let (_keep, kernels, what) = products_on(t0, (k, m, 1), copies, route);
     let mut secs = [0.0; 2];
     for nth in [1, 2] {
         let (wall, cpu) = time(&kernels, nth, 40);
@@ -238,8 +262,32 @@ fn main() {
     if want("f32") {
         compute_bound(&c, DType::F32, (1024, 1024, 1024), 10);
     }
-    for t in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::F16] {
+    // llama2l's weight products at 128 tokens (f32 and f16 weights), on
+    // gemm and on the runtime's route (panels where the host has them).
+    for t in [DType::F32, DType::F16] {
+        for kmn in [
+            (512, 512, 128),
+            (512, 1536, 128),
+            (1536, 512, 128),
+            (512, 8000, 128),
+        ] {
+            if want(&format!("{t} llama2l")) {
+                let _ = compute_bound_on(&c, t, kmn, 20, Some(Route::F32Gemm));
+                let _ = compute_bound(&c, t, kmn, 20);
+            }
+        }
+    }
+    for t in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::F16,
+        DType::F32,
+    ] {
         if want(&format!("{t} matvec")) {
+            if !t.is_quantized() {
+                let _ = memory_bound_on(&c, t, 4096, 4096, Some(Route::F32Gemm));
+            }
             let _ = memory_bound(&c, t, 4096, 4096);
         }
     }

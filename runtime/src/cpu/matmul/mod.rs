@@ -11,6 +11,9 @@
 //!   over threads), then integer dot products in tiles of src0 rows x src1
 //!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
 //!   weights are repacked once at load for AVX2 ([`packed`]);
+//! - [`panel`] (F32, F16 and BF16 weights on hosts with AVX2 or AVX-512):
+//!   weights packed once at load into panels, our own register-tiled f32
+//!   micro-kernels;
 //! - [`float`] (every other dtype, and quantized src0 times many columns):
 //!   the `gemm` crate on f32, reading f32
 //!   operands in place through their strides (so permuted views cost no copy)
@@ -26,6 +29,7 @@
 pub mod convert;
 pub mod float;
 pub mod packed;
+pub mod panel;
 pub mod q8;
 pub mod qdot;
 pub mod quantized;
@@ -69,6 +73,10 @@ pub enum Route {
     Int8Dot,
     /// src0 (and src1) widened to f32 in blocks, then `gemm` ([`float`]).
     F32Gemm,
+    /// A weight packed in panels at load, our micro-kernels ([`panel`]); for
+    /// F32, F16 and BF16 weights only. [`route`] never returns it: a product
+    /// on the f32 route takes it when src0 is a weight ([`prepare_mul_mat_weights`]).
+    F32Panels,
 }
 
 /// From this many src1 columns on, quantized weights of `dtype` take the f32
@@ -138,7 +146,14 @@ unsafe fn prepare(
     repack: Option<&packed::RepackCache>,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     let geo = Geometry::new(dst, src0, src1)?;
-    let chosen = route(src0.dtype, geo.n, precision);
+    let mut chosen = route(src0.dtype, geo.n, precision);
+    if chosen == Route::F32Gemm
+        && repack.is_some()
+        && panel::applies(&geo)
+        && panel::PanelIsa::detect().is_some()
+    {
+        chosen = Route::F32Panels;
+    }
     // SAFETY: forwarded.
     unsafe { prepare_route(geo, chosen, repack) }
 }
@@ -181,6 +196,29 @@ unsafe fn prepare_route(
             Box::new(unsafe { quantized::QuantMatMul::new(geo, repack) })
         }
         Route::F32Gemm => Box::new(float::GemmMatMul::new(geo)),
+        Route::F32Panels => {
+            let isa = panel::PanelIsa::detect()
+                .ok_or_else(|| unsupported("the panel route needs AVX2 and FMA".into()))?;
+            if !panel::applies(&geo) {
+                return Err(unsupported(format!(
+                    "the panel route needs a 2-D F32, F16 or BF16 weight and a dst contiguous along M, not {} {}",
+                    geo.src0.dtype,
+                    ir::layout::fmt_ne(&geo.src0.ne)
+                )));
+            }
+            // SAFETY: src0 is readable now and never changes (forwarded).
+            let panels = unsafe {
+                match repack {
+                    Some(cache) => cache.panels(&geo.src0, isa),
+                    None => panel::pack(&geo.src0, isa),
+                }
+            };
+            match panels {
+                Some(p) => Box::new(panel::PanelMatMul::new(geo, p)),
+                // No memory for the panels: gemm reads the weight in place.
+                None => Box::new(float::GemmMatMul::new(geo)),
+            }
+        }
     })
 }
 

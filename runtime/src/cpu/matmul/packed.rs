@@ -1,6 +1,7 @@
 //! Q8_0, Q4_0 and Q4_1 weights repacked once at load for the AVX2 lane
 //! kernel (`qdot::avx2_lane`), and the cache that shares one repacked copy
-//! between every kernel (and runtime) that reads the same weight.
+//! between every kernel (and runtime) that reads the same weight (these, and
+//! float weights in panels for [`super::panel`]).
 //!
 //! Layout: a repacked row has exactly the bytes of the original row, and rows
 //! sit at the same offsets, so a row's address moves by one fixed offset.
@@ -45,6 +46,7 @@
 //!   references, so its memory is what the loaded runtimes use
 //!   ([`RepackCache::live_bytes`]).
 
+use super::panel::{PanelIsa, Panels};
 use super::q8::{GROUP, PAIRED_TAIL, QK};
 use super::qdot::kind;
 use crate::cpu::RawTensor;
@@ -147,10 +149,12 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
 type Key = (usize, DType, [i64; 4]);
 
 /// Repacked copies by original address, shared by the kernels of every
-/// runtime loaded with one [`crate::FastKernels`].
+/// runtime loaded with one [`crate::FastKernels`]: quantized weights for the
+/// AVX2 lane kernel, and float weights in panels ([`super::panel`]).
 #[derive(Default)]
 pub struct RepackCache {
     copies: Mutex<BTreeMap<Key, Weak<PackedWeights>>>,
+    panels: Mutex<BTreeMap<(Key, PanelIsa), Weak<Panels>>>,
 }
 
 impl RepackCache {
@@ -190,13 +194,30 @@ impl RepackCache {
         Some(p)
     }
 
+    /// The panels of the 2-D float weight `src0` for `isa`, packed now or
+    /// shared; `None` when the memory cannot be had.
+    ///
+    /// # Safety
+    /// `src0`'s bytes are readable and never change while the panels live.
+    pub unsafe fn panels(&self, src0: &RawTensor, isa: PanelIsa) -> Option<Arc<Panels>> {
+        let key = ((src0.data as usize, src0.dtype, src0.ne), isa);
+        let mut panels = self.panels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = panels.get(&key).and_then(Weak::upgrade) {
+            return Some(p);
+        }
+        panels.retain(|_, w| w.strong_count() > 0);
+        // SAFETY: forwarded.
+        let p = unsafe { super::panel::pack(src0, isa) }?;
+        panels.insert(key, Arc::downgrade(&p));
+        Some(p)
+    }
+
     /// Bytes of the repacked copies that kernels hold now.
     pub fn live_bytes(&self) -> u64 {
         let copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
-        copies
-            .values()
-            .filter_map(Weak::upgrade)
-            .map(|p| p.bytes() as u64)
-            .sum()
+        let panels = self.panels.lock().unwrap_or_else(|e| e.into_inner());
+        let copies = copies.values().filter_map(Weak::upgrade).map(|p| p.bytes());
+        let panels = panels.values().filter_map(Weak::upgrade).map(|p| p.bytes());
+        copies.chain(panels).map(|b| b as u64).sum()
     }
 }

@@ -2,9 +2,11 @@
 //! odd sizes, dst poisoned with NaN, on pools of 1, 2 and 3 threads.
 
 mod float;
+mod panel;
 mod quant;
 
 use super::packed::RepackCache;
+use super::panel::{PanelIsa, PanelMatMul};
 use super::qdot::Isa;
 use super::quantized::QuantMatMul;
 use super::shape::Geometry;
@@ -82,6 +84,38 @@ enum Route {
     /// The integer kernel with this instruction set; `true`: src0 prepared
     /// as a weight (repacked where the set does that: AVX2).
     Quant(Isa, bool),
+    /// src0 packed in panels for this set ([`super::panel`]); besides the
+    /// reference, each element must equal, to the bit, one `f32::mul_add`
+    /// chain over K in order.
+    Panels(PanelIsa),
+}
+
+/// dst as the panel kernels must compute it: per element, `acc =
+/// a.mul_add(b, acc)` over kk in order from +0, on the f32 values.
+fn fma_chains(a: &Dense, b: &Dense, out: &Layout) -> Vec<f32> {
+    let [m, n, ne12, ne13] = out.ne.map(|e| e as usize);
+    let (k, ne02, ne03) = (a.ne[0] as usize, a.ne[2] as usize, a.ne[3] as usize);
+    let at = |d: &Dense, i: [usize; 4]| {
+        let ne = d.ne.map(|e| e as usize);
+        d.data[i[0] + ne[0] * (i[1] + ne[1] * (i[2] + ne[2] * i[3]))] as f32
+    };
+    let mut v = Vec::with_capacity(m * n * ne12 * ne13);
+    for b3 in 0..ne13 {
+        for b2 in 0..ne12 {
+            for j in 0..n {
+                for i in 0..m {
+                    let ia = [0, i, b2 / (ne12 / ne02), b3 / (ne13 / ne03)];
+                    let mut acc = 0f32;
+                    for kk in 0..k {
+                        let x = at(a, [kk, ia[1], ia[2], ia[3]]);
+                        acc = x.mul_add(at(b, [kk, j, b2, b3]), acc);
+                    }
+                    v.push(acc);
+                }
+            }
+        }
+    }
+    v
 }
 
 /// Runs mul_mat(a, b) through `route` on pools of 1, 2 and 3 threads and
@@ -118,6 +152,12 @@ fn check(a: &mut Tensor, b: &mut Tensor, route: Route) {
                     weight.then_some(&repack),
                 )
             }),
+            Route::Panels(isa) => {
+                let geo = Geometry::new(raw_dst, a.raw(), b.raw()).unwrap();
+                // SAFETY: a's bytes do not change while the kernel lives.
+                let panels = unsafe { super::panel::pack(&a.raw(), isa) }.unwrap();
+                Box::new(PanelMatMul::new(geo, panels))
+            }
         };
         if let Route::Quant(Isa::Avx2, true) = route {
             assert!(
@@ -132,6 +172,19 @@ fn check(a: &mut Tensor, b: &mut Tensor, route: Route) {
         // SAFETY: the tensors and scratch outlive the run; every thread calls run once.
         pool.run(&|ctx| unsafe { kernel.run(ctx, scratch_ptr as *mut u8) });
         let got = gather(dst.bytes(), &out);
+        if let Route::Panels(_) = route {
+            let chains = fma_chains(&va, &vb, &out);
+            for (e, (&g, &c)) in got.data.iter().zip(&chains).enumerate() {
+                assert_eq!(
+                    (g as f32).to_bits(),
+                    c.to_bits(),
+                    "{}: element {e} is {g}, the FMA chain gives {c} ({nth} threads, src0 {:?} src1 {:?})",
+                    kernel.describe(),
+                    a.layout,
+                    b.layout
+                );
+            }
+        }
         let err = nmse(&want.data, &got.data);
         assert!(
             err < nmse_threshold("mul_mat"),

@@ -1,0 +1,102 @@
+//! AVX2 + FMA (+ F16C for f16 panels) micro-kernel: a tile of 16 weight rows (two vectors) x up to 6
+//! activation columns, 12 accumulators held in registers over the depth.
+
+use super::Tile;
+use std::arch::x86_64::*;
+
+/// Weight rows per tile.
+const MR: usize = 16;
+/// Activation block width.
+const NR: usize = 6;
+
+/// Lanes `0..n` set (`n <= 8`, clamped), as a maskload/maskstore mask.
+#[target_feature(enable = "avx2")]
+fn lanes(n: usize) -> __m256i {
+    _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(n.min(8) as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    )
+}
+
+/// One tile of `N` columns (module doc); `F16`: the panel holds f16 values.
+///
+/// # Safety
+/// As [`super::run_tile`], for this host with AVX2 and FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
+    let whole = t.rows == MR;
+    let (lo, hi) = (lanes(t.rows), lanes(t.rows.saturating_sub(8)));
+    let mut x = [_mm256_setzero_ps(); N];
+    let mut y = [_mm256_setzero_ps(); N];
+    if t.load {
+        for j in 0..N {
+            // SAFETY: the tile's rows of column j are readable dst; masked
+            // lanes are not touched (wrapping: the pointer may pass the end).
+            unsafe {
+                let (p, q) = (t.dst[j], t.dst[j].wrapping_add(8));
+                if whole {
+                    x[j] = _mm256_loadu_ps(p);
+                    y[j] = _mm256_loadu_ps(q);
+                } else {
+                    x[j] = _mm256_maskload_ps(p, lo);
+                    y[j] = _mm256_maskload_ps(q, hi);
+                }
+            }
+        }
+    }
+    let (mut a, mut b) = (t.a, t.b);
+    for _ in 0..t.depth {
+        // SAFETY: the panel holds MR values per depth step, 32-byte aligned;
+        // the column block NR per step, of which the first N are set.
+        unsafe {
+            let (a0, a1) = if F16 {
+                let h = a as *const __m128i;
+                (
+                    _mm256_cvtph_ps(_mm_load_si128(h)),
+                    _mm256_cvtph_ps(_mm_load_si128(h.add(1))),
+                )
+            } else {
+                let f = a as *const f32;
+                (_mm256_load_ps(f), _mm256_load_ps(f.add(8)))
+            };
+            for j in 0..N {
+                let s = _mm256_broadcast_ss(&*b.add(j));
+                x[j] = _mm256_fmadd_ps(a0, s, x[j]);
+                y[j] = _mm256_fmadd_ps(a1, s, y[j]);
+            }
+            a = a.add(MR * if F16 { 2 } else { 4 });
+            b = b.add(NR);
+        }
+    }
+    for j in 0..N {
+        // SAFETY: as the loads.
+        unsafe {
+            let (p, q) = (t.dst[j], t.dst[j].wrapping_add(8));
+            if whole {
+                _mm256_storeu_ps(p, x[j]);
+                _mm256_storeu_ps(q, y[j]);
+            } else {
+                _mm256_maskstore_ps(p, lo, x[j]);
+                _mm256_maskstore_ps(q, hi, y[j]);
+            }
+        }
+    }
+}
+
+/// [`tile_n`] for `t.cols` columns; `F16`: the panel holds f16 values.
+///
+/// # Safety
+/// As [`super::run_tile`], for this host with AVX2 and FMA.
+pub unsafe fn tile<const F16: bool>(t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe {
+        match t.cols {
+            1 => tile_n::<1, F16>(t),
+            2 => tile_n::<2, F16>(t),
+            3 => tile_n::<3, F16>(t),
+            4 => tile_n::<4, F16>(t),
+            5 => tile_n::<5, F16>(t),
+            _ => tile_n::<6, F16>(t),
+        }
+    }
+}

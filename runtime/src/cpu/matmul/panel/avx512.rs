@@ -1,0 +1,93 @@
+//! AVX-512F micro-kernel: a tile of 32 weight rows (two vectors) x up to 12
+//! activation columns, 24 accumulators held in registers over the depth.
+
+use super::Tile;
+use std::arch::x86_64::*;
+
+/// Weight rows per tile.
+const MR: usize = 32;
+/// Activation block width.
+const NR: usize = 14;
+
+/// Lanes `0..n` set (`n <= 16`).
+fn lanes(n: usize) -> __mmask16 {
+    ((1u32 << n) - 1) as __mmask16
+}
+
+/// One tile of `N` columns (module doc); `F16`: the panel holds f16 values.
+///
+/// # Safety
+/// As [`super::run_tile`], for this host with AVX-512F.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
+    let (lo, hi) = (lanes(t.rows.min(16)), lanes(t.rows.saturating_sub(16)));
+    let mut x = [_mm512_setzero_ps(); N];
+    let mut y = [_mm512_setzero_ps(); N];
+    if t.load {
+        for j in 0..N {
+            // SAFETY: the tile's rows of column j are readable dst; masked
+            // lanes are not touched (wrapping: the pointer may pass the end).
+            unsafe {
+                x[j] = _mm512_maskz_loadu_ps(lo, t.dst[j]);
+                y[j] = _mm512_maskz_loadu_ps(hi, t.dst[j].wrapping_add(16));
+            }
+        }
+    }
+    let (mut a, mut b) = (t.a, t.b);
+    for _ in 0..t.depth {
+        // SAFETY: the panel holds MR values per depth step, 32-byte aligned;
+        // the column block NR per step, of which the first N are set.
+        unsafe {
+            let (a0, a1) = if F16 {
+                let h = a as *const __m256i;
+                (
+                    _mm512_cvtph_ps(_mm256_load_si256(h)),
+                    _mm512_cvtph_ps(_mm256_load_si256(h.add(1))),
+                )
+            } else {
+                let f = a as *const f32;
+                (_mm512_load_ps(f), _mm512_load_ps(f.add(16)))
+            };
+            for j in 0..N {
+                let s = _mm512_set1_ps(*b.add(j));
+                x[j] = _mm512_fmadd_ps(a0, s, x[j]);
+                y[j] = _mm512_fmadd_ps(a1, s, y[j]);
+            }
+            a = a.add(MR * if F16 { 2 } else { 4 });
+            b = b.add(NR);
+        }
+    }
+    for j in 0..N {
+        // SAFETY: as the loads.
+        unsafe {
+            _mm512_mask_storeu_ps(t.dst[j], lo, x[j]);
+            _mm512_mask_storeu_ps(t.dst[j].wrapping_add(16), hi, y[j]);
+        }
+    }
+}
+
+/// [`tile_n`] for `t.cols` columns; `F16`: the panel holds f16 values.
+///
+/// # Safety
+/// As [`super::run_tile`], for this host with AVX-512F.
+pub unsafe fn tile<const F16: bool>(t: &Tile) {
+    // SAFETY: forwarded.
+    unsafe {
+        match t.cols {
+            1 => tile_n::<1, F16>(t),
+            2 => tile_n::<2, F16>(t),
+            3 => tile_n::<3, F16>(t),
+            4 => tile_n::<4, F16>(t),
+            5 => tile_n::<5, F16>(t),
+            6 => tile_n::<6, F16>(t),
+            7 => tile_n::<7, F16>(t),
+            8 => tile_n::<8, F16>(t),
+            9 => tile_n::<9, F16>(t),
+            10 => tile_n::<10, F16>(t),
+            11 => tile_n::<11, F16>(t),
+            12 => tile_n::<12, F16>(t),
+            13 => tile_n::<13, F16>(t),
+            _ => tile_n::<14, F16>(t),
+        }
+    }
+}

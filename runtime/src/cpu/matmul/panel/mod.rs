@@ -1,0 +1,188 @@
+//! f32 mul_mat of a weight packed once at load into panels ([`pack`]), by
+//! register-tiled micro-kernels of our own (AVX-512F or AVX2 + FMA, the
+//! widest the host has: [`PanelIsa::detect`]).
+//!
+//! Why not `gemm` for these: on this project's AVX-512 host (Zen 4 class,
+//! 2026-11-25, `benches/matmul.rs -- llama2l`) gemm's f32 kernels ran
+//! llama2l's weight products (K = 512 or 1536, N = 128) at 51-52% of the FMA
+//! peak, and gemm packs the weights again on every call although they never
+//! change in a plan.
+//!
+//! A run: the threads pack src1's columns (all batches) into blocks in the
+//! shared scratch ([`pack::pack_columns`]), meet at a barrier, then each takes
+//! a contiguous range of panels and, for each depth block of [`KC`] and each
+//! column block, runs one tile: `rows x cols` accumulators in registers.
+//!
+//! Invariants:
+//! - each dst element is one chain of fused multiply-adds over `kk = 0..K`
+//!   in order, starting from +0 (between depth blocks the accumulator goes
+//!   through dst unchanged), so its bits depend only on its weight row and
+//!   its activation column: not on M, N, batches, the thread split or the
+//!   ISA, and they equal `f32::mul_add` applied in the same order (the
+//!   tests' oracle);
+//! - only weights (never written after load) are packed;
+//! - a thread writes only the dst rows of its own panels.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod isa;
+pub mod pack;
+
+use super::shape::Geometry;
+use crate::cpu::{CpuKernel, RawTensor, ThreadCtx};
+use ir::DType;
+pub use isa::PanelIsa;
+pub use pack::{PanelValue, Panels};
+use std::sync::Arc;
+
+/// Depth per block: a 32-row panel's block (64 KiB) and 128 columns' block
+/// (256 KiB) stay in L2 while the block's tiles run.
+pub const KC: usize = 512;
+
+/// Most columns of any ISA's tile.
+pub(crate) const MAX_NR: usize = 14;
+
+/// One micro-kernel call.
+pub struct Tile {
+    /// The weight panel at the first depth of the block.
+    pub a: *const u8,
+    /// The activation block at the first depth of the block.
+    pub b: *const f32,
+    /// dst of the tile's first row, for each of its columns (`cols` set).
+    pub dst: [*mut f32; MAX_NR],
+    /// Weight rows (`1..=mr`).
+    pub rows: usize,
+    /// Columns (`1..=nr`).
+    pub cols: usize,
+    /// Depth steps.
+    pub depth: usize,
+    /// Continue the chains stored in dst (every depth block but the first).
+    pub load: bool,
+}
+
+/// Runs one tile on `isa` with panel values of type `value`.
+///
+/// # Safety
+/// The host has `isa`; `a` holds `depth` steps of `isa.mr()` values (32-byte
+/// aligned), `b` `depth` steps of `isa.nr()` f32 with the first `cols` set;
+/// each `dst[j]` (`j < cols`) has `rows` writable f32, no other thread
+/// touches them during the call.
+pub unsafe fn run_tile(isa: PanelIsa, value: PanelValue, t: &Tile) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded.
+    unsafe {
+        match (isa, value) {
+            (PanelIsa::Avx2, PanelValue::F32) => avx2::tile::<false>(t),
+            (PanelIsa::Avx2, PanelValue::F16) => avx2::tile::<true>(t),
+            (PanelIsa::Avx512, PanelValue::F32) => avx512::tile::<false>(t),
+            (PanelIsa::Avx512, PanelValue::F16) => avx512::tile::<true>(t),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (isa, value, t);
+}
+
+/// Whether the panel kernel serves a product of this shape: a 2-D F32, F16 or
+/// BF16 weight (no batches of weights) and a dst contiguous along M.
+pub fn applies(geo: &Geometry) -> bool {
+    matches!(geo.src0.dtype, DType::F32 | DType::F16 | DType::BF16)
+        && geo.src0.ne[2] == 1
+        && geo.src0.ne[3] == 1
+        && geo.dst.nb[0] == 4
+}
+
+/// The prepared kernel.
+pub struct PanelMatMul {
+    geo: Geometry,
+    panels: Arc<Panels>,
+}
+
+impl PanelMatMul {
+    /// A kernel for `geo` reading `panels`, which were packed from its src0.
+    pub fn new(geo: Geometry, panels: Arc<Panels>) -> PanelMatMul {
+        debug_assert!(applies(&geo) && panels.m == geo.m && panels.k == geo.k);
+        PanelMatMul { geo, panels }
+    }
+
+    fn columns(&self) -> usize {
+        self.geo.n * self.geo.batches()
+    }
+
+    /// dst of row `i`, flat column `c`.
+    ///
+    /// # Safety
+    /// `i < m`, `c < columns()`.
+    unsafe fn dst(&self, i: usize, c: usize) -> *mut f32 {
+        let (j, b2, b3) = pack::column_coords(&self.geo, c);
+        // SAFETY: inside the extents.
+        unsafe { self.geo.dst_at(i, j, b2, b3) }
+    }
+}
+
+impl CpuKernel for PanelMatMul {
+    fn scratch_bytes(&self) -> usize {
+        4 * pack::column_block_floats(&self.geo, self.panels.isa.nr())
+    }
+
+    unsafe fn run(&self, ctx: &ThreadCtx<'_>, scratch: *mut u8) {
+        let (g, p) = (&self.geo, &*self.panels);
+        let (isa, mr, nr) = (p.isa, p.isa.mr(), p.isa.nr());
+        let columns = self.columns();
+        let blocks = columns.div_ceil(nr);
+        let packed = scratch as *mut f32;
+        for b in ctx.share(blocks) {
+            // SAFETY: scratch holds every block; this thread writes only its share.
+            unsafe { pack::pack_columns(g, nr, b, packed) };
+        }
+        ctx.barrier();
+        let mine = ctx.share(p.count());
+        for k0 in (0..g.k).step_by(KC) {
+            let depth = KC.min(g.k - k0);
+            for panel in mine.clone() {
+                let i0 = panel * mr;
+                for b in 0..blocks {
+                    let c0 = b * nr;
+                    let mut t = Tile {
+                        // SAFETY: panel < count(), k0 < k.
+                        a: unsafe { p.at(panel, k0) },
+                        // SAFETY: block b's depth k0 inside the scratch.
+                        b: unsafe { packed.add((b * g.k + k0) * nr) },
+                        dst: [std::ptr::null_mut(); MAX_NR],
+                        rows: mr.min(g.m - i0),
+                        cols: nr.min(columns - c0),
+                        depth,
+                        load: k0 > 0,
+                    };
+                    for (j, d) in t.dst.iter_mut().take(t.cols).enumerate() {
+                        // SAFETY: i0 < m, c0 + j < columns.
+                        *d = unsafe { self.dst(i0, c0 + j) };
+                    }
+                    // SAFETY: the panels were packed for `isa`, detected on
+                    // this host; the tile's dst rows belong to this thread.
+                    unsafe { run_tile(isa, p.value, &t) };
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "mul_mat {} x {} (panels {})",
+            self.geo.src0.dtype,
+            self.geo.src1.dtype,
+            self.panels.isa.name()
+        )
+    }
+}
+
+/// The panels of weight `src0` for `isa`, packed now (for callers without a
+/// [`super::packed::RepackCache`]: tests and benchmarks).
+///
+/// # Safety
+/// `src0` is readable.
+pub unsafe fn pack(src0: &RawTensor, isa: PanelIsa) -> Option<Arc<Panels>> {
+    // SAFETY: forwarded.
+    unsafe { pack::pack_weights(src0, isa) }.map(Arc::new)
+}
