@@ -86,6 +86,14 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         rt.threads(),
         plan.stats.estimated_us / 1e3
     );
+    let read = rt.memory_read_bytes();
+    let floor_ms = read as f64 / (ceilings.memcpy_gbps * 1e9) * 1e3;
+    println!(
+        "  memory floor: {:.2} MB of weights and state read per run / memcpy {:.1} GB/s = {floor_ms:.3} ms; the median run is {:.2}x that floor",
+        read as f64 / 1e6,
+        ceilings.memcpy_gbps,
+        med / floor_ms.max(1e-9)
+    );
     // Tokens: the first I32 input's element count (token ids), when there is one.
     if let Some(tokens) = plan.tensors[..plan.n_graph_tensors as usize]
         .iter()

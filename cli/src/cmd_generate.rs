@@ -131,6 +131,13 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         .map(|l| l.load_ms)
         .sum::<f64>()
         / 1e3;
+    // The memory floor of decode, with the bandwidth measured now.
+    let memcpy_gbps = if generation.decode_steps > 0 {
+        runtime::ceiling::memcpy_gbps(256 << 20, 3)
+    } else {
+        0.0
+    };
+    let floor_ratio = generation.decode_floor_ratio(memcpy_gbps);
     if args.json {
         let plans: Vec<_> = generation
             .decode_plans
@@ -153,6 +160,9 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
             "decode_tokens": generation.decode_steps,
             "decode_tokens_per_s": decode_tps,
             "decode_plans": plans,
+            "decode_read_bytes_per_token": generation.decode_read_bytes_per_token(),
+            "memcpy_gbps": memcpy_gbps,
+            "decode_floor_ratio": floor_ratio,
             "threads": threads,
         });
         writeln!(out, "{value}")?;
@@ -176,6 +186,13 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
             },
             plans_s * 1e3,
         );
+        if generation.decode_steps > 0 {
+            eprintln!(
+                "decode reads {:.1} MB of weights and cache per token; at memcpy {memcpy_gbps:.1} GB/s (measured now) that is {:.2} ms, and decode ran at {floor_ratio:.2}x that floor",
+                generation.decode_read_bytes_per_token() / 1e6,
+                generation.decode_read_bytes_per_token() / (memcpy_gbps * 1e9) * 1e3,
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -20,6 +20,7 @@ pub mod runtime;
 mod session_io;
 pub mod state;
 pub mod steps;
+pub mod traffic;
 pub mod weights;
 
 pub use cpu::matmul::Precision;

@@ -343,6 +343,12 @@ impl Runtime {
         &self.steps
     }
 
+    /// Bytes of weights and state one run reads ([`crate::traffic`]): with
+    /// the memcpy bandwidth, the floor of a memory-bound run.
+    pub fn memory_read_bytes(&self) -> u64 {
+        crate::traffic::memory_read_bytes(&self.plan, &self.steps)
+    }
+
     /// Threads over every device of the plan.
     pub fn threads(&self) -> usize {
         self.devices.iter().map(|d| d.pool().n_threads()).sum()

@@ -94,6 +94,9 @@ pub struct Generation {
     pub decode_seconds: f64,
     /// Each decode bucket's plan load.
     pub decode_plans: Vec<BucketLoad>,
+    /// Bytes of weights and cache the decode steps read, all steps together
+    /// (`Runtime::memory_read_bytes` of each step's plan).
+    pub decode_read_bytes: u64,
 }
 
 impl Generation {
@@ -105,6 +108,19 @@ impl Generation {
     /// Generated tokens per second over the decode steps.
     pub fn decode_tokens_per_second(&self) -> f64 {
         self.decode_steps as f64 / self.decode_seconds.max(1e-9)
+    }
+
+    /// Bytes of weights and cache read per decode step (0 without steps).
+    pub fn decode_read_bytes_per_token(&self) -> f64 {
+        self.decode_read_bytes as f64 / self.decode_steps.max(1) as f64
+    }
+
+    /// The decode time over its memory floor: the bytes the steps read
+    /// divided by `memcpy_gbps` (read + write GB/s, as
+    /// `runtime::ceiling::memcpy_gbps` measures). 1.0 is memory speed.
+    pub fn decode_floor_ratio(&self, memcpy_gbps: f64) -> f64 {
+        let floor = self.decode_read_bytes as f64 / (memcpy_gbps * 1e9).max(1.0);
+        self.decode_seconds / floor.max(1e-12)
     }
 }
 
@@ -229,6 +245,7 @@ impl Generator {
         let mut n_past = n_prompt;
         let t = Instant::now();
         let mut decode_steps = 0usize;
+        let mut decode_read_bytes = 0u64;
         loop {
             generated_ids.push(next);
             on(GenerateEvent::Text(&stream.push(next)?));
@@ -241,6 +258,7 @@ impl Generator {
             let (runtime, attend) = decode.for_step(n_past)?;
             feed(runtime, &[next], n_past, n_ctx, attend)?;
             runtime.run()?;
+            decode_read_bytes += runtime.memory_read_bytes();
             decode_steps += 1;
             n_past += 1;
             next = argmax(&runtime.output_f32(llama::LOGITS)?);
@@ -258,6 +276,7 @@ impl Generator {
             decode_steps,
             decode_seconds,
             decode_plans: decode.loads().to_vec(),
+            decode_read_bytes,
         })
     }
 }

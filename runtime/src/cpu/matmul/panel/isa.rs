@@ -51,13 +51,16 @@ impl PanelIsa {
     }
 
     /// The set the runtime uses: the widest the host has, or `None` (then
-    /// f32 weights go through `gemm`). `GGPLAN_PANEL_ISA=avx2|avx512` picks
-    /// another one the host has, to compare them on one machine.
+    /// float weights go through `gemm`). `GGPLAN_PANEL_ISA=avx2|avx512` picks
+    /// another one the host has, and `off` none, to compare them on one
+    /// machine (a name the host lacks is ignored).
     pub fn detect() -> Option<PanelIsa> {
         let available = PanelIsa::available();
-        let wanted = std::env::var("GGPLAN_PANEL_ISA")
-            .ok()
-            .and_then(|name| available.iter().copied().find(|i| i.name() == name));
+        let name = std::env::var("GGPLAN_PANEL_ISA").unwrap_or_default();
+        if name == "off" {
+            return None;
+        }
+        let wanted = available.iter().copied().find(|i| i.name() == name);
         wanted.or_else(|| available.last().copied())
     }
 }
