@@ -1,7 +1,8 @@
 //! Preparing plan steps into CPU kernels, and what each step costs.
 //!
 //! Dispatch, per step:
-//! - `mul_mat` → [`crate::cpu::matmul`] (gemm for f32/f16, SIMD integer dot
+//! - `mul_mat` → [`crate::cpu::matmul`] (float weights packed in panels for
+//!   our micro-kernels, gemm for other f32/f16 products, SIMD integer dot
 //!   products for Q8_0/Q4_0/Q4_1, dequantize-then-gemm for other dtypes);
 //! - fused kernels, elementwise ops, norms and soft_max → the LLVM JIT;
 //! - every other op → [`crate::cpu::ops`];
