@@ -200,6 +200,8 @@ impl Runtime {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let bases: Vec<*mut u8> = arenas.iter().map(AlignedBuffer::as_ptr).collect();
+        let mut warnings = warnings;
+        warnings.extend(devices.iter().flat_map(|d| d.take_notes()));
 
         // Weights in place and shared state replace their arena addresses.
         let mut report = LoadReport {

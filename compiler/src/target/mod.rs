@@ -178,7 +178,7 @@ impl Target {
     }
 
     /// The names of the built-in presets, in the order [`Target::preset`] knows them.
-    pub const PRESETS: [&'static str; 6] = presets::NAMES;
+    pub const PRESETS: [&'static str; 8] = presets::NAMES;
 
     /// The built-in target called `name` (one of [`Target::PRESETS`]).
     pub fn preset(name: &str) -> Option<Target> {

@@ -1,6 +1,8 @@
-//! Built-in targets: `cpu`, `cuda0`, `cpu+cuda0`, `cpu+cuda0+cuda1`, and the
+//! Built-in targets: `cpu`, `cuda0`, `cpu+cuda0`, `cpu+cuda0+cuda1`, the
 //! host cut into core groups, `cpu0+cpu1` and `cpu0+cpu1+cpu2+cpu3` (how
-//! multi-device plans run on a machine without a GPU).
+//! multi-device plans run on a machine without a GPU), and NUMA nodes:
+//! `numa0` (node 0 alone, which every Linux host has) and `numa0+numa1`
+//! (a two-socket host, one device per socket).
 //!
 //! Invariant: `examples/targets/{name}.ron` is byte for byte
 //! [`Target::to_ron`] of [`preset`]`(name)` for every name of [`NAMES`]
@@ -57,13 +59,15 @@ use super::{
 use ir::DType;
 
 /// The preset names.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 8] = [
     "cpu",
     "cuda0",
     "cpu+cuda0",
     "cpu+cuda0+cuda1",
     "cpu0+cpu1",
     "cpu0+cpu1+cpu2+cpu3",
+    "numa0",
+    "numa0+numa1",
 ];
 
 const GIB: u64 = 1 << 30;
@@ -86,6 +90,8 @@ pub fn preset(name: &str) -> Option<Target> {
         ),
         "cpu0+cpu1" => cpu_groups(2),
         "cpu0+cpu1+cpu2+cpu3" => cpu_groups(4),
+        "numa0" => numa_nodes(1),
+        "numa0+numa1" => numa_nodes(2),
         _ => return None,
     };
     Some(Target {
@@ -140,6 +146,33 @@ fn cpu_groups(n: u32) -> (Vec<Device>, Vec<Link>) {
     for a in 0..n {
         for b in a + 1..n {
             links.push(host_memory(&format!("cpu{a}"), &format!("cpu{b}")));
+        }
+    }
+    (devices, links)
+}
+
+/// `n` NUMA nodes `numa0..numa{n-1}`, one socket each: each has 1/n of the
+/// cores' matmul throughput and of the memory, and its own memory bandwidth
+/// (local memory: the preset CPU's figure, an estimate for a socket); the
+/// nodes are linked as core groups are (a cross-socket copy; an estimate).
+fn numa_nodes(n: u32) -> (Vec<Device>, Vec<Link>) {
+    let devices: Vec<Device> = (0..n)
+        .map(|node| {
+            let mut d = cpu();
+            d.name = format!("numa{node}");
+            d.kind = DeviceKind::CpuNode { node };
+            d.memory_bytes = CPU_MEMORY / u64::from(n);
+            d.max_buffer_bytes = d.memory_bytes;
+            let share = 1.0 / f64::from(n);
+            let m = &mut d.throughput.matmul_gflops;
+            (m.f32, m.f16, m.quantized) = (m.f32 * share, m.f16 * share, m.quantized * share);
+            d
+        })
+        .collect();
+    let mut links = Vec::new();
+    for a in 0..n {
+        for b in a + 1..n {
+            links.push(host_memory(&format!("numa{a}"), &format!("numa{b}")));
         }
     }
     (devices, links)

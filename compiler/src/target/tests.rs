@@ -240,3 +240,25 @@ fn core_groups_are_groups_zero_to_n_each_once() {
         ["CPU devices (cpu0, cpu1) mix the whole host (Cpu) with core groups (CpuCores)"]
     );
 }
+
+#[test]
+fn numa_nodes_are_distinct_and_alone_among_cpu_devices() {
+    for name in ["numa0", "numa0+numa1"] {
+        assert!(problems(&preset(name)).is_empty(), "{name}");
+    }
+    let mut t = preset("numa0+numa1");
+    t.devices[1].kind = DeviceKind::CpuNode { node: 0 };
+    assert_eq!(
+        problems(&t),
+        ["CPU devices (numa0, numa1) name one NUMA node twice"]
+    );
+    let mut t = preset("numa0+numa1");
+    t.devices[1].kind = DeviceKind::CpuCores {
+        group: 1,
+        groups: 2,
+    };
+    assert_eq!(
+        problems(&t),
+        ["CPU devices (numa0, numa1) mix NUMA nodes (CpuNode) with other CPU devices"]
+    );
+}

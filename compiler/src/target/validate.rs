@@ -27,7 +27,7 @@ fn devices(t: &Target, out: &mut Vec<String>) {
             out.push(format!("{who}: the name is also used by device {first}"));
         }
         match d.kind {
-            DeviceKind::Cpu | DeviceKind::CpuCores { .. } => {
+            DeviceKind::Cpu | DeviceKind::CpuCores { .. } | DeviceKind::CpuNode { .. } => {
                 cpus.push((d.name.as_str(), d.kind));
                 if !d.host_visible {
                     out.push(format!("{who}: a CPU device must be host_visible"));
@@ -74,9 +74,33 @@ fn devices(t: &Target, out: &mut Vec<String>) {
     host_cpus(&cpus, out);
 }
 
-/// The host is one `Cpu` device, or core groups `0..groups` each once.
+/// The host is one `Cpu` device, core groups `0..groups` each once, or
+/// NUMA nodes each once.
 fn host_cpus(cpus: &[(&str, DeviceKind)], out: &mut Vec<String>) {
     let names: Vec<&str> = cpus.iter().map(|c| c.0).collect();
+    let mut nodes: Vec<u32> = cpus
+        .iter()
+        .filter_map(|c| match c.1 {
+            DeviceKind::CpuNode { node } => Some(node),
+            _ => None,
+        })
+        .collect();
+    if !nodes.is_empty() {
+        if nodes.len() != cpus.len() {
+            out.push(format!(
+                "CPU devices ({}) mix NUMA nodes (CpuNode) with other CPU devices",
+                names.join(", ")
+            ));
+        }
+        nodes.sort_unstable();
+        if nodes.windows(2).any(|w| w[0] == w[1]) {
+            out.push(format!(
+                "CPU devices ({}) name one NUMA node twice",
+                names.join(", ")
+            ));
+        }
+        return;
+    }
     let groups: Vec<(u32, u32)> = cpus
         .iter()
         .filter_map(|c| match c.1 {

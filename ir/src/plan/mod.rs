@@ -72,6 +72,14 @@ pub enum DeviceKind {
         /// How many groups the host's cores are cut into.
         groups: u32,
     },
+    /// The cores of NUMA node `node` (one socket of a multi-socket host), with
+    /// its own worker threads and arenas bound to the node's memory where the
+    /// kernel allows. A host's CPU devices are all nodes, all core groups,
+    /// or the one whole-host `Cpu`.
+    CpuNode {
+        /// The node number (`/sys/devices/system/node/node{node}`).
+        node: u32,
+    },
     /// A CUDA GPU.
     Cuda {
         /// The CUDA device ordinal (`cudaSetDevice` number).
@@ -80,9 +88,12 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    /// True for the host CPU and its core groups.
+    /// True for the host CPU, its core groups and its NUMA nodes.
     pub fn is_cpu(self) -> bool {
-        matches!(self, DeviceKind::Cpu | DeviceKind::CpuCores { .. })
+        matches!(
+            self,
+            DeviceKind::Cpu | DeviceKind::CpuCores { .. } | DeviceKind::CpuNode { .. }
+        )
     }
 }
 

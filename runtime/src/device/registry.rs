@@ -2,8 +2,9 @@
 //! device a plan's entry opens.
 //!
 //! Found: `cpu` (every core this process may use), its NUMA nodes
-//! (`numa0`, ... from /sys, when there are several), and core groups
-//! (`cpu0`, `cpu1`: the cores cut in two, as the `cpu0+cpu1` target asks).
+//! (`numa0`, ... from /sys: a plan for `numa0` runs on a single-node host
+//! too), and core groups (`cpu0`, `cpu1`: the cores cut in two, as the
+//! `cpu0+cpu1` target asks).
 //! The host's description ([`HostInfo`]: CPU model, SIMD, memory) is read
 //! on demand ([`Registry::host`]). CUDA devices are probed on demand ([`Registry::probe_cuda`]: the
 //! driver is only loaded when asked); their backend comes in its own issue, so
@@ -105,7 +106,7 @@ impl Registry {
             cores.clone(),
         )];
         let nodes = numa_nodes();
-        if nodes.len() > 1 {
+        if !nodes.is_empty() {
             for (node, node_cores) in nodes {
                 let mine: Vec<usize> = node_cores
                     .into_iter()
@@ -152,6 +153,11 @@ impl Registry {
         };
         let mut warnings = Vec::new();
         let mut plans = Vec::new();
+        let node_devices = plan_devices
+            .iter()
+            .filter(|d| matches!(d.kind, DeviceKind::CpuNode { .. }))
+            .count();
+        let mut nodes_seen = 0;
         for dev in plan_devices {
             match dev.kind {
                 DeviceKind::Cuda { ordinal } => {
@@ -186,6 +192,40 @@ impl Registry {
                     let n = share(threads, group as usize, groups as usize).len().max(1);
                     plans.push((dev, mine, n));
                 }
+                DeviceKind::CpuNode { node } => {
+                    let nodes = numa_nodes();
+                    let mine: Vec<usize> = nodes
+                        .iter()
+                        .find(|(n, _)| *n == node)
+                        .map(|(_, cores)| {
+                            cores
+                                .iter()
+                                .copied()
+                                .filter(|c| self.cores.contains(c))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if mine.is_empty() {
+                        let listed: Vec<String> =
+                            nodes.iter().map(|(n, _)| format!("numa{n}")).collect();
+                        return Err(RuntimeError::NoDevice {
+                            device: dev.name.clone(),
+                            kind: format!("NUMA node {node}"),
+                            why: format!(
+                                "this host's NUMA nodes with cores this process may use: {};                                  devices found: {}",
+                                if listed.is_empty() {
+                                    "none listed in /sys/devices/system/node".to_string()
+                                } else {
+                                    listed.join(", ")
+                                },
+                                found()
+                            ),
+                        });
+                    }
+                    let n = share(threads, nodes_seen, node_devices).len().max(1);
+                    nodes_seen += 1;
+                    plans.push((dev, mine, n));
+                }
             }
         }
         warnings.dedup();
@@ -197,13 +237,21 @@ impl Registry {
                 let mut info = cpu_info(dev.name.clone(), what, cores.clone());
                 info.alignment = dev.alignment;
                 info.max_buffer_bytes = dev.max_buffer_bytes.min(info.max_buffer_bytes);
+                let node = match dev.kind {
+                    DeviceKind::CpuNode { node } => Some(node),
+                    _ => None,
+                };
                 let pool = match shared_pool {
-                    Some(p) if single => Arc::clone(p),
+                    Some(p) if single && node.is_none() => Arc::clone(p),
                     // A lone device uses every core unpinned, as before groups.
-                    _ if single => Arc::new(ThreadPool::new(n)),
+                    _ if single && node.is_none() => Arc::new(ThreadPool::new(n)),
                     _ => Arc::new(ThreadPool::pinned(n, cores)),
                 };
-                Arc::new(CpuDevice::new(info, pool))
+                let device = CpuDevice::new(info, pool);
+                Arc::new(match node {
+                    Some(node) => device.bound_to_node(node),
+                    None => device,
+                })
             })
             .collect();
         Ok((devices, warnings))

@@ -1,6 +1,7 @@
-//! The CPU device: the whole host, or one group of its cores, each with its
-//! own worker pool (threads pinned to the group's cores where the OS allows)
-//! and its own arenas and kernel scratch.
+//! The CPU device: the whole host, one group of its cores, or one NUMA node,
+//! each with its own worker pool (threads pinned to the group's cores where
+//! the OS allows) and its own arenas and kernel scratch; a NUMA node's
+//! arenas are bound to its memory ([`numa`]) where the kernel allows.
 //!
 //! Invariants: a group's threads run only its steps; its scratch buffer is
 //! sized once, after every step was prepared, for the largest step.
@@ -12,13 +13,19 @@ use crate::execute::ScratchPtr;
 use crate::executor::event::Event;
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// The host CPU or a group of its cores.
+pub mod numa;
+
+/// The host CPU, a group of its cores or a NUMA node.
 pub struct CpuDevice {
     info: DeviceInfo,
     pool: Arc<ThreadPool>,
     scratch: OnceLock<AlignedBuffer>,
+    /// The NUMA node whose memory the arenas are bound to.
+    node: Option<u32>,
+    /// What the user should know (an arena left unbound, and why).
+    notes: Mutex<Vec<String>>,
 }
 
 impl CpuDevice {
@@ -28,7 +35,25 @@ impl CpuDevice {
             info,
             pool,
             scratch: OnceLock::new(),
+            node: None,
+            notes: Mutex::new(Vec::new()),
         }
+    }
+
+    /// This device with its arenas bound to NUMA node `node`.
+    pub fn bound_to_node(mut self, node: u32) -> CpuDevice {
+        self.node = Some(node);
+        self
+    }
+
+    /// The NUMA node the arenas are bound to, if any.
+    pub fn node(&self) -> Option<u32> {
+        self.node
+    }
+
+    /// The notes gathered so far (an arena left unbound, and why), taken.
+    pub fn take_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Its worker pool.
@@ -94,7 +119,22 @@ impl Device for CpuDevice {
             return Err(fail());
         }
         let len = usize::try_from(bytes).map_err(|_| fail())?;
-        AlignedBuffer::zeroed(len, alignment as usize).ok_or_else(fail)
+        let Some(node) = self.node else {
+            return AlignedBuffer::zeroed(len, alignment as usize).ok_or_else(fail);
+        };
+        // Page-aligned, so every page of the arena is bound before first touch.
+        let align = (alignment as usize).max(numa::page_size());
+        let buf = AlignedBuffer::zeroed(len, align).ok_or_else(fail)?;
+        if let Err(why) = numa::bind(buf.as_ptr(), len, node) {
+            let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+            if notes.is_empty() {
+                notes.push(format!(
+                    "{}: arenas not bound to NUMA node {node}: {why}",
+                    self.info.name
+                ));
+            }
+        }
+        Ok(buf)
     }
 
     fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
