@@ -66,7 +66,8 @@ impl QuantMatMul {
     }
 
     /// A kernel that uses `isa` (tests compare every set the host has).
-    /// Only AVX2 repacks (AVX-512 keeps its natural-layout kernels).
+    /// AVX2 and AVX-512 with VNNI repack (the lane kernel, with `vpdpbusd`
+    /// under VNNI); AVX-512 without VNNI keeps its natural-layout kernels.
     ///
     /// Panics when src0 is not Q8_0, Q4_0 or Q4_1 or the host lacks `isa`.
     ///
@@ -77,7 +78,9 @@ impl QuantMatMul {
         assert!(Isa::available().contains(&isa), "the host lacks {isa:?}");
         let packed = match (isa, repack) {
             // SAFETY: src0 never changes (caller's contract).
-            (Isa::Avx2, Some(cache)) => unsafe { cache.get(&geo.src0) },
+            (Isa::Avx2 | Isa::Avx512 { vnni: true }, Some(cache)) => unsafe {
+                cache.get(&geo.src0)
+            },
             _ => None,
         };
         QuantMatMul {

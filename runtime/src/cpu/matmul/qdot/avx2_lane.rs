@@ -26,6 +26,13 @@
 //! - Q8_0: `acc += d d1 sum(w q)`;
 //! - Q4_0: `acc += d (d1 sum(u q) - 64 s8)`;
 //! - Q4_1: `acc += d d1 sum(u q) + m 8 s8`.
+//!
+//! With VNNI ([`tile_vnni`]: AVX512-VNNI with AVX512-VL, on 256-bit vectors)
+//! each `maddubs` + i16 add + `madd` becomes one `vpdpbusd` accumulating
+//! into i32 lanes. The integer sums are the same numbers (no i16 saturates
+//! in either form, bounds above), so both variants give the same bits. The
+//! body is one `#[inline(always)]` function per variant, compiled inside
+//! each entry point's target features.
 
 use super::avx2::hsums;
 use super::kind;
@@ -45,20 +52,49 @@ pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
     a: [QRow; C],
     nb: usize,
 ) -> [[f32; C]; R] {
-    let mut acc = [[_mm256_setzero_ps(); C]; R];
-    for g in 0..nb / GROUP {
-        // SAFETY: forwarded; a whole group.
-        unsafe { group::<K, R, C, true>(w, a, g * GROUP, GROUP, &mut acc) };
+    // SAFETY: forwarded.
+    unsafe { tile_body::<K, R, C, false>(w, a, nb) }
+}
+
+/// [`tile`] with `vpdpbusd` (module doc).
+///
+/// # Safety
+/// As [`tile`], and the host has AVX512-VNNI and AVX512-VL.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(super) unsafe fn tile_vnni<const K: u8, const R: usize, const C: usize>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    nb: usize,
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded.
+    unsafe { tile_body::<K, R, C, true>(w, a, nb) }
+}
+
+/// The body of [`tile`] and [`tile_vnni`].
+///
+/// # Safety
+/// As [`tile`]; `VNNI` only inside [`tile_vnni`].
+#[inline(always)]
+unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: bool>(
+    w: [*const u8; R],
+    a: [QRow; C],
+    nb: usize,
+) -> [[f32; C]; R] {
+    // SAFETY: every call below is forwarded from the caller, inside its
+    // target features (this body is always inlined into an entry point).
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for g in 0..nb / GROUP {
+            group::<K, R, C, true, VNNI>(w, a, g * GROUP, GROUP, &mut acc);
+        }
+        let b = nb / GROUP * GROUP;
+        if nb - b > PAIRED_TAIL {
+            group::<K, R, C, false, VNNI>(w, a, b, nb - b, &mut acc);
+        } else if nb > b {
+            pairs::<K, R, C, VNNI>(w, a, b, nb - b, &mut acc);
+        }
+        hsums(&acc)
     }
-    let b = nb / GROUP * GROUP;
-    if nb - b > PAIRED_TAIL {
-        // SAFETY: forwarded; blocks b..nb exist.
-        unsafe { group::<K, R, C, false>(w, a, b, nb - b, &mut acc) };
-    } else if nb > b {
-        // SAFETY: forwarded; blocks b..nb exist, laid out in pairs.
-        unsafe { pairs::<K, R, C>(w, a, b, nb - b, &mut acc) };
-    }
-    hsums(&acc)
 }
 
 /// The masks of the first `t` of 8 blocks: `mask` (and `lanes`, the same
@@ -111,10 +147,9 @@ unsafe fn f16s<const FULL: bool>(p: *const u8, pairs: __m128i, lanes: __m256) ->
 /// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
 ///
 /// # Safety
-/// As [`tile`], with `b + t <= nb` and `b` a multiple of 8.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
+/// As [`tile_body`], with `b + t <= nb` and `b` a multiple of 8.
+#[inline(always)]
+unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool, const VNNI: bool>(
     w: [*const u8; R],
     a: [QRow; C],
     b: usize,
@@ -122,18 +157,19 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
     acc: &mut [[__m256; C]; R],
 ) {
     let t = if FULL { GROUP } else { t };
-    let low = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
-    let TailMasks {
-        mask,
-        lanes,
-        words: pairs,
-    } = tail_masks(t);
     let fields = scale_fields(K);
     // SAFETY: the activations' scales of blocks b..b + t (only those lanes
     // are read) and their whole ql group; weight bytes inside the t blocks
-    // at b (repacked layout: fields, then vectors of 4 t bytes).
+    // at b (repacked layout: fields, then vectors of 4 t bytes). Every
+    // intrinsic runs inside the entry point's target features.
     unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let TailMasks {
+            mask,
+            lanes,
+            words: pairs,
+        } = tail_masks(t);
         let load = |p: *const f32| {
             if FULL {
                 _mm256_loadu_ps(p)
@@ -167,7 +203,7 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
                 for c in 0..C {
                     let ql = a[c].ql.add(b * QK);
                     let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
-                    let sum = _mm256_cvtepi32_ps(q8_sums(x, std::array::from_fn(q), ones));
+                    let sum = _mm256_cvtepi32_ps(q8_sums::<VNNI>(x, std::array::from_fn(q), ones));
                     acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dw, d1[c]), acc[r][c]);
                 }
                 continue;
@@ -178,16 +214,28 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
             for c in 0..C {
                 let ql = a[c].ql.add(b * QK);
                 let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
-                // A tree of i16 adds: 8 products, depth 3.
-                let m: [__m256i; 4] = std::array::from_fn(|v| {
-                    _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo[v], q(v)),
-                        _mm256_maddubs_epi16(hi[v], q(v + 4)),
-                    )
-                });
-                let m =
-                    _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
-                let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones));
+                let sum = if VNNI {
+                    // Two chains of four, each lane's 4 products a step.
+                    let mut s = [_mm256_setzero_si256(); 2];
+                    for v in 0..4 {
+                        s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], lo[v], q(v));
+                        s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], hi[v], q(v + 4));
+                    }
+                    _mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1]))
+                } else {
+                    // A tree of i16 adds: 8 products, depth 3.
+                    let m: [__m256i; 4] = std::array::from_fn(|v| {
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(lo[v], q(v)),
+                            _mm256_maddubs_epi16(hi[v], q(v + 4)),
+                        )
+                    });
+                    let m = _mm256_add_epi16(
+                        _mm256_add_epi16(m[0], m[1]),
+                        _mm256_add_epi16(m[2], m[3]),
+                    );
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones))
+                };
                 acc[r][c] = if K == kind::Q4_0 {
                     _mm256_fmadd_ps(dw, _mm256_fmsub_ps(sum, d1[c], s[c]), acc[r][c])
                 } else {
@@ -209,31 +257,31 @@ unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
 /// over its 4 lanes (all lanes are summed at the end).
 ///
 /// # Safety
-/// As [`tile`], with `b + t == nb`, `t <= 4` and `b` a multiple of 8.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
+/// As [`tile_body`], with `b + t == nb`, `t <= 4` and `b` a multiple of 8.
+#[inline(always)]
+unsafe fn pairs<const K: u8, const R: usize, const C: usize, const VNNI: bool>(
     w: [*const u8; R],
     a: [QRow; C],
     b: usize,
     t: usize,
     acc: &mut [[__m256; C]; R],
 ) {
-    let low = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
-    let TailMasks { mask, lanes, words } = tail_masks(t);
-    // Pair p's lanes take blocks 2p (lanes 0..4) and 2p + 1 (lanes 4..8).
-    let spread = [
-        _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
-        _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
-    ];
     let fields = scale_fields(K);
-    // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
-    let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
     // SAFETY: the activations' scales of blocks b..b + t (masked) and their
     // ql group; weight bytes inside the t blocks at b (repacked layout:
-    // fields, then the blocks' nibble bytes in order).
+    // fields, then the blocks' nibble bytes in order). Every intrinsic runs
+    // inside the entry point's target features.
     unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let TailMasks { mask, lanes, words } = tail_masks(t);
+        // Pair p's lanes take blocks 2p (lanes 0..4) and 2p + 1 (lanes 4..8).
+        let spread = [
+            _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+            _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+        ];
+        // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
+        let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
         let d1: [__m256; C] = std::array::from_fn(|c| _mm256_maskload_ps(a[c].d.add(b), mask));
         let s: [__m256; C] =
             std::array::from_fn(|c| _mm256_mul_ps(_mm256_maskload_ps(a[c].s8.add(b), mask), f));
@@ -263,7 +311,7 @@ unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
                     for c in 0..C {
                         let ql = a[c].ql.add(b * QK + 64 * p);
                         let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
-                        let m = [0, 1].map(|h| q8_product(x[h], q(h), ones));
+                        let m = [0, 1].map(|h| q8_product::<VNNI>(x[h], q(h), ones));
                         let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(m[0], m[1]));
                         let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
                         acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dwp, d1p), acc[r][c]);
@@ -281,11 +329,16 @@ unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
                 for c in 0..C {
                     let ql = a[c].ql.add(b * QK + 64 * p);
                     let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
-                    let m = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, q(0)),
-                        _mm256_maddubs_epi16(hi, q(1)),
-                    );
-                    let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones));
+                    let sum = if VNNI {
+                        let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, q(0));
+                        _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(s, hi, q(1)))
+                    } else {
+                        let m = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(lo, q(0)),
+                            _mm256_maddubs_epi16(hi, q(1)),
+                        );
+                        _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones))
+                    };
                     let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
                     let sp = _mm256_permutevar8x32_ps(s[c], spread);
                     acc[r][c] = if K == kind::Q4_0 {
@@ -304,21 +357,44 @@ unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
 }
 
 /// Q8_0: the 32-bit sums of 4 products `w q` of one weight vector and one
-/// activation vector. `maddubs` multiplies unsigned by signed bytes, so the
-/// weights' signs move onto the activations; each i16 pair sum reaches
-/// 2 * 128 * 127 and is widened at once (two would overflow).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn q8_product(w: __m256i, q: __m256i, ones: __m256i) -> __m256i {
-    let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
-    _mm256_madd_epi16(p, ones)
+/// activation vector. `maddubs` and `vpdpbusd` multiply unsigned by signed
+/// bytes, so the weights' signs move onto the activations; each i16 pair sum
+/// of `maddubs` reaches 2 * 128 * 127 and is widened at once (two would
+/// overflow).
+///
+/// # Safety
+/// Inside AVX2 (and AVX512-VNNI + VL for `VNNI`) target features.
+#[inline(always)]
+unsafe fn q8_product<const VNNI: bool>(w: __m256i, q: __m256i, ones: __m256i) -> __m256i {
+    // SAFETY: the caller runs inside the features.
+    unsafe {
+        let (u, s) = (_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+        if VNNI {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+        } else {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones)
+        }
+    }
 }
 
 /// Q8_0: lane j = the sum of block j's products over 8 vectors.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn q8_sums(w: [__m256i; 8], q: [__m256i; 8], ones: __m256i) -> __m256i {
-    let m: [__m256i; 8] = std::array::from_fn(|v| q8_product(w[v], q[v], ones));
-    let m: [__m256i; 4] = std::array::from_fn(|i| _mm256_add_epi32(m[2 * i], m[2 * i + 1]));
-    _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]))
+///
+/// # Safety
+/// As [`q8_product`].
+#[inline(always)]
+unsafe fn q8_sums<const VNNI: bool>(w: [__m256i; 8], q: [__m256i; 8], ones: __m256i) -> __m256i {
+    // SAFETY: the caller runs inside the features.
+    unsafe {
+        if VNNI {
+            let mut s = [_mm256_setzero_si256(); 2];
+            for v in 0..8 {
+                let u = _mm256_sign_epi8(w[v], w[v]);
+                s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], u, _mm256_sign_epi8(q[v], w[v]));
+            }
+            return _mm256_add_epi32(s[0], s[1]);
+        }
+        let m: [__m256i; 8] = std::array::from_fn(|v| q8_product::<false>(w[v], q[v], ones));
+        let m: [__m256i; 4] = std::array::from_fn(|i| _mm256_add_epi32(m[2 * i], m[2 * i + 1]));
+        _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]))
+    }
 }

@@ -33,6 +33,8 @@ mod avx2_lane;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod scalar;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests_vnni;
 
 use super::q8::QRow;
 use ir::DType;
@@ -231,6 +233,15 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
         let k = kind;
         match (isa, rows) {
             (Isa::Scalar, _) => {}
+            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q8_0 => {
+                return avx2_lane::tile_vnni::<Q8_0, TILE_R, C>;
+            }
+            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q4_0 => {
+                return avx2_lane::tile_vnni::<Q4_0, TILE_R, C>;
+            }
+            (Isa::Avx512 { vnni: true }, RowLayout::Packed) => {
+                return avx2_lane::tile_vnni::<Q4_1, TILE_R, C>;
+            }
             (_, RowLayout::Packed) if k == Q8_0 => return avx2_lane::tile::<Q8_0, TILE_R, C>,
             (_, RowLayout::Packed) if k == Q4_0 => return avx2_lane::tile::<Q4_0, TILE_R, C>,
             (_, RowLayout::Packed) => return avx2_lane::tile::<Q4_1, TILE_R, C>,
@@ -283,6 +294,11 @@ unsafe fn simd_tile(
         // SAFETY: forwarded from the caller, who checked the host's features.
         unsafe {
             match (isa, rows) {
+                (Isa::Avx512 { vnni: true }, RowLayout::Packed) => match kind {
+                    kind::Q8_0 => avx2_lane::tile_vnni::<{ kind::Q8_0 }, R, C>(w, a, nb),
+                    kind::Q4_0 => avx2_lane::tile_vnni::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    _ => avx2_lane::tile_vnni::<{ kind::Q4_1 }, R, C>(w, a, nb),
+                },
                 (_, RowLayout::Packed) => match kind {
                     kind::Q8_0 => avx2_lane::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_lane::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),

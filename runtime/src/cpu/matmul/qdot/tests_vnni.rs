@@ -1,0 +1,73 @@
+//! The lane kernel with `vpdpbusd` gives the AVX2 lane kernel's bits: the
+//! integer sums are the same numbers, and the float work is the same code.
+
+use super::{Isa, RowLayout, TILE_C, TILE_R, tile, weight_kind};
+use crate::cpu::matmul::packed::repack_rows;
+use crate::cpu::matmul::q8::{self, QK, QRow};
+use ir::DType;
+use kernels::testing::Rng;
+
+/// 64-byte aligned zeroed bytes.
+fn buf(bytes: usize) -> Vec<[u64; 8]> {
+    vec![[0; 8]; bytes.div_ceil(64).max(1)]
+}
+
+#[test]
+fn vnni_lanes_equal_avx2_lanes_to_the_bit() {
+    let vnni = Isa::Avx512 { vnni: true };
+    if !Isa::available().contains(&vnni) {
+        eprintln!("this host has no AVX512-VNNI: the VNNI lane kernel is not checked here");
+        return;
+    }
+    let mut rng = Rng::new(29);
+    for t in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+        let kind = weight_kind(t).unwrap();
+        for nb in [1, 2, 3, 5, 8, 9, 13, 18, 64] {
+            let k = nb * QK;
+            let wbytes = t.row_bytes(k as u64).unwrap() as usize;
+            let (mut w, mut packed) = (buf(wbytes * TILE_R), buf(wbytes * TILE_R));
+            let mut a = buf(q8::row_bytes(k) * TILE_C);
+            let (wp, pp, ap) = (
+                w.as_mut_ptr() as *mut u8,
+                packed.as_mut_ptr() as *mut u8,
+                a.as_mut_ptr() as *mut u8,
+            );
+            for r in 0..TILE_R {
+                // Extreme values too: a row of large magnitudes saturates nothing.
+                let scale = if r == 0 { 1e3 } else { 1.0 };
+                let x: Vec<f32> = rng
+                    .vec(k, -scale, scale)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                // SAFETY: row r of the buffer.
+                let row = unsafe { std::slice::from_raw_parts_mut(wp.add(r * wbytes), wbytes) };
+                kernels::quant::quantize_row(t, &x, row);
+            }
+            for c in 0..TILE_C {
+                let x: Vec<f32> = rng
+                    .vec(k, -1.0, 1.0)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                // SAFETY: row c of the buffer, aligned to 64.
+                unsafe { q8::quantize_row(&x, ap.add(c * q8::row_bytes(k)), Isa::Scalar) };
+            }
+            // SAFETY: both buffers hold TILE_R rows of nb blocks.
+            unsafe { repack_rows(kind, wp, pp, TILE_R, nb) };
+            // SAFETY: rows inside the buffers.
+            let rows: [*const u8; TILE_R] =
+                std::array::from_fn(|r| unsafe { pp.add(r * wbytes) as *const u8 });
+            // SAFETY: as above.
+            let cols: [QRow; TILE_C] =
+                std::array::from_fn(|c| unsafe { QRow::at(ap.add(c * q8::row_bytes(k)), k) });
+            let run = |isa| {
+                let mut out = [[f32::NAN; TILE_C]; TILE_R];
+                // SAFETY: repacked rows of nb blocks, quantized rows of k; the host has isa.
+                unsafe { tile(isa, kind, RowLayout::Packed, &rows, &cols, nb, &mut out) };
+                out.map(|r| r.map(f32::to_bits))
+            };
+            assert_eq!(run(vnni), run(Isa::Avx2), "{t} nb {nb}");
+        }
+    }
+}
