@@ -137,6 +137,18 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     for (kind, t) in kinds {
         line(kind, t);
     }
+    // Which kernel (and instruction set) runs each mul_mat, and the JIT's width.
+    let mut matmuls: BTreeMap<String, usize> = BTreeMap::new();
+    for step in rt.steps().iter().filter(|s| s.op == Some(ir::Op::MulMat)) {
+        *matmuls.entry(step.kernel.describe()).or_default() += 1;
+    }
+    println!(
+        "\nkernels: JIT {}-lane f32 vectors; mul_mat:",
+        rt.kernels().jit().vector_width()
+    );
+    for (kernel, n) in &matmuls {
+        println!("  {n:>5} x {kernel}");
+    }
     println!("\nper split:");
     for (s, t) in &by_split {
         let dev = &plan.devices[plan.splits[*s].device.index()].name;
