@@ -40,63 +40,6 @@ use crate::cpu::matmul::packed::scale_fields;
 use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
-/// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K`, weight
-/// rows in the repacked layout.
-///
-/// # Safety
-/// Each `w[r]` points to a repacked row of `nb` blocks of `K`; each `a[c]`
-/// to a quantized row of exactly `nb` blocks; the host has AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
-    w: [*const u8; R],
-    a: [QRow; C],
-    nb: usize,
-) -> [[f32; C]; R] {
-    // SAFETY: forwarded.
-    unsafe { tile_body::<K, R, C, false>(w, a, nb) }
-}
-
-/// [`tile`] with `vpdpbusd` (module doc).
-///
-/// # Safety
-/// As [`tile`], and the host has AVX512-VNNI and AVX512-VL.
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub(super) unsafe fn tile_vnni<const K: u8, const R: usize, const C: usize>(
-    w: [*const u8; R],
-    a: [QRow; C],
-    nb: usize,
-) -> [[f32; C]; R] {
-    // SAFETY: forwarded.
-    unsafe { tile_body::<K, R, C, true>(w, a, nb) }
-}
-
-/// The body of [`tile`] and [`tile_vnni`].
-///
-/// # Safety
-/// As [`tile`]; `VNNI` only inside [`tile_vnni`].
-#[inline(always)]
-unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: bool>(
-    w: [*const u8; R],
-    a: [QRow; C],
-    nb: usize,
-) -> [[f32; C]; R] {
-    // SAFETY: every call below is forwarded from the caller, inside its
-    // target features (this body is always inlined into an entry point).
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); C]; R];
-        for g in 0..nb / GROUP {
-            group::<K, R, C, true, VNNI>(w, a, g * GROUP, GROUP, &mut acc);
-        }
-        let b = nb / GROUP * GROUP;
-        if nb - b > PAIRED_TAIL {
-            group::<K, R, C, false, VNNI>(w, a, b, nb - b, &mut acc);
-        } else if nb > b {
-            pairs::<K, R, C, VNNI>(w, a, b, nb - b, &mut acc);
-        }
-        hsums(&acc)
-    }
-}
-
 /// The masks of the first `t` of 8 blocks: `mask` (and `lanes`, the same
 /// bits as floats) selects 32-bit lanes `0..t`; `words` the 32-bit words
 /// `0..ceil(t / 2)` of 8 packed f16 values.
@@ -144,257 +87,332 @@ unsafe fn f16s<const FULL: bool>(p: *const u8, pairs: __m128i, lanes: __m256) ->
     _mm256_and_ps(_mm256_cvtph_ps(h), lanes)
 }
 
-/// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
-///
-/// # Safety
-/// As [`tile_body`], with `b + t <= nb` and `b` a multiple of 8.
-#[inline(always)]
-unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool, const VNNI: bool>(
-    w: [*const u8; R],
-    a: [QRow; C],
-    b: usize,
-    t: usize,
-    acc: &mut [[__m256; C]; R],
-) {
-    let t = if FULL { GROUP } else { t };
-    let fields = scale_fields(K);
-    // SAFETY: the activations' scales of blocks b..b + t (only those lanes
-    // are read) and their whole ql group; weight bytes inside the t blocks
-    // at b (repacked layout: fields, then vectors of 4 t bytes). Every
-    // intrinsic runs inside the entry point's target features.
-    unsafe {
-        let low = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        let TailMasks {
-            mask,
-            lanes,
-            words: pairs,
-        } = tail_masks(t);
-        let load = |p: *const f32| {
-            if FULL {
-                _mm256_loadu_ps(p)
-            } else {
-                _mm256_maskload_ps(p, mask)
-            }
-        };
-        let d1: [__m256; C] = std::array::from_fn(|c| load(a[c].d.add(b)));
-        // Q4_0: 64 s8 = 8 d1 sum(q); Q4_1: 8 s8 = d1 sum(q).
-        let f = _mm256_set1_ps(if K == kind::Q4_0 { 64.0 } else { 8.0 });
-        let s: [__m256; C] = std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), f));
-        for r in 0..R {
-            let p = w[r].add(b * kind::block_bytes(K));
-            let dw = f16s::<FULL>(p, pairs, lanes);
-            let mw = if K == kind::Q4_1 {
-                f16s::<FULL>(p.add(2 * t), pairs, lanes)
-            } else {
-                _mm256_setzero_ps()
-            };
-            let qw = p.add(2 * fields * t);
-            let vector = |v: usize| {
-                let q = qw.add(4 * t * v);
-                if FULL {
-                    _mm256_loadu_si256(q as *const __m256i)
-                } else {
-                    _mm256_maskload_epi32(q as *const i32, mask)
-                }
-            };
-            if K == kind::Q8_0 {
-                let x: [__m256i; 8] = std::array::from_fn(vector);
-                for c in 0..C {
-                    let ql = a[c].ql.add(b * QK);
-                    let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
-                    let sum = _mm256_cvtepi32_ps(q8_sums::<VNNI>(x, std::array::from_fn(q), ones));
-                    acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dw, d1[c]), acc[r][c]);
-                }
-                continue;
-            }
-            let x: [__m256i; 4] = std::array::from_fn(vector);
-            let lo = x.map(|v| _mm256_and_si256(v, low));
-            let hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
-            for c in 0..C {
-                let ql = a[c].ql.add(b * QK);
-                let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
-                let sum = if VNNI {
-                    // Two chains of four, each lane's 4 products a step.
-                    let mut s = [_mm256_setzero_si256(); 2];
-                    for v in 0..4 {
-                        s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], lo[v], q(v));
-                        s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], hi[v], q(v + 4));
+/// The kernel once per instruction set: `$features` on every function (so
+/// each intrinsic and closure is compiled, and inlined, inside them) and
+/// `VNNI` choosing `vpdpbusd`. (Generic bodies without target features,
+/// always inlined into feature-enabled entry points, left some closures'
+/// intrinsics as calls: 5x slower on Q8_0 tails.)
+macro_rules! lane_kernel {
+    ($module:ident, $features:literal, $vnni:literal) => {
+        mod $module {
+            use super::*;
+
+            /// Sums with `vpdpbusd` rather than `maddubs` + `madd`.
+            const VNNI: bool = $vnni;
+
+            /// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K`, weight
+            /// rows in the repacked layout.
+            ///
+            /// # Safety
+            /// Each `w[r]` points to a repacked row of `nb` blocks of `K`; each `a[c]`
+            /// to a quantized row of exactly `nb` blocks; the host has this module's
+            /// target features.
+            #[target_feature(enable = $features)]
+            pub(in super::super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
+                w: [*const u8; R],
+                a: [QRow; C],
+                nb: usize,
+            ) -> [[f32; C]; R] {
+                // SAFETY: every call below is forwarded from the caller.
+                unsafe {
+                    let mut acc = [[_mm256_setzero_ps(); C]; R];
+                    for g in 0..nb / GROUP {
+                        group::<K, R, C, true>(w, a, g * GROUP, GROUP, &mut acc);
                     }
-                    _mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1]))
-                } else {
-                    // A tree of i16 adds: 8 products, depth 3.
-                    let m: [__m256i; 4] = std::array::from_fn(|v| {
-                        _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo[v], q(v)),
-                            _mm256_maddubs_epi16(hi[v], q(v + 4)),
-                        )
+                    let b = nb / GROUP * GROUP;
+                    if nb - b > PAIRED_TAIL {
+                        group::<K, R, C, false>(w, a, b, nb - b, &mut acc);
+                    } else if nb > b {
+                        pairs::<K, R, C>(w, a, b, nb - b, &mut acc);
+                    }
+                    hsums(&acc)
+                }
+            }
+
+            /// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
+            ///
+            /// # Safety
+            /// As [`tile`], with `b + t <= nb` and `b` a multiple of 8.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn group<const K: u8, const R: usize, const C: usize, const FULL: bool>(
+                w: [*const u8; R],
+                a: [QRow; C],
+                b: usize,
+                t: usize,
+                acc: &mut [[__m256; C]; R],
+            ) {
+                let t = if FULL { GROUP } else { t };
+                let fields = scale_fields(K);
+                // SAFETY: the activations' scales of blocks b..b + t (only those lanes
+                // are read) and their whole ql group; weight bytes inside the t blocks
+                // at b (repacked layout: fields, then vectors of 4 t bytes). Every
+                // intrinsic runs inside the entry point's target features.
+                unsafe {
+                    let low = _mm256_set1_epi8(0x0F);
+                    let ones = _mm256_set1_epi16(1);
+                    let TailMasks {
+                        mask,
+                        lanes,
+                        words: pairs,
+                    } = tail_masks(t);
+                    let load = |p: *const f32| {
+                        if FULL {
+                            _mm256_loadu_ps(p)
+                        } else {
+                            _mm256_maskload_ps(p, mask)
+                        }
+                    };
+                    let d1: [__m256; C] = std::array::from_fn(|c| load(a[c].d.add(b)));
+                    // Q4_0: 64 s8 = 8 d1 sum(q); Q4_1: 8 s8 = d1 sum(q).
+                    let f = _mm256_set1_ps(if K == kind::Q4_0 { 64.0 } else { 8.0 });
+                    let s: [__m256; C] =
+                        std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), f));
+                    for r in 0..R {
+                        let p = w[r].add(b * kind::block_bytes(K));
+                        let dw = f16s::<FULL>(p, pairs, lanes);
+                        let mw = if K == kind::Q4_1 {
+                            f16s::<FULL>(p.add(2 * t), pairs, lanes)
+                        } else {
+                            _mm256_setzero_ps()
+                        };
+                        let qw = p.add(2 * fields * t);
+                        let vector = |v: usize| {
+                            let q = qw.add(4 * t * v);
+                            if FULL {
+                                _mm256_loadu_si256(q as *const __m256i)
+                            } else {
+                                _mm256_maskload_epi32(q as *const i32, mask)
+                            }
+                        };
+                        if K == kind::Q8_0 {
+                            let x: [__m256i; 8] = std::array::from_fn(vector);
+                            for c in 0..C {
+                                let ql = a[c].ql.add(b * QK);
+                                let q =
+                                    |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
+                                let sum =
+                                    _mm256_cvtepi32_ps(q8_sums(x, std::array::from_fn(q), ones));
+                                acc[r][c] =
+                                    _mm256_fmadd_ps(sum, _mm256_mul_ps(dw, d1[c]), acc[r][c]);
+                            }
+                            continue;
+                        }
+                        let x: [__m256i; 4] = std::array::from_fn(vector);
+                        let lo = x.map(|v| _mm256_and_si256(v, low));
+                        let hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+                        for c in 0..C {
+                            let ql = a[c].ql.add(b * QK);
+                            let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
+                            let sum = if VNNI {
+                                // Two chains of four, each lane's 4 products a step.
+                                let mut s = [_mm256_setzero_si256(); 2];
+                                for v in 0..4 {
+                                    s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], lo[v], q(v));
+                                    s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], hi[v], q(v + 4));
+                                }
+                                _mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1]))
+                            } else {
+                                // A tree of i16 adds: 8 products, depth 3.
+                                let m: [__m256i; 4] = std::array::from_fn(|v| {
+                                    _mm256_add_epi16(
+                                        _mm256_maddubs_epi16(lo[v], q(v)),
+                                        _mm256_maddubs_epi16(hi[v], q(v + 4)),
+                                    )
+                                });
+                                let m = _mm256_add_epi16(
+                                    _mm256_add_epi16(m[0], m[1]),
+                                    _mm256_add_epi16(m[2], m[3]),
+                                );
+                                _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones))
+                            };
+                            acc[r][c] = if K == kind::Q4_0 {
+                                _mm256_fmadd_ps(dw, _mm256_fmsub_ps(sum, d1[c], s[c]), acc[r][c])
+                            } else {
+                                _mm256_fmadd_ps(
+                                    sum,
+                                    _mm256_mul_ps(dw, d1[c]),
+                                    _mm256_fmadd_ps(mw, s[c], acc[r][c]),
+                                )
+                            };
+                        }
+                    }
+                }
+            }
+
+            /// Adds the last `t <= 4` blocks `b..b + t` to `acc`, two blocks per vector
+            /// (lanes 0..4: block `b + 2p`, lanes 4..8: block `b + 2p + 1`), paired in
+            /// the repacked row as the module `packed` says; the activations' `ql` hold
+            /// the same pairs. Each block's constant term is spread evenly
+            /// over its 4 lanes (all lanes are summed at the end).
+            ///
+            /// # Safety
+            /// As [`tile`], with `b + t == nb`, `t <= 4` and `b` a multiple of 8.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn pairs<const K: u8, const R: usize, const C: usize>(
+                w: [*const u8; R],
+                a: [QRow; C],
+                b: usize,
+                t: usize,
+                acc: &mut [[__m256; C]; R],
+            ) {
+                let fields = scale_fields(K);
+                // SAFETY: the activations' scales of blocks b..b + t (masked) and their
+                // ql group; weight bytes inside the t blocks at b (repacked layout:
+                // fields, then the blocks' nibble bytes in order). Every intrinsic runs
+                // inside the entry point's target features.
+                unsafe {
+                    let low = _mm256_set1_epi8(0x0F);
+                    let ones = _mm256_set1_epi16(1);
+                    let TailMasks { mask, lanes, words } = tail_masks(t);
+                    // Pair p's lanes take blocks 2p (lanes 0..4) and 2p + 1 (lanes 4..8).
+                    let spread = [
+                        _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+                        _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+                    ];
+                    // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
+                    let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
+                    let d1: [__m256; C] =
+                        std::array::from_fn(|c| _mm256_maskload_ps(a[c].d.add(b), mask));
+                    let s: [__m256; C] = std::array::from_fn(|c| {
+                        _mm256_mul_ps(_mm256_maskload_ps(a[c].s8.add(b), mask), f)
                     });
-                    let m = _mm256_add_epi16(
-                        _mm256_add_epi16(m[0], m[1]),
-                        _mm256_add_epi16(m[2], m[3]),
-                    );
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones))
-                };
-                acc[r][c] = if K == kind::Q4_0 {
-                    _mm256_fmadd_ps(dw, _mm256_fmsub_ps(sum, d1[c], s[c]), acc[r][c])
-                } else {
-                    _mm256_fmadd_ps(
-                        sum,
-                        _mm256_mul_ps(dw, d1[c]),
-                        _mm256_fmadd_ps(mw, s[c], acc[r][c]),
-                    )
-                };
-            }
-        }
-    }
-}
-
-/// Adds the last `t <= 4` blocks `b..b + t` to `acc`, two blocks per vector
-/// (lanes 0..4: block `b + 2p`, lanes 4..8: block `b + 2p + 1`), paired in
-/// the repacked row as the module `packed` says; the activations' `ql` hold
-/// the same pairs. Each block's constant term is spread evenly
-/// over its 4 lanes (all lanes are summed at the end).
-///
-/// # Safety
-/// As [`tile_body`], with `b + t == nb`, `t <= 4` and `b` a multiple of 8.
-#[inline(always)]
-unsafe fn pairs<const K: u8, const R: usize, const C: usize, const VNNI: bool>(
-    w: [*const u8; R],
-    a: [QRow; C],
-    b: usize,
-    t: usize,
-    acc: &mut [[__m256; C]; R],
-) {
-    let fields = scale_fields(K);
-    // SAFETY: the activations' scales of blocks b..b + t (masked) and their
-    // ql group; weight bytes inside the t blocks at b (repacked layout:
-    // fields, then the blocks' nibble bytes in order). Every intrinsic runs
-    // inside the entry point's target features.
-    unsafe {
-        let low = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        let TailMasks { mask, lanes, words } = tail_masks(t);
-        // Pair p's lanes take blocks 2p (lanes 0..4) and 2p + 1 (lanes 4..8).
-        let spread = [
-            _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
-            _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
-        ];
-        // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
-        let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
-        let d1: [__m256; C] = std::array::from_fn(|c| _mm256_maskload_ps(a[c].d.add(b), mask));
-        let s: [__m256; C] =
-            std::array::from_fn(|c| _mm256_mul_ps(_mm256_maskload_ps(a[c].s8.add(b), mask), f));
-        for r in 0..R {
-            let p0 = w[r].add(b * kind::block_bytes(K));
-            let dw = f16s::<false>(p0, words, lanes);
-            let mw = if K == kind::Q4_1 {
-                f16s::<false>(p0.add(2 * t), words, lanes)
-            } else {
-                _mm256_setzero_ps()
-            };
-            let qw = p0.add(2 * fields * t);
-            for (p, &spread) in spread.iter().enumerate().take(t.div_ceil(2)) {
-                let dwp = _mm256_permutevar8x32_ps(dw, spread);
-                // 32 bytes at `at`, or 16 (a last block alone) and zeros.
-                let half = |at: *const u8| {
-                    let x = _mm_loadu_si128(at as *const __m128i);
-                    _mm256_set_m128i(_mm_setzero_si128(), x)
-                };
-                if K == kind::Q8_0 {
-                    let pair = qw.add(64 * p);
-                    let x = if 2 * p + 1 < t {
-                        [0, 32].map(|o| _mm256_loadu_si256(pair.add(o) as *const __m256i))
-                    } else {
-                        [0, 16].map(|o| half(pair.add(o)))
-                    };
-                    for c in 0..C {
-                        let ql = a[c].ql.add(b * QK + 64 * p);
-                        let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
-                        let m = [0, 1].map(|h| q8_product::<VNNI>(x[h], q(h), ones));
-                        let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(m[0], m[1]));
-                        let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
-                        acc[r][c] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dwp, d1p), acc[r][c]);
+                    for r in 0..R {
+                        let p0 = w[r].add(b * kind::block_bytes(K));
+                        let dw = f16s::<false>(p0, words, lanes);
+                        let mw = if K == kind::Q4_1 {
+                            f16s::<false>(p0.add(2 * t), words, lanes)
+                        } else {
+                            _mm256_setzero_ps()
+                        };
+                        let qw = p0.add(2 * fields * t);
+                        for (p, &spread) in spread.iter().enumerate().take(t.div_ceil(2)) {
+                            let dwp = _mm256_permutevar8x32_ps(dw, spread);
+                            // 32 bytes at `at`, or 16 (a last block alone) and zeros.
+                            let half = |at: *const u8| {
+                                let x = _mm_loadu_si128(at as *const __m128i);
+                                _mm256_set_m128i(_mm_setzero_si128(), x)
+                            };
+                            if K == kind::Q8_0 {
+                                let pair = qw.add(64 * p);
+                                let x = if 2 * p + 1 < t {
+                                    [0, 32]
+                                        .map(|o| _mm256_loadu_si256(pair.add(o) as *const __m256i))
+                                } else {
+                                    [0, 16].map(|o| half(pair.add(o)))
+                                };
+                                for c in 0..C {
+                                    let ql = a[c].ql.add(b * QK + 64 * p);
+                                    let q = |h: usize| {
+                                        _mm256_loadu_si256(ql.add(32 * h) as *const __m256i)
+                                    };
+                                    let m = [0, 1].map(|h| q8_product(x[h], q(h), ones));
+                                    let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(m[0], m[1]));
+                                    let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
+                                    acc[r][c] =
+                                        _mm256_fmadd_ps(sum, _mm256_mul_ps(dwp, d1p), acc[r][c]);
+                                }
+                                continue;
+                            }
+                            let x = if 2 * p + 1 < t {
+                                _mm256_loadu_si256(qw.add(32 * p) as *const __m256i)
+                            } else {
+                                half(qw.add(32 * p))
+                            };
+                            let lo = _mm256_and_si256(x, low);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+                            let mwp = _mm256_permutevar8x32_ps(mw, spread);
+                            for c in 0..C {
+                                let ql = a[c].ql.add(b * QK + 64 * p);
+                                let q =
+                                    |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
+                                let sum = if VNNI {
+                                    let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, q(0));
+                                    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(s, hi, q(1)))
+                                } else {
+                                    let m = _mm256_add_epi16(
+                                        _mm256_maddubs_epi16(lo, q(0)),
+                                        _mm256_maddubs_epi16(hi, q(1)),
+                                    );
+                                    _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones))
+                                };
+                                let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
+                                let sp = _mm256_permutevar8x32_ps(s[c], spread);
+                                acc[r][c] = if K == kind::Q4_0 {
+                                    _mm256_fmadd_ps(dwp, _mm256_fmsub_ps(sum, d1p, sp), acc[r][c])
+                                } else {
+                                    _mm256_fmadd_ps(
+                                        sum,
+                                        _mm256_mul_ps(dwp, d1p),
+                                        _mm256_fmadd_ps(mwp, sp, acc[r][c]),
+                                    )
+                                };
+                            }
+                        }
                     }
-                    continue;
                 }
-                let x = if 2 * p + 1 < t {
-                    _mm256_loadu_si256(qw.add(32 * p) as *const __m256i)
-                } else {
-                    half(qw.add(32 * p))
-                };
-                let lo = _mm256_and_si256(x, low);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
-                let mwp = _mm256_permutevar8x32_ps(mw, spread);
-                for c in 0..C {
-                    let ql = a[c].ql.add(b * QK + 64 * p);
-                    let q = |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
-                    let sum = if VNNI {
-                        let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, q(0));
-                        _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(s, hi, q(1)))
+            }
+
+            /// Q8_0: the 32-bit sums of 4 products `w q` of one weight vector and one
+            /// activation vector. `maddubs` and `vpdpbusd` multiply unsigned by signed
+            /// bytes, so the weights' signs move onto the activations; each i16 pair sum
+            /// of `maddubs` reaches 2 * 128 * 127 and is widened at once (two would
+            /// overflow).
+            ///
+            /// # Safety
+            /// Inside this module's target features.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn q8_product(w: __m256i, q: __m256i, ones: __m256i) -> __m256i {
+                // SAFETY: the caller runs inside the features. (Only the
+                // VNNI intrinsic needs it, and only where VNNI is not one.)
+                #[allow(unused_unsafe)]
+                unsafe {
+                    let (u, s) = (_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+                    if VNNI {
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
                     } else {
-                        let m = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo, q(0)),
-                            _mm256_maddubs_epi16(hi, q(1)),
-                        );
-                        _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones))
-                    };
-                    let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
-                    let sp = _mm256_permutevar8x32_ps(s[c], spread);
-                    acc[r][c] = if K == kind::Q4_0 {
-                        _mm256_fmadd_ps(dwp, _mm256_fmsub_ps(sum, d1p, sp), acc[r][c])
-                    } else {
-                        _mm256_fmadd_ps(
-                            sum,
-                            _mm256_mul_ps(dwp, d1p),
-                            _mm256_fmadd_ps(mwp, sp, acc[r][c]),
-                        )
-                    };
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones)
+                    }
+                }
+            }
+
+            /// Q8_0: lane j = the sum of block j's products over 8 vectors.
+            ///
+            /// # Safety
+            /// As [`q8_product`].
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn q8_sums(w: [__m256i; 8], q: [__m256i; 8], ones: __m256i) -> __m256i {
+                // SAFETY: the caller runs inside the features.
+                unsafe {
+                    if VNNI {
+                        let mut s = [_mm256_setzero_si256(); 2];
+                        for v in 0..8 {
+                            let u = _mm256_sign_epi8(w[v], w[v]);
+                            s[v % 2] =
+                                _mm256_dpbusd_epi32(s[v % 2], u, _mm256_sign_epi8(q[v], w[v]));
+                        }
+                        return _mm256_add_epi32(s[0], s[1]);
+                    }
+                    let m: [__m256i; 8] = std::array::from_fn(|v| q8_product(w[v], q[v], ones));
+                    let m: [__m256i; 4] =
+                        std::array::from_fn(|i| _mm256_add_epi32(m[2 * i], m[2 * i + 1]));
+                    _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]))
                 }
             }
         }
-    }
+    };
 }
 
-/// Q8_0: the 32-bit sums of 4 products `w q` of one weight vector and one
-/// activation vector. `maddubs` and `vpdpbusd` multiply unsigned by signed
-/// bytes, so the weights' signs move onto the activations; each i16 pair sum
-/// of `maddubs` reaches 2 * 128 * 127 and is widened at once (two would
-/// overflow).
-///
-/// # Safety
-/// Inside AVX2 (and AVX512-VNNI + VL for `VNNI`) target features.
-#[inline(always)]
-unsafe fn q8_product<const VNNI: bool>(w: __m256i, q: __m256i, ones: __m256i) -> __m256i {
-    // SAFETY: the caller runs inside the features.
-    unsafe {
-        let (u, s) = (_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
-        if VNNI {
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-        } else {
-            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones)
-        }
-    }
-}
+lane_kernel!(plain, "avx2,fma,f16c", false);
+lane_kernel!(with_vnni, "avx2,fma,f16c,avx512vnni,avx512vl", true);
 
-/// Q8_0: lane j = the sum of block j's products over 8 vectors.
-///
-/// # Safety
-/// As [`q8_product`].
-#[inline(always)]
-unsafe fn q8_sums<const VNNI: bool>(w: [__m256i; 8], q: [__m256i; 8], ones: __m256i) -> __m256i {
-    // SAFETY: the caller runs inside the features.
-    unsafe {
-        if VNNI {
-            let mut s = [_mm256_setzero_si256(); 2];
-            for v in 0..8 {
-                let u = _mm256_sign_epi8(w[v], w[v]);
-                s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], u, _mm256_sign_epi8(q[v], w[v]));
-            }
-            return _mm256_add_epi32(s[0], s[1]);
-        }
-        let m: [__m256i; 8] = std::array::from_fn(|v| q8_product::<false>(w[v], q[v], ones));
-        let m: [__m256i; 4] = std::array::from_fn(|i| _mm256_add_epi32(m[2 * i], m[2 * i + 1]));
-        _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]))
-    }
-}
+/// The AVX2 lane kernel (`out[r][c] = dot(w[r], a[c])` over `nb` blocks of
+/// format `K`, weight rows repacked). Safety: the host has AVX2, FMA, F16C;
+/// the rows and columns as `plain::tile` states.
+pub(super) use plain::tile;
+/// [`tile`] with `vpdpbusd` (module doc). Safety: as [`tile`], and the host
+/// has AVX512-VNNI and AVX512-VL.
+pub(super) use with_vnni::tile as tile_vnni;
