@@ -1,11 +1,13 @@
 //! mul_mat speed beside this machine's ceilings (measured in the same run).
 //!
 //! - f32 1024^3 (gemm): GFLOP/s and % of the FMA peak of the cores used;
-//! - Q8_0 / Q4_0 / Q4_1 4096 x 4096 matrix-vector (decode): GB/s of weight
+//! - Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K 4096 x 4096 matrix-vector
+//!   (decode): GB/s of weight
 //!   bytes read and % of the memcpy ceiling (read + write, 1 thread). Several
 //!   weight copies, together larger than the L3 cache, are used in turn so
 //!   that each product reads its weights from memory;
-//! - Q4_1 prefill (N = 128) at a small model's FFN sizes: GFLOP/s;
+//! - Q4_1 prefill (N = 128) at a small model's FFN sizes: GFLOP/s (K-quants
+//!   on both their routes, the integer one and f32 gemm);
 //! - SmolLM2-135M's exact shapes (Q4_1 layers, Q8_0 tied output head) for
 //!   N = 1 (weights from memory, as in decode) and N = 128 (prefill), and the
 //!   tokens/s those timings add up to for the whole model's mul_mats
@@ -222,12 +224,31 @@ fn smollm2(c: &Ceilings) {
 }
 
 /// The two routes for quantized weights against the number of src1 columns:
-/// where `F32_ROUTE_MIN_COLUMNS` should sit on this machine.
+/// where `f32_route_min_columns` should sit on this machine.
 fn crossover(c: &Ceilings) {
-    for (t, k, m) in [(DType::Q4_1, 576, 1536), (DType::Q8_0, 576, 4096)] {
-        for n in [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512] {
+    for (t, k, m) in [
+        (DType::Q4_1, 576, 1536),
+        (DType::Q8_0, 576, 4096),
+        (DType::Q4_K, 1536, 1536),
+        (DType::Q5_K, 1536, 1536),
+        (DType::Q6_K, 1536, 1536),
+    ] {
+        let integer = match t {
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => Route::KQuantDot,
+            _ => Route::Int8Dot,
+        };
+        // K-quants also past 512: their integer route still led there.
+        let beyond: &[i64] = if integer == Route::KQuantDot {
+            &[1024, 2048]
+        } else {
+            &[]
+        };
+        let common = [
+            1, 2, 3, 4, 5, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
+        ];
+        for n in common.into_iter().chain(beyond.iter().copied()) {
             let mut line = format!("crossover {t} K={k} M={m} N={n:3} 1 thr:");
-            for route in [Route::Int8Dot, Route::F32Gemm] {
+            for route in [integer, Route::F32Gemm] {
                 let (b0, a) = tensor(t, [k, m, 1, 1], 1);
                 let (b1, b) = tensor(DType::F32, [k, n, 1, 1], 2);
                 let (b2, d) = tensor(DType::F32, [m, n, 1, 1], 3);
@@ -250,13 +271,16 @@ fn crossover(c: &Ceilings) {
 
 fn main() {
     // Optional filters (`cargo bench ... -- f32 q4_0`): run only the cases
-    // whose label contains one of them.
+    // whose label contains one of them (ignoring case: `q4_k` finds q4_K).
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
+        .map(|a| a.to_lowercase())
         .collect();
-    let want =
-        |label: &str| filters.is_empty() || filters.iter().any(|f| label.contains(f.as_str()));
+    let want = |label: &str| {
+        let label = label.to_lowercase();
+        filters.is_empty() || filters.iter().any(|f| label.contains(f.as_str()))
+    };
     let c = ceiling::measure();
     println!("{c}");
     if want("f32") {
@@ -281,6 +305,9 @@ fn main() {
         DType::Q8_0,
         DType::Q4_0,
         DType::Q4_1,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
         DType::F16,
         DType::F32,
     ] {
@@ -300,6 +327,15 @@ fn main() {
     ] {
         if want(&format!("{t} prefill")) {
             let _ = compute_bound(&c, t, kmn, runs);
+        }
+    }
+    for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        for kmn in [(1536, 576, 128), (4096, 4096, 128)] {
+            if want(&format!("{t} prefill")) {
+                for route in [Route::KQuantDot, Route::F32Gemm] {
+                    let _ = compute_bound_on(&c, t, kmn, 10, Some(route));
+                }
+            }
         }
     }
     if want("smollm2") {

@@ -3,7 +3,7 @@
 //! ne03]`, src1 `[K, N, ne12, ne13]`, dst `[M, N, ne12, ne13]` f32, `r2 =
 //! ne12 / ne02`, `r3 = ne13 / ne03` (src0 broadcast over src1's batches).
 //!
-//! Two kernels ([`Route`]), chosen once at prepare time by src0's dtype, the
+//! Kernels ([`Route`]), chosen once at prepare time by src0's dtype, the
 //! precision asked for and, for quantized src0, the number of src1 columns
 //! ([`route`]: few columns take the integer route, many the f32 one):
 //! - [`quantized`] (Q8_0, Q4_0, Q4_1 src0): src1 is quantized once per run to
@@ -11,10 +11,16 @@
 //!   over threads), then integer dot products in tiles of src0 rows x src1
 //!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
 //!   weights are repacked once at load for AVX2 ([`packed`]);
+//! - [`kquant`] (Q4_K, Q5_K, Q6_K src0): src1 quantized once per run to
+//!   Q8_K blocks of 256 (phase 1), then integer dot products per
+//!   super-block with the scales applied per sub-block (AVX2, AVX2 with
+//!   AVX512-VNNI, or scalar), in tiles of 4 rows x N for N <= 4 (decode)
+//!   and 1 row x 8 columns beyond;
 //! - [`panel`] (F32, F16 and BF16 weights on hosts with AVX2 or AVX-512):
 //!   weights packed once at load into panels, our own register-tiled f32
 //!   micro-kernels;
-//! - [`float`] (every other dtype, and quantized src0 times many columns):
+//! - [`float`] (every other dtype, Q8_0 / Q4_0 / Q4_1 src0 times many
+//!   columns, and every quantized src0 in [`Precision::Exact`]):
 //!   the `gemm` crate on f32, reading f32
 //!   operands in place through their strides (so permuted views cost no copy)
 //!   and converting anything else to f32 first ([`convert`]).
@@ -28,6 +34,7 @@
 
 pub mod convert;
 pub mod float;
+pub mod kquant;
 pub mod packed;
 pub mod panel;
 pub mod q8;
@@ -71,6 +78,9 @@ pub enum Route {
     /// src1 quantized to 8 bits, integer dot products ([`quantized`]); only
     /// for Q8_0, Q4_0 and Q4_1 src0.
     Int8Dot,
+    /// src1 quantized to Q8_K, integer dot products with K-quant weights
+    /// ([`kquant`]); only for Q4_K, Q5_K and Q6_K src0.
+    KQuantDot,
     /// src0 (and src1) widened to f32 in blocks, then `gemm` ([`float`]).
     F32Gemm,
     /// A weight packed in panels at load, our micro-kernels ([`panel`]); for
@@ -88,9 +98,19 @@ pub enum Route {
 /// GFLOP/s, 2026-11-22, after the repacked integer kernels): Q4_1 576x1536
 /// int8 84-86 GFLOP/s flat from N = 2, f32 79 at N = 128, 87 at 256 and 91
 /// at 512; Q8_0 576x4096 int8 66-68, f32 66 at N = 48 and 72 at 64.
+///
+/// K-quants never take it (`usize::MAX`): their integer tiles outrun the
+/// FMA peak that bounds gemm. Measured with the same rows (K-quant 1536 x
+/// 1536, one thread, FMA peak 118 GFLOP/s with AVX-512, 2026-11-25): int8
+/// Q4_K / Q5_K / Q6_K (AVX512-VNNI kernels) 152-160 / 146-154 / 148-154
+/// GFLOP/s from N = 8 to 2048, f32 90 / 89 / 88 at N = 512 and 95-100 at
+/// N = 2048; the plain AVX2 kernels (`GGPLAN_KQUANT_ISA=avx2`) ran
+/// 128-138 / 113-122 / 120-127 from N = 64 to 2048 against f32 at most
+/// 97 / 96 / 102. Below N = 8 gemm is 3 to 17 times slower still.
 pub fn f32_route_min_columns(dtype: DType) -> usize {
     match dtype {
         DType::Q8_0 => 56,
+        DType::Q4_K | DType::Q5_K | DType::Q6_K => usize::MAX,
         _ => 192,
     }
 }
@@ -98,11 +118,11 @@ pub fn f32_route_min_columns(dtype: DType) -> usize {
 /// The route [`prepare_mul_mat_with`] takes for src0 of `dtype` times `n`
 /// src1 columns per matrix.
 pub fn route(dtype: DType, n: usize, precision: Precision) -> Route {
-    let integer = matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1);
-    if integer && precision == Precision::Fast && n < f32_route_min_columns(dtype) {
-        Route::Int8Dot
-    } else {
-        Route::F32Gemm
+    let fast = precision == Precision::Fast && n < f32_route_min_columns(dtype);
+    match dtype {
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 if fast => Route::Int8Dot,
+        DType::Q4_K | DType::Q5_K | DType::Q6_K if fast => Route::KQuantDot,
+        _ => Route::F32Gemm,
     }
 }
 
@@ -195,6 +215,7 @@ unsafe fn prepare_route(
             // SAFETY: forwarded.
             Box::new(unsafe { quantized::QuantMatMul::new(geo, repack) })
         }
+        Route::KQuantDot => Box::new(kquant::KQuantMatMul::new(geo)?),
         Route::F32Gemm => Box::new(float::GemmMatMul::new(geo)),
         Route::F32Panels => {
             let isa = panel::PanelIsa::detect()

@@ -2,9 +2,11 @@
 //! odd sizes, dst poisoned with NaN, on pools of 1, 2 and 3 threads.
 
 mod float;
+mod kquant;
 mod panel;
 mod quant;
 
+use super::kquant::{Isa as KQuantIsa, KQuantMatMul};
 use super::packed::RepackCache;
 use super::panel::{PanelIsa, PanelMatMul};
 use super::qdot::Isa;
@@ -84,6 +86,8 @@ enum Route {
     /// The integer kernel with this instruction set; `true`: src0 prepared
     /// as a weight (repacked where the set does that: AVX2).
     Quant(Isa, bool),
+    /// The K-quant kernel with this instruction set ([`super::kquant`]).
+    KQuant(KQuantIsa),
     /// src0 packed in panels for this set ([`super::panel`]); besides the
     /// reference, each element must equal, to the bit, one `f32::mul_add`
     /// chain over K in order.
@@ -152,6 +156,10 @@ fn check(a: &mut Tensor, b: &mut Tensor, route: Route) {
                     weight.then_some(&repack),
                 )
             }),
+            Route::KQuant(isa) => Box::new(
+                KQuantMatMul::with_isa(Geometry::new(raw_dst, a.raw(), b.raw()).unwrap(), isa)
+                    .unwrap(),
+            ),
             Route::Panels(isa) => {
                 let geo = Geometry::new(raw_dst, a.raw(), b.raw()).unwrap();
                 // SAFETY: a's bytes do not change while the kernel lives.

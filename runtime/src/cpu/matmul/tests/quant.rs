@@ -197,6 +197,15 @@ fn fast_precision_takes_the_f32_route_from_many_columns() {
         assert_eq!(route(t, n, Precision::Fast), R::F32Gemm);
         assert_eq!(route(t, 1, Precision::Exact), R::F32Gemm);
     }
+    // K-quants stay on their integer route at any N (f32_route_min_columns).
+    for t in [DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        for n in [1, 4, 5, 128, 4096] {
+            assert_eq!(route(t, n, Precision::Fast), R::KQuantDot, "{t} N={n}");
+        }
+        assert_eq!(f32_route_min_columns(t), usize::MAX);
+        assert_eq!(route(t, 1, Precision::Exact), R::F32Gemm);
+        assert_eq!(route(t, 4096, Precision::Exact), R::F32Gemm);
+    }
     assert_eq!(route(DType::F16, 1, Precision::Fast), R::F32Gemm);
     assert_eq!(route(DType::F32, 1, Precision::Fast), R::F32Gemm);
 }
