@@ -50,7 +50,7 @@ pub struct QuantMatMul {
     isa: Isa,
     /// Bytes of one quantized src1 row.
     qrow_bytes: usize,
-    /// src0 repacked for the AVX2 lane kernel, when it was.
+    /// src0 repacked for the lane kernel, when it was.
     packed: Option<Arc<PackedWeights>>,
 }
 
@@ -61,8 +61,15 @@ impl QuantMatMul {
     /// # Safety
     /// With `repack`, src0's bytes never change while the kernel lives.
     pub unsafe fn new(geo: Geometry, repack: Option<&RepackCache>) -> QuantMatMul {
+        let chosen = std::env::var_os("GGPLAN_QDOT_ISA").is_some();
+        let isa = match (Isa::detect(), repack) {
+            // The VNNI set serves repacked weights; rows read in place run
+            // faster on the AVX2 tiles than on the AVX-512 ones (qdot doc).
+            (Isa::Avx512 { .. }, None) if !chosen => Isa::Avx2,
+            (isa, _) => isa,
+        };
         // SAFETY: forwarded.
-        unsafe { QuantMatMul::with_isa(geo, Isa::detect(), repack) }
+        unsafe { QuantMatMul::with_isa(geo, isa, repack) }
     }
 
     /// A kernel that uses `isa` (tests compare every set the host has).

@@ -16,13 +16,25 @@
 //! the tests' oracle for the others.
 //!
 //! Weight rows come in their file layout ([`RowLayout::Natural`]: every
-//! kernel) or, for weights on AVX2 hosts, repacked at load
-//! ([`RowLayout::Packed`], [`crate::cpu::matmul::packed`]: the AVX2 lane
-//! kernel only). The AVX-512 kernels read the natural layout: on a Xeon with
-//! AVX-512 VNNI (the device machine; one thread, weights from memory) the
-//! AVX2 lane kernel on repacked weights ran 1.3-2.7x them (4096 x 4096
-//! Q8_0 19.1 vs 14.8 GB/s, Q4_0 16.8 vs 8.3, Q4_1 17.8 vs 6.6), so AVX-512
-//! hosts are best served by the AVX2 set.
+//! kernel) or, for weights, repacked at load ([`RowLayout::Packed`],
+//! [`crate::cpu::matmul::packed`]: the lane kernel, `avx2_lane`, with
+//! `vpdpbusd` on AVX512-VNNI hosts). The AVX-512 tiles read the natural
+//! layout: on a Xeon with AVX-512 VNNI (the device machine; one thread,
+//! weights from memory) the AVX2 lane kernel on repacked weights ran
+//! 1.3-2.7x them (4096 x 4096 Q8_0 19.1 vs 14.8 GB/s, Q4_0 16.8 vs 8.3,
+//! Q4_1 17.8 vs 6.6), and 3x on this project's Zen 4 host.
+//!
+//! Why, from the instructions of the hot loops (the benchmark binary
+//! disassembled, 2026-11-25, R x C = 4 x 2 tiles of Q4_1): the natural
+//! layout puts each block's scales beside its quants, so the AVX-512 tile
+//! gathers them per block (scalar loads, broadcasts, inserts and an F16C
+//! conversion per pair of blocks and row, 56 of its 162 loop instructions)
+//! and does its float work per pair of blocks: about 10 instructions per
+//! block and (row, column). The lane kernel's layout brings 8 blocks'
+//! scales in one load and sums 8 blocks in 8 lanes with no horizontal work:
+//! 307 instructions per group of 8 blocks, 4.8 per block and (row, column);
+//! with `vpdpbusd` 279, 4.4. Zen 4 runs 512-bit vectors as two 256-bit
+//! halves, so the wider vectors buy nothing back.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -101,13 +113,21 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The set the kernels use on this host: AVX2 wherever the host has it,
-    /// AVX-512 hosts included. Measured on an AVX-512 VNNI Xeon (16 cores,
-    /// 2026-11-22, `benches/matmul.rs`, one thread): the AVX2 lane kernel on
+    /// The set the kernels use on this host. Never the AVX-512 tiles on
+    /// natural rows: measured on an AVX-512 VNNI Xeon (16 cores,
+    /// 2026-11-22, `benches/matmul.rs`, one thread), the AVX2 lane kernel on
     /// repacked weights reads 4096x4096 Q8_0 / Q4_0 / Q4_1 at 20.5 / 15.8 /
     /// 17.6 GB/s against 14.0 / 7.5 / 5.6 for the AVX-512 VNNI tiles, and
-    /// SmolLM2's decode mul_mats run at 143 tokens/s against 64. The AVX-512
-    /// kernels stay, tested on hosts that have them, until they beat it.
+    /// SmolLM2's decode mul_mats run at 143 tokens/s against 64 (the module
+    /// doc says why). Those tiles stay, tested on hosts that have them.
+    ///
+    /// Where the host has AVX512-VNNI (with VL), its set: repacked weights
+    /// then run the lane kernel with `vpdpbusd`, measured faster than the
+    /// AVX2 lane kernel on this project's Zen 4 host (2026-11-25, one
+    /// thread, CPU time: Q4_1 prefill K=576 M=1536 N=128 118.9 vs 105.1
+    /// GFLOP/s, K=1536 M=576 175.4 vs 150.2; matrix-vector products equal,
+    /// at memory speed). Rows that are not repacked then take the AVX2
+    /// tiles ([`crate::cpu::matmul::quantized::QuantMatMul::new`]).
     ///
     /// `GGPLAN_QDOT_ISA` (`scalar`, `avx2`, `avx512`, `avx512vnni`) names
     /// another set the host has, to compare them on one machine; a name the
@@ -125,7 +145,9 @@ impl Isa {
                 label == name
             })
         });
-        let default = if available.contains(&Isa::Avx2) {
+        let default = if available.contains(&Isa::Avx512 { vnni: true }) {
+            Isa::Avx512 { vnni: true }
+        } else if available.contains(&Isa::Avx2) {
             Isa::Avx2
         } else {
             Isa::Scalar
@@ -143,7 +165,7 @@ impl Isa {
                 v.push(Isa::Avx2);
                 if has!("avx512f") && has!("avx512bw") {
                     v.push(Isa::Avx512 { vnni: false });
-                    if has!("avx512vnni") {
+                    if has!("avx512vnni") && has!("avx512vl") {
                         v.push(Isa::Avx512 { vnni: true });
                     }
                 }
