@@ -107,10 +107,20 @@ pub enum Route {
 /// N = 2048; the plain AVX2 kernels (`GGPLAN_KQUANT_ISA=avx2`) ran
 /// 128-138 / 113-122 / 120-127 from N = 64 to 2048 against f32 at most
 /// 97 / 96 / 102. Below N = 8 gemm is 3 to 17 times slower still.
+///
+/// With the AVX512-VNNI lane kernel (the default where the host has it,
+/// [`qdot::Isa::detect`]) the integer route holds longer. Same rows, 2-core
+/// Zen 4, one thread, FMA peak 118 GFLOP/s, 2026-11-25: Q4_1 576x1536 int8
+/// 114-122 GFLOP/s from N = 1 to 512, f32 97 at N = 128, 105 at 256, 107 at
+/// 512; Q8_0 576x4096 int8 106-108, f32 96 at 128, 105 at 256, 107 at 384,
+/// 108 at 512 (and gemm runs 59 GFLOP/s on 1536x576 at N = 128).
 pub fn f32_route_min_columns(dtype: DType) -> usize {
+    let vnni = qdot::Isa::detect() == qdot::Isa::Avx512 { vnni: true };
     match dtype {
-        DType::Q8_0 => 56,
         DType::Q4_K | DType::Q5_K | DType::Q6_K => usize::MAX,
+        DType::Q8_0 if vnni => 384,
+        DType::Q8_0 => 56,
+        _ if vnni => 512,
         _ => 192,
     }
 }

@@ -138,30 +138,45 @@ impl CpuKernel for PanelMatMul {
         }
         ctx.barrier();
         let mine = ctx.share(p.count());
-        for k0 in (0..g.k).step_by(KC) {
-            let depth = KC.min(g.k - k0);
-            for panel in mine.clone() {
-                let i0 = panel * mr;
-                for b in 0..blocks {
-                    let c0 = b * nr;
-                    let mut t = Tile {
-                        // SAFETY: panel < count(), k0 < k.
-                        a: unsafe { p.at(panel, k0) },
-                        // SAFETY: block b's depth k0 inside the scratch.
-                        b: unsafe { packed.add((b * g.k + k0) * nr) },
-                        dst: [std::ptr::null_mut(); MAX_NR],
-                        rows: mr.min(g.m - i0),
-                        cols: nr.min(columns - c0),
-                        depth,
-                        load: k0 > 0,
-                    };
-                    for (j, d) in t.dst.iter_mut().take(t.cols).enumerate() {
-                        // SAFETY: i0 < m, c0 + j < columns.
-                        *d = unsafe { self.dst(i0, c0 + j) };
-                    }
-                    // SAFETY: the panels were packed for `isa`, detected on
-                    // this host; the tile's dst rows belong to this thread.
-                    unsafe { run_tile(isa, p.value, &t) };
+        // Depth blocks outside keep a block of every column in L2 while the
+        // panels pass; with one column block (decode) there is nothing to
+        // keep, and panels one after the other read the weights as one
+        // stream. (Each element's chain runs in depth order either way.)
+        // Every column block of one panel over one depth block.
+        let panel_block = |k0: usize, panel: usize| {
+            let i0 = panel * mr;
+            for b in 0..blocks {
+                let c0 = b * nr;
+                let mut t = Tile {
+                    // SAFETY: panel < count(), k0 < k.
+                    a: unsafe { p.at(panel, k0) },
+                    // SAFETY: block b's depth k0 inside the scratch.
+                    b: unsafe { packed.add((b * g.k + k0) * nr) },
+                    dst: [std::ptr::null_mut(); MAX_NR],
+                    rows: mr.min(g.m - i0),
+                    cols: nr.min(columns - c0),
+                    depth: KC.min(g.k - k0),
+                    load: k0 > 0,
+                };
+                for (j, d) in t.dst.iter_mut().take(t.cols).enumerate() {
+                    // SAFETY: i0 < m, c0 + j < columns.
+                    *d = unsafe { self.dst(i0, c0 + j) };
+                }
+                // SAFETY: the panels were packed for `isa`, detected on this
+                // host; the tile's dst rows belong to this thread.
+                unsafe { run_tile(isa, p.value, &t) };
+            }
+        };
+        if blocks == 1 {
+            for panel in mine {
+                for k0 in (0..g.k).step_by(KC) {
+                    panel_block(k0, panel);
+                }
+            }
+        } else {
+            for k0 in (0..g.k).step_by(KC) {
+                for panel in mine.clone() {
+                    panel_block(k0, panel);
                 }
             }
         }
