@@ -7,7 +7,7 @@
 //! (the rest is the pipeline's bubble). Goal: 4 micro-batches within 1.10x
 //! of `cpu`, idle per device at most 10%.
 //!
-//! Run: `cargo bench --bench pipeline`.
+//! Run: `cargo bench --bench pipeline [-- llama2l_kv|smollm2]`.
 
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::PlacementOptions;
@@ -100,9 +100,25 @@ fn compare(name: &str, graph: &Graph, weights: &Weights, vocab: i64) {
 }
 
 fn main() {
+    // Optional filters (`cargo bench --bench pipeline -- smollm2`): run only
+    // the graphs whose name contains one of them (ignoring case).
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .map(|a| a.to_lowercase())
+        .collect();
+    let want = |name: &str| {
+        let name = name.to_lowercase();
+        filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+    };
     println!("{}", runtime::ceiling::measure());
-    let llama = ir::text::read_graph(&examples::graph_path("llama2l_kv")).unwrap();
-    compare("llama2l_kv", &llama, &Weights::Random { seed: 7 }, 8000);
+    if want("llama2l_kv") {
+        let llama = ir::text::read_graph(&examples::graph_path("llama2l_kv")).unwrap();
+        compare("llama2l_kv", &llama, &Weights::Random { seed: 7 }, 8000);
+    }
+    if !want("smollm2") {
+        return;
+    }
     let Some(path) = ggplan_tests::models::smollm2_gguf() else {
         println!("SmolLM2: not installed (scripts/setup.sh installs it); skipped");
         return;

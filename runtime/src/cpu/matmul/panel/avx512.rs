@@ -72,6 +72,48 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
 /// As [`super::run_tile`], for this host with AVX-512F.
 pub unsafe fn tile<const F16: bool>(t: &Tile) {
     // SAFETY: forwarded.
+    unsafe { dispatch::<F16>(t) };
+    clear_upper_registers();
+}
+
+/// Zeroes zmm16-zmm31, which the tiles use and `vzeroupper` leaves alone.
+/// Left dirty, they slowed this thread's later 256-bit EVEX code (the VNNI
+/// lane kernel of `qdot`) by about a quarter on this project's Zen 4 host.
+fn clear_upper_registers() {
+    // SAFETY: only vector registers the asm block declares are written.
+    unsafe {
+        std::arch::asm!(
+            "vpxord zmm16, zmm16, zmm16",
+            "vpxord zmm17, zmm17, zmm17",
+            "vpxord zmm18, zmm18, zmm18",
+            "vpxord zmm19, zmm19, zmm19",
+            "vpxord zmm20, zmm20, zmm20",
+            "vpxord zmm21, zmm21, zmm21",
+            "vpxord zmm22, zmm22, zmm22",
+            "vpxord zmm23, zmm23, zmm23",
+            "vpxord zmm24, zmm24, zmm24",
+            "vpxord zmm25, zmm25, zmm25",
+            "vpxord zmm26, zmm26, zmm26",
+            "vpxord zmm27, zmm27, zmm27",
+            "vpxord zmm28, zmm28, zmm28",
+            "vpxord zmm29, zmm29, zmm29",
+            "vpxord zmm30, zmm30, zmm30",
+            "vpxord zmm31, zmm31, zmm31",
+            out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+            out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+            out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
+            out("zmm28") _, out("zmm29") _, out("zmm30") _, out("zmm31") _,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+}
+
+/// [`tile_n`] for `t.cols` columns.
+///
+/// # Safety
+/// As [`tile`].
+unsafe fn dispatch<const F16: bool>(t: &Tile) {
+    // SAFETY: forwarded.
     unsafe {
         match t.cols {
             1 => tile_n::<1, F16>(t),
