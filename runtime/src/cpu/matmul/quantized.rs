@@ -312,8 +312,10 @@ impl CpuKernel for QuantMatMul {
             ""
         };
         format!(
-            "mul_mat {} x {} (int8 dot, {:?}{packed})",
-            self.geo.src0.dtype, self.geo.src1.dtype, self.isa
+            "mul_mat {} x {} (int8 dot, {}{packed})",
+            self.geo.src0.dtype,
+            self.geo.src1.dtype,
+            self.isa.name()
         )
     }
 }

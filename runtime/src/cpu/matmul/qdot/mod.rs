@@ -134,17 +134,9 @@ impl Isa {
     /// host lacks is ignored.
     pub fn detect() -> Isa {
         let available = Isa::available();
-        let wanted = std::env::var("GGPLAN_QDOT_ISA").ok().and_then(|name| {
-            available.iter().copied().find(|isa| {
-                let label = match isa {
-                    Isa::Scalar => "scalar",
-                    Isa::Avx2 => "avx2",
-                    Isa::Avx512 { vnni: false } => "avx512",
-                    Isa::Avx512 { vnni: true } => "avx512vnni",
-                };
-                label == name
-            })
-        });
+        let wanted = std::env::var("GGPLAN_QDOT_ISA")
+            .ok()
+            .and_then(|name| available.iter().copied().find(|isa| isa.name() == name));
         let default = if available.contains(&Isa::Avx512 { vnni: true }) {
             Isa::Avx512 { vnni: true }
         } else if available.contains(&Isa::Avx2) {
@@ -153,6 +145,16 @@ impl Isa {
             Isa::Scalar
         };
         wanted.unwrap_or(default)
+    }
+
+    /// Its name in `GGPLAN_QDOT_ISA` and in kernel descriptions.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 { vnni: false } => "avx512",
+            Isa::Avx512 { vnni: true } => "avx512vnni",
+        }
     }
 
     /// Every set the host supports, weakest first (tests run them all).
