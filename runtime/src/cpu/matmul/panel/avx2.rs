@@ -1,7 +1,7 @@
 //! AVX2 + FMA (+ F16C for f16 panels) micro-kernel: a tile of 16 weight rows (two vectors) x up to 6
 //! activation columns, 12 accumulators held in registers over the depth.
 
-use super::Tile;
+use super::{Matvec4, Tile};
 use std::arch::x86_64::*;
 
 /// Weight rows per tile.
@@ -78,6 +78,69 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
             } else {
                 _mm256_maskstore_ps(p, lo, x[j]);
                 _mm256_maskstore_ps(q, hi, y[j]);
+            }
+        }
+    }
+}
+
+/// [`Matvec4`]: four panels, one column, eight accumulators.
+///
+/// # Safety
+/// As [`super::run_matvec4`], for this host with AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matvec4<const F16: bool>(t: &Matvec4) {
+    let whole = t.rows.map(|r| r == MR);
+    let masks = t.rows.map(|r| (lanes(r), lanes(r.saturating_sub(8))));
+    let mut x = [_mm256_setzero_ps(); 4];
+    let mut y = [_mm256_setzero_ps(); 4];
+    if t.load {
+        for p in 0..4 {
+            // SAFETY: as in tile_n.
+            unsafe {
+                let (d0, d1) = (t.dst[p], t.dst[p].wrapping_add(8));
+                if whole[p] {
+                    x[p] = _mm256_loadu_ps(d0);
+                    y[p] = _mm256_loadu_ps(d1);
+                } else {
+                    x[p] = _mm256_maskload_ps(d0, masks[p].0);
+                    y[p] = _mm256_maskload_ps(d1, masks[p].1);
+                }
+            }
+        }
+    }
+    let step = MR * if F16 { 2 } else { 4 };
+    for kk in 0..t.depth {
+        // SAFETY: each panel holds MR values per depth step, 32-byte aligned;
+        // the column block NR f32 per step.
+        unsafe {
+            let s = _mm256_broadcast_ss(&*t.b.add(kk * NR));
+            for p in 0..4 {
+                let a = t.a[p].add(kk * step);
+                let (a0, a1) = if F16 {
+                    let h = a as *const __m128i;
+                    (
+                        _mm256_cvtph_ps(_mm_load_si128(h)),
+                        _mm256_cvtph_ps(_mm_load_si128(h.add(1))),
+                    )
+                } else {
+                    let f = a as *const f32;
+                    (_mm256_load_ps(f), _mm256_load_ps(f.add(8)))
+                };
+                x[p] = _mm256_fmadd_ps(a0, s, x[p]);
+                y[p] = _mm256_fmadd_ps(a1, s, y[p]);
+            }
+        }
+    }
+    for p in 0..4 {
+        // SAFETY: as the loads.
+        unsafe {
+            let (d0, d1) = (t.dst[p], t.dst[p].wrapping_add(8));
+            if whole[p] {
+                _mm256_storeu_ps(d0, x[p]);
+                _mm256_storeu_ps(d1, y[p]);
+            } else {
+                _mm256_maskstore_ps(d0, masks[p].0, x[p]);
+                _mm256_maskstore_ps(d1, masks[p].1, y[p]);
             }
         }
     }

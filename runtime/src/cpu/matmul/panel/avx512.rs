@@ -1,7 +1,8 @@
-//! AVX-512F micro-kernel: a tile of 32 weight rows (two vectors) x up to 12
-//! activation columns, 24 accumulators held in registers over the depth.
+//! AVX-512F micro-kernels: a tile of 32 weight rows (two vectors) x up to 14
+//! activation columns, 28 accumulators held in registers over the depth; and
+//! one column against four panels ([`matvec4`]).
 
-use super::Tile;
+use super::{Matvec4, Tile};
 use std::arch::x86_64::*;
 
 /// Weight rows per tile.
@@ -64,6 +65,68 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
             _mm512_mask_storeu_ps(t.dst[j].wrapping_add(16), hi, y[j]);
         }
     }
+}
+
+/// [`Matvec4`]: four panels, one column, eight accumulators.
+///
+/// # Safety
+/// As [`super::run_matvec4`], for this host with AVX-512F.
+#[target_feature(enable = "avx512f")]
+unsafe fn matvec4_body<const F16: bool>(t: &Matvec4) {
+    let masks: [(__mmask16, __mmask16); 4] = t
+        .rows
+        .map(|r| (lanes(r.min(16)), lanes(r.saturating_sub(16))));
+    let mut x = [_mm512_setzero_ps(); 4];
+    let mut y = [_mm512_setzero_ps(); 4];
+    if t.load {
+        for p in 0..4 {
+            // SAFETY: as in tile_n.
+            unsafe {
+                x[p] = _mm512_maskz_loadu_ps(masks[p].0, t.dst[p]);
+                y[p] = _mm512_maskz_loadu_ps(masks[p].1, t.dst[p].wrapping_add(16));
+            }
+        }
+    }
+    let step = MR * if F16 { 2 } else { 4 };
+    for kk in 0..t.depth {
+        // SAFETY: each panel holds MR values per depth step, 32-byte aligned;
+        // the column block NR f32 per step.
+        unsafe {
+            let s = _mm512_set1_ps(*t.b.add(kk * NR));
+            for p in 0..4 {
+                let a = t.a[p].add(kk * step);
+                let (a0, a1) = if F16 {
+                    let h = a as *const __m256i;
+                    (
+                        _mm512_cvtph_ps(_mm256_load_si256(h)),
+                        _mm512_cvtph_ps(_mm256_load_si256(h.add(1))),
+                    )
+                } else {
+                    let f = a as *const f32;
+                    (_mm512_load_ps(f), _mm512_load_ps(f.add(16)))
+                };
+                x[p] = _mm512_fmadd_ps(a0, s, x[p]);
+                y[p] = _mm512_fmadd_ps(a1, s, y[p]);
+            }
+        }
+    }
+    for p in 0..4 {
+        // SAFETY: as the loads.
+        unsafe {
+            _mm512_mask_storeu_ps(t.dst[p], masks[p].0, x[p]);
+            _mm512_mask_storeu_ps(t.dst[p].wrapping_add(16), masks[p].1, y[p]);
+        }
+    }
+}
+
+/// [`matvec4_body`], then zmm16-31 cleared (see [`tile`]).
+///
+/// # Safety
+/// As [`super::run_matvec4`], for this host with AVX-512F.
+pub unsafe fn matvec4<const F16: bool>(t: &Matvec4) {
+    // SAFETY: forwarded.
+    unsafe { matvec4_body::<F16>(t) };
+    clear_upper_registers();
 }
 
 /// [`tile_n`] for `t.cols` columns; `F16`: the panel holds f16 values.

@@ -62,6 +62,42 @@ pub struct Tile {
     pub load: bool,
 }
 
+/// One column (N = 1) against four panels at once: four weight streams in
+/// flight, where one panel after another is one (decode).
+pub struct Matvec4 {
+    /// Each panel at the first depth of the block.
+    pub a: [*const u8; 4],
+    /// The column's block at the first depth (values `nr` apart).
+    pub b: *const f32,
+    /// dst of each panel's first row.
+    pub dst: [*mut f32; 4],
+    /// Each panel's rows (`1..=mr`).
+    pub rows: [usize; 4],
+    /// Depth steps.
+    pub depth: usize,
+    /// Continue the chains stored in dst.
+    pub load: bool,
+}
+
+/// Runs one [`Matvec4`] on `isa` with panel values of type `value`.
+///
+/// # Safety
+/// As [`run_tile`] for each of the four panels with one column.
+pub unsafe fn run_matvec4(isa: PanelIsa, value: PanelValue, t: &Matvec4) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded.
+    unsafe {
+        match (isa, value) {
+            (PanelIsa::Avx2, PanelValue::F32) => avx2::matvec4::<false>(t),
+            (PanelIsa::Avx2, PanelValue::F16) => avx2::matvec4::<true>(t),
+            (PanelIsa::Avx512, PanelValue::F32) => avx512::matvec4::<false>(t),
+            (PanelIsa::Avx512, PanelValue::F16) => avx512::matvec4::<true>(t),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (isa, value, t);
+}
+
 /// Runs one tile on `isa` with panel values of type `value`.
 ///
 /// # Safety
@@ -167,7 +203,33 @@ impl CpuKernel for PanelMatMul {
                 unsafe { run_tile(isa, p.value, &t) };
             }
         };
-        if blocks == 1 {
+        if columns == 1 {
+            // Decode: four panels from the four quarters of this thread's
+            // range at once (four streams), the rest one by one.
+            let q = mine.len() / 4;
+            for i in 0..q {
+                let panels: [usize; 4] = std::array::from_fn(|s| mine.start + s * q + i);
+                for k0 in (0..g.k).step_by(KC) {
+                    let t = Matvec4 {
+                        // SAFETY: each panel < count(), k0 < k.
+                        a: panels.map(|pn| unsafe { p.at(pn, k0) }),
+                        b: packed.wrapping_add(k0 * nr),
+                        // SAFETY: row pn * mr < m, column 0.
+                        dst: panels.map(|pn| unsafe { self.dst(pn * mr, 0) }),
+                        rows: panels.map(|pn| mr.min(g.m - pn * mr)),
+                        depth: KC.min(g.k - k0),
+                        load: k0 > 0,
+                    };
+                    // SAFETY: as the tiles below; the four panels are this thread's.
+                    unsafe { run_matvec4(isa, p.value, &t) };
+                }
+            }
+            for panel in mine.start + 4 * q..mine.end {
+                for k0 in (0..g.k).step_by(KC) {
+                    panel_block(k0, panel);
+                }
+            }
+        } else if blocks == 1 {
             for panel in mine {
                 for k0 in (0..g.k).step_by(KC) {
                     panel_block(k0, panel);

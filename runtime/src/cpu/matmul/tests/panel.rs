@@ -74,3 +74,17 @@ fn strided_activations() {
         check(&mut a, &mut b, Route::Panels(isa));
     }
 }
+
+#[test]
+fn one_column_takes_four_panels_at_once() {
+    // Enough panels for every thread of the harness (1 to 3) to run
+    // four-panel steps and single leftovers; depth across two blocks.
+    let mut rng = Rng::new(15);
+    for isa in sets() {
+        for (t0, m) in [(DType::F32, 333), (DType::F16, 517), (DType::F32, 5 * 32)] {
+            let mut a = Tensor::packed(&mut rng, t0, [KC as i64 + 37, m, 1, 1]);
+            let mut b = Tensor::packed(&mut rng, DType::F32, [KC as i64 + 37, 1, 1, 1]);
+            check(&mut a, &mut b, Route::Panels(isa));
+        }
+    }
+}
