@@ -129,26 +129,7 @@ pub fn cpu() -> Device {
 /// The host cut into `n` core groups `cpu0..cpu{n-1}`: each has 1/n of the
 /// cores' throughput and memory, and every pair is linked by host memory.
 fn cpu_groups(n: u32) -> (Vec<Device>, Vec<Link>) {
-    let devices: Vec<Device> = (0..n)
-        .map(|group| {
-            let mut d = cpu();
-            d.name = format!("cpu{group}");
-            d.kind = DeviceKind::CpuCores { group, groups: n };
-            d.memory_bytes = CPU_MEMORY / u64::from(n);
-            d.max_buffer_bytes = d.memory_bytes;
-            let share = 1.0 / f64::from(n);
-            let m = &mut d.throughput.matmul_gflops;
-            (m.f32, m.f16, m.quantized) = (m.f32 * share, m.f16 * share, m.quantized * share);
-            d
-        })
-        .collect();
-    let mut links = Vec::new();
-    for a in 0..n {
-        for b in a + 1..n {
-            links.push(host_memory(&format!("cpu{a}"), &format!("cpu{b}")));
-        }
-    }
-    (devices, links)
+    host_parts(n, "cpu", |group| DeviceKind::CpuCores { group, groups: n })
 }
 
 /// `n` NUMA nodes `numa0..numa{n-1}`, one socket each: each has 1/n of the
@@ -156,11 +137,18 @@ fn cpu_groups(n: u32) -> (Vec<Device>, Vec<Link>) {
 /// (local memory: the preset CPU's figure, an estimate for a socket); the
 /// nodes are linked as core groups are (a cross-socket copy; an estimate).
 fn numa_nodes(n: u32) -> (Vec<Device>, Vec<Link>) {
+    host_parts(n, "numa", |node| DeviceKind::CpuNode { node })
+}
+
+/// The preset CPU in `n` parts `{prefix}0..`, part `i` of kind `kind(i)`
+/// with 1/n of the matmul throughput and memory, every pair linked by host
+/// memory.
+fn host_parts(n: u32, prefix: &str, kind: impl Fn(u32) -> DeviceKind) -> (Vec<Device>, Vec<Link>) {
     let devices: Vec<Device> = (0..n)
-        .map(|node| {
+        .map(|i| {
             let mut d = cpu();
-            d.name = format!("numa{node}");
-            d.kind = DeviceKind::CpuNode { node };
+            d.name = format!("{prefix}{i}");
+            d.kind = kind(i);
             d.memory_bytes = CPU_MEMORY / u64::from(n);
             d.max_buffer_bytes = d.memory_bytes;
             let share = 1.0 / f64::from(n);
@@ -172,7 +160,10 @@ fn numa_nodes(n: u32) -> (Vec<Device>, Vec<Link>) {
     let mut links = Vec::new();
     for a in 0..n {
         for b in a + 1..n {
-            links.push(host_memory(&format!("numa{a}"), &format!("numa{b}")));
+            links.push(host_memory(
+                &format!("{prefix}{a}"),
+                &format!("{prefix}{b}"),
+            ));
         }
     }
     (devices, links)
