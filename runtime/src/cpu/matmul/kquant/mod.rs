@@ -16,7 +16,7 @@
 //!   ([`tile::edge_tile`]).
 //!
 //! Dot products ([`tile`]): AVX2 (+FMA) where the host has it, with
-//! AVX512-VNNI's `vpdpwssd` where it has that too ([`avx2`]), the portable
+//! AVX512-VNNI's `vpdpwssd` where it has that too (`avx2`), the portable
 //! [`scalar`] code otherwise (also the tests' oracle). [`Isa::detect`] picks.
 //!
 //! Tile shapes, measured (one thread, 2-core Zen 4, ns per super-block and
@@ -25,7 +25,7 @@
 //! 4.0 to 4.7); for one column, 4 x 1 reads four streams, which from memory
 //! was as fast as 2 or faster than 1 (AVX2, 4096 x 4096 Q4_K 20.6 / 21.2 /
 //! 18.5 GB/s, a noisy 2-core host), and with VNNI its four rows run
-//! interleaved ([`avx2`]): 4.6 ns against 5.8 for 1 x 1.
+//! interleaved (`avx2`): 4.6 ns against 5.8 for 1 x 1.
 //!
 //! Integer bounds (why i16 and i32 suffice): Q8_K quants lie in -127..=127
 //! and their sums of 16 in -2032..=2032; weight quants are unsigned (Q4_K

@@ -1,4 +1,4 @@
-//! f32 mul_mat of a weight packed once at load into panels ([`pack`]), by
+//! f32 mul_mat of a weight packed once at load into panels ([`mod@pack`]), by
 //! register-tiled micro-kernels of our own (AVX-512F or AVX2 + FMA, the
 //! widest the host has: [`PanelIsa::detect`]).
 //!
