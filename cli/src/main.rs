@@ -18,6 +18,7 @@ mod cmd_fmt;
 mod cmd_generate;
 mod cmd_graph;
 mod cmd_memory;
+mod cmd_quantize;
 mod cmd_run;
 mod cmd_show;
 mod cmd_verify;
@@ -79,6 +80,8 @@ enum Command {
     Generate(cmd_generate::GenerateArgs),
     /// Rewrite a graph file in canonical form (or check that it is).
     Fmt(cmd_fmt::FmtArgs),
+    /// Requantize a GGUF file (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, or llama.cpp's q4_k_m mix).
+    Quantize(cmd_quantize::QuantizeArgs),
 }
 
 /// Restores the default SIGPIPE action (Rust ignores it, so a closed pipe,
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         Command::Embed(args) => cmd_embed::run(args),
         Command::Generate(args) => cmd_generate::run(args),
         Command::Graph(args) => cmd_graph::run(args),
+        Command::Quantize(args) => cmd_quantize::run(args),
     };
     match result {
         Ok(code) => code,

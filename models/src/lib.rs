@@ -7,6 +7,8 @@
 //!   normalisation, as sentence-transformers computes sentence embeddings,
 //!   from a Hugging Face folder or a GGUF file;
 //! - [`Family`]: which of the two a GGUF file's architecture is for;
+//! - [`quantize`]: a GGUF file requantized to another format (Q4_0 ... Q6_K,
+//!   llama.cpp's Q4_K_M mix);
 //! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE and
 //!   WordPiece, Hugging Face `tokenizer.json`), with streaming decoding for
 //!   generation.
@@ -30,6 +32,7 @@ mod error;
 mod family;
 mod gguf_meta;
 pub mod llama;
+pub mod quantize;
 pub mod tokenizer;
 
 pub use error::Error;

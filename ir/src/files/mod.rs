@@ -1,6 +1,6 @@
-//! Tensor file readers: GGUF (hand-written, over an mmap), safetensors (over an
-//! mmap, through the `safetensors` crate) and NumPy `.npy` (read and write, for
-//! test vectors).
+//! Tensor file readers: GGUF (hand-written, over an mmap; written by
+//! [`gguf_write`]), safetensors (over an mmap, through the `safetensors` crate)
+//! and NumPy `.npy` (read and write, for test vectors).
 //!
 //! Invariants, for every reader:
 //! - Opening never panics and never allocates more than a small multiple of the
@@ -20,6 +20,7 @@
 //! modifies a file while it is mapped.
 
 pub mod gguf;
+pub mod gguf_write;
 pub mod npy;
 pub mod safetensors_file;
 
@@ -237,6 +238,25 @@ pub enum FileError {
         shape: Vec<u64>,
         /// What is wrong with it.
         reason: String,
+    },
+
+    /// A metadata entry to be written is invalid (a duplicate key, an array
+    /// mixing element types).
+    #[error("{}: metadata key {key:?} {reason}", path.display())]
+    BadMetadata {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A tool that rewrites a file was asked to write onto the file it reads.
+    #[error("{}: the output path is the input file; choose another output path", path.display())]
+    OutputIsInput {
+        /// The file.
+        path: PathBuf,
     },
 
     /// Two tensors share a name.
