@@ -47,6 +47,7 @@ fn small() -> LlamaConfig {
         rms_eps: 1e-5,
         rope: RopeParams::plain(RopeMode::Normal, 8, 10000.0),
         weight_dtype: DType::F32,
+        matrix_dtypes: Default::default(),
         embd_dtype: DType::F32,
         output_dtype: DType::F32,
         tied_output: false,
@@ -250,7 +251,14 @@ fn cached_graphs_compile_and_their_plans_compute_them() {
         &c,
     )
     .unwrap();
-    let decode = build_cached(&LlamaConfig { n_tokens: 1, ..cfg }, &c).unwrap();
+    let decode = build_cached(
+        &LlamaConfig {
+            n_tokens: 1,
+            ..cfg.clone()
+        },
+        &c,
+    )
+    .unwrap();
     let window = llama::build_cached_attending(
         &LlamaConfig {
             n_tokens: 1,

@@ -21,6 +21,7 @@ fn config(weight_dtype: DType, tied_output: bool) -> LlamaConfig {
         rms_eps: 1e-5,
         rope: RopeParams::plain(RopeMode::Normal, 8, 10000.0),
         weight_dtype,
+        matrix_dtypes: Default::default(),
         embd_dtype: DType::F32,
         output_dtype: DType::F32,
         tied_output,

@@ -497,3 +497,76 @@ fn gguf_py_dequantizes_our_output_files_as_we_do() {
         "every quantized type was checked: {checked:?}"
     );
 }
+
+/// SmolLM2 requantized to Q4_K_M (a second quantization of its Q4_1 weights)
+/// still predicts the fp64 reference's next token: top-1 agreement on at least
+/// 90% of the reference prompt's positions, on the runtime with the fast
+/// (8-bit activation) kernels, the Q4_K and Q6_K integer routes included.
+#[test]
+fn smollm2_q4_k_m_keeps_the_reference_top_1() {
+    use compiler::pipeline::{CompileOptions, compile};
+    use compiler::target::Target;
+    use ggplan_tests::references::{argmax, read_json, read_npy_f64, references, token_ids};
+    use models::llama::{self, LlamaConfig};
+    use runtime::{LoadOptions, Precision, Runtime, Weights};
+    use std::sync::Arc;
+
+    let Some(model) = smollm2_gguf() else {
+        eprintln!("skipped: SmolLM2 GGUF not found (GGPLAN_SMOLLM2_GGUF); run scripts/setup.sh");
+        return;
+    };
+    let dir = TempDir::new("q4_k_m_top1");
+    let out = dir.0.join("smollm2.q4_k_m.gguf");
+    quantize_gguf(&model, &out, QuantType::Q4KM).unwrap();
+
+    let reference = read_json(&references().join("smollm2/top20_torch_fp64.json"));
+    let tokens: Vec<i32> = token_ids(&reference["token_ids"])
+        .iter()
+        .map(|&t| t as i32)
+        .collect();
+    let file = GgufFile::open(&out).unwrap();
+    let cfg = LlamaConfig::from_gguf(&file, tokens.len() as i64).unwrap();
+    let graph = llama::build_prefill(&cfg).unwrap();
+    let plan = compile(
+        &graph,
+        &Target::preset("cpu").unwrap(),
+        &CompileOptions::default(),
+    )
+    .unwrap()
+    .plan;
+    let options = LoadOptions {
+        threads: 2,
+        precision: Precision::Fast,
+        ..LoadOptions::default()
+    };
+    let mut rt = Runtime::load(Arc::new(plan), Weights::open(&out).unwrap(), &options).unwrap();
+    let kernels: Vec<String> = rt.steps().iter().map(|s| s.kernel.describe()).collect();
+    for kind in ["q4_K", "q6_K"] {
+        assert!(
+            kernels.iter().any(|k| k.contains(kind)),
+            "no {kind} product among {kernels:?}"
+        );
+    }
+    rt.set_input_i32(llama::TOKENS, &tokens).unwrap();
+    rt.run().unwrap();
+    let logits = rt.output_f32(llama::LOGITS).unwrap();
+    let (_, want) = read_npy_f64(&references().join("smollm2/logits_torch_fp64.npy"));
+    let n_vocab = cfg.n_vocab as usize;
+    let agree = logits
+        .chunks(n_vocab)
+        .zip(want.chunks(n_vocab))
+        .filter(|(got, want)| {
+            let got: Vec<f64> = got.iter().map(|&v| f64::from(v)).collect();
+            argmax(&got) == argmax(want)
+        })
+        .count();
+    eprintln!(
+        "SmolLM2 Q4_K_M on the runtime: top-1 {agree}/{}",
+        tokens.len()
+    );
+    assert!(
+        10 * agree >= 9 * tokens.len(),
+        "top-1 agrees on {agree}/{} positions",
+        tokens.len()
+    );
+}

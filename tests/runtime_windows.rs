@@ -39,6 +39,7 @@ fn config(n_tokens: i64, weight_dtype: DType) -> LlamaConfig {
         rms_eps: 1e-5,
         rope: RopeParams::plain(RopeMode::Normal, 64, 10000.0),
         weight_dtype,
+        matrix_dtypes: Default::default(),
         embd_dtype: DType::F32,
         output_dtype: DType::F32,
         tied_output: false,

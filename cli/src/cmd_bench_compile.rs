@@ -52,6 +52,7 @@ pub fn llama7b_shape() -> LlamaConfig {
         rms_eps: 1e-5,
         rope: RopeParams::plain(RopeMode::Normal, 128, 10000.0),
         weight_dtype: DType::F16,
+        matrix_dtypes: Default::default(),
         embd_dtype: DType::F16,
         output_dtype: DType::F16,
         tied_output: false,

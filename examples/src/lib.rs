@@ -84,6 +84,7 @@ pub fn llama2l_config() -> LlamaConfig {
         rms_eps: 1e-5,
         rope: RopeParams::plain(RopeMode::Normal, 64, 10000.0),
         weight_dtype: DType::F32,
+        matrix_dtypes: Default::default(),
         embd_dtype: DType::F32,
         output_dtype: DType::F32,
         tied_output: false,

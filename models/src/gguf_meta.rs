@@ -181,7 +181,7 @@ impl<'a> GgufMeta<'a> {
             let have = self.tensor(&want.name)?;
             if (have.dtype, have.ne) != (want.dtype(), want.ne()) {
                 let hint = if have.ne == want.ne() {
-                    format!(" ({dtype_rule}; mixed dtypes are not supported)")
+                    format!(" ({dtype_rule})")
                 } else {
                     String::new()
                 };

@@ -117,7 +117,7 @@ impl BertConfig {
             super::build_encoder(&cfg),
             &format!(
                 "norms, biases and the position and token-type tables are f32; layer matrices \
-                 share the dtype of '{first_matrix}'"
+                 share the dtype of '{first_matrix}'; mixed dtypes are not supported"
             ),
         )?;
         Ok(cfg)

@@ -19,6 +19,7 @@ fn small(n_tokens: i64) -> LlamaConfig {
         rms_eps: 1e-5,
         rope: RopeParams::plain(RopeMode::Normal, 8, 10000.0),
         weight_dtype: DType::F32,
+        matrix_dtypes: Default::default(),
         embd_dtype: DType::F32,
         output_dtype: DType::F32,
         tied_output: false,

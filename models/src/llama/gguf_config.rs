@@ -7,8 +7,8 @@
 //! - hyperparameters come from `{arch}.*` metadata keys; dtypes, the vocabulary
 //!   size, tied output and biases come from the tensor infos, and every weight
 //!   the graph declares is checked against the file (name, dtype, shape), so a
-//!   returned config always binds (every block matrix must share one dtype,
-//!   since the builder takes one);
+//!   returned config always binds (block matrices may differ in dtype, as in
+//!   llama.cpp's Q4_K_M files: each takes its own, `LlamaConfig::matrix_dtypes`);
 //! - a missing or ill-typed key is an error naming the key and the file; nothing
 //!   is guessed except the defaults llama.cpp itself uses (rope base 10000, rope
 //!   over the whole head, head width `n_embd / n_head`).
@@ -116,6 +116,20 @@ impl LlamaConfig {
             ));
         }
         let output = file.tensor_info(&names.output());
+        let weight_dtype = meta.tensor(&names.block(0, BlockWeight::Wq))?.dtype;
+        // Matrices of another dtype than the first (a quantization mix).
+        let mut matrix_dtypes = std::collections::BTreeMap::new();
+        for il in 0..n_layer as usize {
+            for w in BlockWeight::ALL {
+                if matches!(w, BlockWeight::AttnNorm | BlockWeight::FfnNorm) {
+                    continue;
+                }
+                let name = names.block(il, w);
+                if let Some(t) = file.tensor_info(&name).filter(|t| t.dtype != weight_dtype) {
+                    matrix_dtypes.insert(name, t.dtype);
+                }
+            }
+        }
         let cfg = LlamaConfig {
             n_layer: n_layer as usize,
             n_embd,
@@ -127,7 +141,8 @@ impl LlamaConfig {
             n_tokens,
             rms_eps,
             rope: RopeParams::plain(rope_mode, n_rot as u32, freq_base),
-            weight_dtype: meta.tensor(&names.block(0, BlockWeight::Wq))?.dtype,
+            weight_dtype,
+            matrix_dtypes,
             embd_dtype: embd.dtype,
             output_dtype: output.map_or(embd.dtype, |t| t.dtype),
             tied_output: output.is_none(),
@@ -137,7 +152,9 @@ impl LlamaConfig {
         let first = cfg.names.block(0, BlockWeight::Wq);
         meta.check_binds(
             super::build_prefill(&cfg),
-            &format!("norms and biases are f32; block matrices share the dtype of '{first}'"),
+            &format!(
+                "norms and biases are f32; block matrices take their own dtypes, '{first}''s by default"
+            ),
         )?;
         Ok(cfg)
     }

@@ -83,6 +83,9 @@ pub struct LlamaConfig {
     pub rope: RopeParams,
     /// Dtype of the block matrices (wq, wk, wv, wo, ffn gate/up/down).
     pub weight_dtype: DType,
+    /// Block matrices whose dtype differs from `weight_dtype`, by tensor name
+    /// (files with a quantization mix, such as llama.cpp's Q4_K_M).
+    pub matrix_dtypes: std::collections::BTreeMap<String, DType>,
     /// Dtype of the token embedding table.
     pub embd_dtype: DType,
     /// Dtype of the output projection (ignored when `tied_output`).
@@ -214,15 +217,21 @@ fn declare_block_weights(
     let mut ids = [TensorId(0); BlockWeight::ALL.len()];
     let mut bias = [None; 3];
     for (slot, w) in ids.iter_mut().zip(BlockWeight::ALL) {
+        let name = cfg.names.block(il, w);
+        let matrix = cfg
+            .matrix_dtypes
+            .get(&name)
+            .copied()
+            .unwrap_or(cfg.weight_dtype);
         let (dtype, ne0, ne1) = match w {
             BlockWeight::AttnNorm | BlockWeight::FfnNorm => (DType::F32, e, 1),
-            BlockWeight::Wq => (cfg.weight_dtype, e, q),
-            BlockWeight::Wk | BlockWeight::Wv => (cfg.weight_dtype, e, kv),
-            BlockWeight::Wo => (cfg.weight_dtype, q, e),
-            BlockWeight::FfnGate | BlockWeight::FfnUp => (cfg.weight_dtype, e, ff),
-            BlockWeight::FfnDown => (cfg.weight_dtype, ff, e),
+            BlockWeight::Wq => (matrix, e, q),
+            BlockWeight::Wk | BlockWeight::Wv => (matrix, e, kv),
+            BlockWeight::Wo => (matrix, q, e),
+            BlockWeight::FfnGate | BlockWeight::FfnUp => (matrix, e, ff),
+            BlockWeight::FfnDown => (matrix, ff, e),
         };
-        *slot = b.weight(cfg.names.block(il, w), dtype, [ne0, ne1, 1, 1])?;
+        *slot = b.weight(name, dtype, [ne0, ne1, 1, 1])?;
         // Each bias follows its matrix, as in the GGUF files that have them.
         let bias_slot = match w {
             BlockWeight::Wq => Some(0),

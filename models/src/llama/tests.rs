@@ -15,6 +15,7 @@ fn smollm2_like(n_tokens: i64) -> LlamaConfig {
         rms_eps: 1e-5,
         rope: RopeParams::plain(RopeMode::Normal, 64, 100000.0),
         weight_dtype: DType::Q4_1,
+        matrix_dtypes: Default::default(),
         embd_dtype: DType::Q8_0,
         output_dtype: DType::Q8_0,
         tied_output: true,
