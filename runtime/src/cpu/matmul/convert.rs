@@ -4,8 +4,45 @@
 //! Invariant: the values are exactly `kernels::quant::dequantize_row`'s (f16
 //! and bf16 widen exactly; quantized rows go through that very function).
 
+use super::shape::Geometry;
 use half::{bf16, f16};
 use ir::DType;
+use std::cell::RefCell;
+use std::ops::Range;
+
+thread_local! {
+    /// One src1 row widened to f32 (kept across runs).
+    static SRC1_ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Calls `f(r, values)` for each flat src1 row `r` in `rows` (row `j` of
+/// batch `(b2, b3)` is `r = j + n * batch`), with the row's K values as f32:
+/// packed f32 rows in place, every other row widened into a per-thread
+/// buffer (the integer kernels' phase 1, before they quantize the row).
+///
+/// # Safety
+/// `rows` is inside `0..geo.n * geo.batches()`; src1 is readable.
+pub unsafe fn for_src1_rows(geo: &Geometry, rows: Range<usize>, mut f: impl FnMut(usize, &[f32])) {
+    let packed_f32 = geo.src1.dtype == DType::F32 && geo.src1.nb[0] == 4;
+    SRC1_ROW.with_borrow_mut(|buf| {
+        for r in rows {
+            let (j, (b2, b3)) = (r % geo.n, geo.batch_coords(r / geo.n));
+            // SAFETY: j, b2, b3 are inside src1's extents (caller); a packed
+            // f32 row is k aligned floats.
+            let x: &[f32] = unsafe {
+                let src = geo.src1_row(j, b2, b3);
+                if packed_f32 {
+                    std::slice::from_raw_parts(src as *const f32, geo.k)
+                } else {
+                    buf.resize(geo.k, 0.0);
+                    row_to_f32(geo.src1.dtype, src, geo.src1.nb[0] as usize, buf);
+                    buf
+                }
+            };
+            f(r, x);
+        }
+    });
+}
 
 /// Writes the `out.len()` values of the row that starts at `src` (element
 /// stride `nb0` bytes for plain dtypes; quantized rows are packed) as f32.

@@ -23,25 +23,18 @@
 //! Invariant: scratch holds one quantized row ([`q8::row_bytes`]) per src1 row
 //! of every batch, written in phase 1 and only read in phase 2.
 
-use super::convert::row_to_f32;
+use super::convert::for_src1_rows;
 use super::packed::{PackedWeights, RepackCache};
 use super::q8::{self, QK, QRow};
 use super::qdot::{self, Isa, RowLayout, TILE_C, TILE_R};
 use super::shape::Geometry;
 use super::split::Split;
 use crate::cpu::{CpuKernel, ThreadCtx};
-use ir::DType;
-use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
 
 /// Weight bytes per row chunk: the chunk stays in L2 while all columns pass.
 const CHUNK_BYTES: usize = 256 << 10;
-
-thread_local! {
-    /// A src1 row widened to f32 when it is not packed f32 already.
-    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
 
 /// The prepared kernel.
 pub struct QuantMatMul {
@@ -128,28 +121,14 @@ impl QuantMatMul {
     /// # Safety
     /// `scratch` holds `scratch_bytes()` bytes, aligned to 64.
     unsafe fn quantize_src1(&self, ctx: &ThreadCtx<'_>, scratch: *mut u8) {
-        let g = &self.geo;
-        let packed_f32 = g.src1.dtype == DType::F32 && g.src1.nb[0] == 4;
-        ROW.with_borrow_mut(|buf| {
-            for r in ctx.share(g.n * g.batches()) {
-                let (j, (b2, b3)) = (r % g.n, g.batch_coords(r / g.n));
-                // SAFETY: j, b2, b3 are inside src1's extents; a packed f32
-                // row is k aligned floats.
-                let x: &[f32] = unsafe {
-                    let src = g.src1_row(j, b2, b3);
-                    if packed_f32 {
-                        std::slice::from_raw_parts(src as *const f32, g.k)
-                    } else {
-                        buf.resize(g.k, 0.0);
-                        row_to_f32(g.src1.dtype, src, g.src1.nb[0] as usize, buf);
-                        buf
-                    }
-                };
-                // SAFETY: quantized row r lies inside the scratch; only this
-                // thread writes it; the host supports self.isa (checked at new).
-                unsafe { q8::quantize_row(x, scratch.add(r * self.qrow_bytes), self.isa) };
-            }
-        });
+        let rows = ctx.share(self.geo.n * self.geo.batches());
+        let quantize = |r: usize, x: &[f32]| {
+            // SAFETY: quantized row r lies inside the scratch; only this
+            // thread writes it; the host supports self.isa (checked at new).
+            unsafe { q8::quantize_row(x, scratch.add(r * self.qrow_bytes), self.isa) };
+        };
+        // SAFETY: this thread's share of src1's rows.
+        unsafe { for_src1_rows(&self.geo, rows, quantize) };
     }
 
     /// dst rows `rows` of batch `b`, every column.

@@ -51,7 +51,7 @@ pub mod scalar;
 pub mod scales;
 pub mod tile;
 
-use super::convert::row_to_f32;
+use super::convert::for_src1_rows;
 use super::shape::Geometry;
 use super::split::Split;
 use super::unsupported;
@@ -59,7 +59,6 @@ use crate::RuntimeError;
 use crate::cpu::{CpuKernel, ThreadCtx};
 use ir::DType;
 use q8k::{Q8KRow, QK_K};
-use std::cell::RefCell;
 use std::ops::Range;
 use tile::{edge_tile, full_tile};
 
@@ -160,11 +159,6 @@ pub const PREFILL_C: usize = 8;
 /// columns pass.
 pub const CHUNK_BYTES: usize = 256 << 10;
 
-thread_local! {
-    /// A src1 row widened to f32 when it is not packed f32 already.
-    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
 /// The prepared kernel.
 pub struct KQuantMatMul {
     geo: Geometry,
@@ -212,28 +206,14 @@ impl KQuantMatMul {
     /// # Safety
     /// `scratch` holds `scratch_bytes()` bytes, aligned to 64.
     unsafe fn quantize_src1(&self, ctx: &ThreadCtx<'_>, scratch: *mut u8) {
-        let g = &self.geo;
-        let packed_f32 = g.src1.dtype == DType::F32 && g.src1.nb[0] == 4;
-        ROW.with_borrow_mut(|buf| {
-            for r in ctx.share(g.n * g.batches()) {
-                let (j, (b2, b3)) = (r % g.n, g.batch_coords(r / g.n));
-                // SAFETY: j, b2, b3 are inside src1's extents; a packed f32
-                // row is k aligned floats.
-                let x: &[f32] = unsafe {
-                    let src = g.src1_row(j, b2, b3);
-                    if packed_f32 {
-                        std::slice::from_raw_parts(src as *const f32, g.k)
-                    } else {
-                        buf.resize(g.k, 0.0);
-                        row_to_f32(g.src1.dtype, src, g.src1.nb[0] as usize, buf);
-                        buf
-                    }
-                };
-                // SAFETY: quantized row r lies inside the scratch; only this
-                // thread writes it; the host has self.isa (checked at new).
-                unsafe { q8k::quantize_row(x, scratch.add(r * self.qrow_bytes), self.isa) };
-            }
-        });
+        let rows = ctx.share(self.geo.n * self.geo.batches());
+        let quantize = |r: usize, x: &[f32]| {
+            // SAFETY: quantized row r lies inside the scratch; only this
+            // thread writes it; the host has self.isa (checked at new).
+            unsafe { q8k::quantize_row(x, scratch.add(r * self.qrow_bytes), self.isa) };
+        };
+        // SAFETY: this thread's share of src1's rows.
+        unsafe { for_src1_rows(&self.geo, rows, quantize) };
     }
 
     /// Quantized column `j` of batch `b`.
