@@ -120,6 +120,8 @@ pub struct Runtime {
     pub(crate) report: LoadReport,
     /// Per step, nanoseconds of the last run (filled when profiling).
     pub(crate) last_profile: Vec<u64>,
+    /// Bytes of weights and state one run reads, counted once at load.
+    memory_read_bytes: u64,
 }
 
 // SAFETY: the raw addresses point into buffers this struct owns (or keeps
@@ -311,6 +313,7 @@ impl Runtime {
             .collect();
         let index_bounds = plan.index_tables();
         let n_steps = steps.len();
+        let memory_read_bytes = crate::traffic::memory_read_bytes(&plan, &steps);
         Ok(Runtime {
             plan,
             _weights: weights,
@@ -327,6 +330,7 @@ impl Runtime {
             index_bounds,
             report,
             last_profile: vec![0; n_steps],
+            memory_read_bytes,
         })
     }
 
@@ -348,7 +352,7 @@ impl Runtime {
     /// Bytes of weights and state one run reads ([`crate::traffic`]): with
     /// the memcpy bandwidth, the floor of a memory-bound run.
     pub fn memory_read_bytes(&self) -> u64 {
-        crate::traffic::memory_read_bytes(&self.plan, &self.steps)
+        self.memory_read_bytes
     }
 
     /// Threads over every device of the plan.

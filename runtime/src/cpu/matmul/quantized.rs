@@ -54,12 +54,12 @@ impl QuantMatMul {
     /// # Safety
     /// With `repack`, src0's bytes never change while the kernel lives.
     pub unsafe fn new(geo: Geometry, repack: Option<&RepackCache>) -> QuantMatMul {
-        let chosen = std::env::var_os("GGPLAN_QDOT_ISA").is_some();
-        let isa = match (Isa::detect(), repack) {
+        let isa = match (Isa::requested(), Isa::detect(), repack) {
+            (Some(asked), _, _) => asked,
             // The VNNI set serves repacked weights; rows read in place run
             // faster on the AVX2 tiles than on the AVX-512 ones (qdot doc).
-            (Isa::Avx512 { .. }, None) if !chosen => Isa::Avx2,
-            (isa, _) => isa,
+            (None, Isa::Avx512 { .. }, None) => Isa::Avx2,
+            (None, isa, _) => isa,
         };
         // SAFETY: forwarded.
         unsafe { QuantMatMul::with_isa(geo, isa, repack) }

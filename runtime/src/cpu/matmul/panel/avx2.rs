@@ -9,6 +9,28 @@ const MR: usize = 16;
 /// Activation block width.
 const NR: usize = 6;
 
+/// One depth step of a panel: its 16 rows as two vectors (f16 widened).
+///
+/// # Safety
+/// `a` holds 16 values of the panel's type, 32-byte aligned.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn load_rows<const F16: bool>(a: *const u8) -> (__m256, __m256) {
+    // SAFETY: forwarded.
+    unsafe {
+        if F16 {
+            let h = a as *const __m128i;
+            (
+                _mm256_cvtph_ps(_mm_load_si128(h)),
+                _mm256_cvtph_ps(_mm_load_si128(h.add(1))),
+            )
+        } else {
+            let f = a as *const f32;
+            (_mm256_load_ps(f), _mm256_load_ps(f.add(8)))
+        }
+    }
+}
+
 /// Lanes `0..n` set (`n <= 8`, clamped), as a maskload/maskstore mask.
 #[target_feature(enable = "avx2")]
 fn lanes(n: usize) -> __m256i {
@@ -49,16 +71,7 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
         // SAFETY: the panel holds MR values per depth step, 32-byte aligned;
         // the column block NR per step, of which the first N are set.
         unsafe {
-            let (a0, a1) = if F16 {
-                let h = a as *const __m128i;
-                (
-                    _mm256_cvtph_ps(_mm_load_si128(h)),
-                    _mm256_cvtph_ps(_mm_load_si128(h.add(1))),
-                )
-            } else {
-                let f = a as *const f32;
-                (_mm256_load_ps(f), _mm256_load_ps(f.add(8)))
-            };
+            let (a0, a1) = load_rows::<F16>(a);
             for j in 0..N {
                 let s = _mm256_broadcast_ss(&*b.add(j));
                 x[j] = _mm256_fmadd_ps(a0, s, x[j]);
@@ -115,17 +128,7 @@ pub unsafe fn matvec4<const F16: bool>(t: &Matvec4) {
         unsafe {
             let s = _mm256_broadcast_ss(&*t.b.add(kk * NR));
             for p in 0..4 {
-                let a = t.a[p].add(kk * step);
-                let (a0, a1) = if F16 {
-                    let h = a as *const __m128i;
-                    (
-                        _mm256_cvtph_ps(_mm_load_si128(h)),
-                        _mm256_cvtph_ps(_mm_load_si128(h.add(1))),
-                    )
-                } else {
-                    let f = a as *const f32;
-                    (_mm256_load_ps(f), _mm256_load_ps(f.add(8)))
-                };
+                let (a0, a1) = load_rows::<F16>(t.a[p].add(kk * step));
                 x[p] = _mm256_fmadd_ps(a0, s, x[p]);
                 y[p] = _mm256_fmadd_ps(a1, s, y[p]);
             }

@@ -10,6 +10,28 @@ const MR: usize = 32;
 /// Activation block width.
 const NR: usize = 14;
 
+/// One depth step of a panel: its 32 rows as two vectors (f16 widened).
+///
+/// # Safety
+/// `a` holds 32 values of the panel's type, 32-byte aligned.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load_rows<const F16: bool>(a: *const u8) -> (__m512, __m512) {
+    // SAFETY: forwarded.
+    unsafe {
+        if F16 {
+            let h = a as *const __m256i;
+            (
+                _mm512_cvtph_ps(_mm256_load_si256(h)),
+                _mm512_cvtph_ps(_mm256_load_si256(h.add(1))),
+            )
+        } else {
+            let f = a as *const f32;
+            (_mm512_load_ps(f), _mm512_load_ps(f.add(16)))
+        }
+    }
+}
+
 /// Lanes `0..n` set (`n <= 16`).
 fn lanes(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
@@ -39,16 +61,7 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
         // SAFETY: the panel holds MR values per depth step, 32-byte aligned;
         // the column block NR per step, of which the first N are set.
         unsafe {
-            let (a0, a1) = if F16 {
-                let h = a as *const __m256i;
-                (
-                    _mm512_cvtph_ps(_mm256_load_si256(h)),
-                    _mm512_cvtph_ps(_mm256_load_si256(h.add(1))),
-                )
-            } else {
-                let f = a as *const f32;
-                (_mm512_load_ps(f), _mm512_load_ps(f.add(16)))
-            };
+            let (a0, a1) = load_rows::<F16>(a);
             for j in 0..N {
                 let s = _mm512_set1_ps(*b.add(j));
                 x[j] = _mm512_fmadd_ps(a0, s, x[j]);
@@ -94,17 +107,7 @@ unsafe fn matvec4_body<const F16: bool>(t: &Matvec4) {
         unsafe {
             let s = _mm512_set1_ps(*t.b.add(kk * NR));
             for p in 0..4 {
-                let a = t.a[p].add(kk * step);
-                let (a0, a1) = if F16 {
-                    let h = a as *const __m256i;
-                    (
-                        _mm512_cvtph_ps(_mm256_load_si256(h)),
-                        _mm512_cvtph_ps(_mm256_load_si256(h.add(1))),
-                    )
-                } else {
-                    let f = a as *const f32;
-                    (_mm512_load_ps(f), _mm512_load_ps(f.add(16)))
-                };
+                let (a0, a1) = load_rows::<F16>(t.a[p].add(kk * step));
                 x[p] = _mm512_fmadd_ps(a0, s, x[p]);
                 y[p] = _mm512_fmadd_ps(a1, s, y[p]);
             }

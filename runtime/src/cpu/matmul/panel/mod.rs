@@ -11,7 +11,8 @@
 //! A run: the threads pack src1's columns (all batches) into blocks in the
 //! shared scratch ([`pack::pack_columns`]), meet at a barrier, then each takes
 //! a contiguous range of panels and, for each depth block of [`KC`] and each
-//! column block, runs one tile: `rows x cols` accumulators in registers.
+//! column block, runs one tile: `rows x cols` accumulators in registers (one
+//! column: four panels per call, [`Matvec4`]).
 //!
 //! Invariants:
 //! - each dst element is one chain of fused multiply-adds over `kk = 0..K`
@@ -174,10 +175,6 @@ impl CpuKernel for PanelMatMul {
         }
         ctx.barrier();
         let mine = ctx.share(p.count());
-        // Depth blocks outside keep a block of every column in L2 while the
-        // panels pass; with one column block (decode) there is nothing to
-        // keep, and panels one after the other read the weights as one
-        // stream. (Each element's chain runs in depth order either way.)
         // Every column block of one panel over one depth block.
         let panel_block = |k0: usize, panel: usize| {
             let i0 = panel * mr;
@@ -203,9 +200,14 @@ impl CpuKernel for PanelMatMul {
                 unsafe { run_tile(isa, p.value, &t) };
             }
         };
+        // Loop orders (each element's chain runs in depth order in all):
+        // one column (decode): four panels at a time, four weight streams;
+        // one column block: panel after panel, one stream; otherwise depth
+        // blocks outside, so a block of every column stays in L2 while the
+        // panels pass.
         if columns == 1 {
-            // Decode: four panels from the four quarters of this thread's
-            // range at once (four streams), the rest one by one.
+            // Four panels from the four quarters of this thread's range,
+            // the rest one by one.
             let q = mine.len() / 4;
             for i in 0..q {
                 let panels: [usize; 4] = std::array::from_fn(|s| mine.start + s * q + i);

@@ -134,9 +134,7 @@ impl Isa {
     /// host lacks is ignored.
     pub fn detect() -> Isa {
         let available = Isa::available();
-        let wanted = std::env::var("GGPLAN_QDOT_ISA")
-            .ok()
-            .and_then(|name| available.iter().copied().find(|isa| isa.name() == name));
+        let wanted = Isa::requested();
         let default = if available.contains(&Isa::Avx512 { vnni: true }) {
             Isa::Avx512 { vnni: true }
         } else if available.contains(&Isa::Avx2) {
@@ -145,6 +143,12 @@ impl Isa {
             Isa::Scalar
         };
         wanted.unwrap_or(default)
+    }
+
+    /// The set `GGPLAN_QDOT_ISA` names, when the host has it.
+    pub fn requested() -> Option<Isa> {
+        let name = std::env::var("GGPLAN_QDOT_ISA").ok()?;
+        Isa::available().into_iter().find(|isa| isa.name() == name)
     }
 
     /// Its name in `GGPLAN_QDOT_ISA` and in kernel descriptions.
