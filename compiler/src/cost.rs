@@ -134,6 +134,8 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
         | Op::Mean
         | Op::Argmax
         | Op::DiagMaskInf { .. } => Work::Bytes(all_srcs + written),
+        // A participant reads every part (some on other devices) and writes its result.
+        Op::AllReduceSum { .. } | Op::AllGather { .. } => Work::Bytes(all_srcs + written),
     }
 }
 

@@ -151,6 +151,8 @@ pub fn in_place_operand(op: &Op, n_srcs: usize) -> Option<usize> {
         Op::Cont => Some(0),
         Op::MulMat | Op::GetRows | Op::Concat { .. } | Op::SumRows | Op::Mean | Op::Argmax => None,
         Op::Cpy | Op::SetRows => None,
+        // Parts live on other devices; a participant writes its own result.
+        Op::AllReduceSum { .. } | Op::AllGather { .. } => None,
         Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => None,
     }
 }

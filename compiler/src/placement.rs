@@ -419,6 +419,7 @@ mod tests {
             srcs: vec![],
             view: None,
             init: None,
+            shard: None,
         };
         Graph::from_tensors("gguf", names.into_iter().map(weight).collect())
     }

@@ -64,6 +64,26 @@ impl GraphBuilder {
         self.leaf(name.into(), Role::Constant, dtype, ne, Some(init))
     }
 
+    /// A weight holding one slice of the stored tensor `shard.of` (its
+    /// values are bound from that tensor, cut along `shard.axis`).
+    pub fn weight_shard(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        ne: Extents,
+        shard: crate::shard::WeightShard,
+    ) -> R {
+        let id = self.leaf(name.into(), Role::Weight, dtype, ne, None)?;
+        if let Some(reason) = shard.problem(dtype, ne) {
+            return Err(Error::Leaf {
+                name: self.tensor(id).name.clone(),
+                reason,
+            });
+        }
+        self.set_shard(id, shard);
+        Ok(id)
+    }
+
     fn leaf(
         &mut self,
         name: String,
@@ -88,6 +108,7 @@ impl GraphBuilder {
             srcs: vec![],
             view: None,
             init,
+            shard: None,
         };
         if let Some(reason) = verify::leaf_problem(&tensor) {
             return Err(Error::Leaf {
@@ -156,8 +177,13 @@ impl GraphBuilder {
             srcs: srcs.to_vec(),
             view: derived.view,
             init: None,
+            shard: None,
         };
         self.push(tensor)
+    }
+
+    fn set_shard(&mut self, id: TensorId, shard: crate::shard::WeightShard) {
+        self.tensors[id.index()].shard = Some(shard);
     }
 
     fn push(&mut self, tensor: Tensor) -> R {

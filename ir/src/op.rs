@@ -169,6 +169,43 @@ pub enum Op {
         /// Positions already in the cache before this batch.
         n_past: i64,
     },
+    /// One participant's share of an all-reduce: the f32 sum of every source
+    /// (the parts, one per device holding a partial sum), added in source
+    /// order from the first, so every participant gets the same bits. The
+    /// participants of `group` are ranks `0..ranks`, each on its own device,
+    /// all with the same sources.
+    AllReduceSum {
+        /// Which collective this participant belongs to.
+        group: u32,
+        /// This participant's index in the group.
+        rank: u32,
+        /// How many participants the group has.
+        ranks: u32,
+    },
+    /// One participant's share of an all-gather: the sources (the parts,
+    /// one per device holding a slice) joined along `dim` in source order.
+    /// Group, rank and ranks as for [`Op::AllReduceSum`].
+    AllGather {
+        /// Axis the parts are joined along.
+        dim: u8,
+        /// Which collective this participant belongs to.
+        group: u32,
+        /// This participant's index in the group.
+        rank: u32,
+        /// How many participants the group has.
+        ranks: u32,
+    },
+}
+
+/// Who takes part in a collective, as [`Op::collective`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CollectiveRank {
+    /// The collective's number in its plan.
+    pub group: u32,
+    /// This participant's index.
+    pub rank: u32,
+    /// How many participants the collective has.
+    pub ranks: u32,
 }
 
 impl Op {
@@ -192,6 +229,19 @@ impl Op {
         match self {
             Op::Cpy => Some(1),
             Op::SetRows => Some(0),
+            _ => None,
+        }
+    }
+
+    /// For a collective's participant: its group, rank and group size.
+    /// Collectives are the only steps that read tensors on other devices
+    /// (in place, where the devices share memory).
+    pub fn collective(&self) -> Option<CollectiveRank> {
+        match *self {
+            Op::AllReduceSum { group, rank, ranks }
+            | Op::AllGather {
+                group, rank, ranks, ..
+            } => Some(CollectiveRank { group, rank, ranks }),
             _ => None,
         }
     }

@@ -44,11 +44,13 @@ pub enum OpKind {
     Mean,
     Argmax,
     DiagMaskInf,
+    AllReduceSum,
+    AllGather,
 }
 
 impl OpKind {
     /// Every kind, in `Op` declaration order.
-    pub const ALL: [OpKind; 31] = [
+    pub const ALL: [OpKind; 33] = [
         OpKind::GetRows,
         OpKind::Add,
         OpKind::Sub,
@@ -80,6 +82,8 @@ impl OpKind {
         OpKind::Mean,
         OpKind::Argmax,
         OpKind::DiagMaskInf,
+        OpKind::AllReduceSum,
+        OpKind::AllGather,
     ];
 
     /// The kind of `op`.
@@ -116,6 +120,8 @@ impl OpKind {
             Op::Mean => OpKind::Mean,
             Op::Argmax => OpKind::Argmax,
             Op::DiagMaskInf { .. } => OpKind::DiagMaskInf,
+            Op::AllReduceSum { .. } => OpKind::AllReduceSum,
+            Op::AllGather { .. } => OpKind::AllGather,
         }
     }
 
@@ -153,6 +159,8 @@ impl OpKind {
             OpKind::Mean => "mean",
             OpKind::Argmax => "argmax",
             OpKind::DiagMaskInf => "diag_mask_inf",
+            OpKind::AllReduceSum => "all_reduce_sum",
+            OpKind::AllGather => "all_gather",
         }
     }
 
@@ -225,6 +233,17 @@ mod tests {
             Op::Mean,
             Op::Argmax,
             Op::DiagMaskInf { n_past: 0 },
+            Op::AllReduceSum {
+                group: 0,
+                rank: 0,
+                ranks: 1,
+            },
+            Op::AllGather {
+                dim: 0,
+                group: 0,
+                rank: 0,
+                ranks: 1,
+            },
         ]
     }
 

@@ -313,7 +313,56 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
             }
             packed(DType::I32, [a.ne[1], 1, 1, 1])
         }
+        Op::AllReduceSum { .. } | Op::AllGather { .. } => {
+            let ne = derive_collective(op, srcs)?;
+            packed(DType::F32, ne)
+        }
     }
+}
+
+/// The result extents of a collective's participant: its parts are packed
+/// f32 (they are read in place from other devices); an all-reduce's parts
+/// share one shape, an all-gather's agree in every axis but `dim`.
+fn derive_collective(op: &Op, srcs: &[Operand<'_>]) -> Result<[i64; 4], String> {
+    let c = op.collective().expect("a collective");
+    if c.ranks == 0 || c.rank >= c.ranks {
+        return Err(format!("rank {} is not below ranks {}", c.rank, c.ranks));
+    }
+    for (i, (_, t)) in srcs.iter().enumerate() {
+        if t.layout.dtype != DType::F32 || !t.layout.is_contiguous() {
+            return Err(format!(
+                "part {i} is {} {}; collectives take packed f32 parts",
+                t.layout.dtype,
+                if t.layout.is_contiguous() {
+                    "packed"
+                } else {
+                    "strided"
+                }
+            ));
+        }
+    }
+    let first = srcs[0].1.layout.ne;
+    let dim = match *op {
+        Op::AllGather { dim, .. } if dim > 3 => return Err(format!("dim {dim} must be 0..=3")),
+        Op::AllGather { dim, .. } => Some(dim as usize),
+        _ => None,
+    };
+    let mut ne = first;
+    for (i, (_, t)) in srcs.iter().enumerate().skip(1) {
+        let other = t.layout.ne;
+        if (0..4).any(|a| Some(a) != dim && other[a] != first[a]) {
+            return Err(format!(
+                "part {i} {} does not match part 0 {}{}",
+                fmt_ne(&other),
+                fmt_ne(&first),
+                dim.map_or(String::new(), |d| format!(" outside dim {d}"))
+            ));
+        }
+        if let Some(d) = dim {
+            ne[d] += other[d];
+        }
+    }
+    Ok(ne)
 }
 
 /// How many sources each op takes.
@@ -349,8 +398,12 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::Cpy
         | Op::Concat { .. } => 2..=2,
         Op::SetRows => 3..=3,
+        Op::AllReduceSum { .. } | Op::AllGather { .. } => 1..=MAX_PARTS,
     }
 }
+
+/// The most parts a collective joins (ggml's meta backend allows 16 devices).
+pub const MAX_PARTS: usize = 16;
 
 fn check_arity(op: &Op, n: usize) -> Result<(), String> {
     let want = arity(op);
@@ -359,8 +412,10 @@ fn check_arity(op: &Op, n: usize) -> Result<(), String> {
     }
     let expected = if want.start() == want.end() {
         want.start().to_string()
-    } else {
+    } else if want.end() - want.start() == 1 {
         format!("{} or {}", want.start(), want.end())
+    } else {
+        format!("{} to {}", want.start(), want.end())
     };
     Err(format!("takes {expected} sources, got {n}"))
 }

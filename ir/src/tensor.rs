@@ -124,6 +124,9 @@ pub struct Tensor {
     pub view: Option<ViewOf>,
     /// For constants: how their values are defined.
     pub init: Option<ConstInit>,
+    /// For a weight that is one slice of a stored tensor (tensor
+    /// parallelism): which tensor and which slice.
+    pub shard: Option<crate::shard::WeightShard>,
 }
 
 impl Tensor {

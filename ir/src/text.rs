@@ -47,6 +47,8 @@ struct TensorText {
     nb: Option<[u64; 4]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     init: Option<ConstInit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shard: Option<crate::shard::WeightShard>,
 }
 
 fn intermediate() -> Role {
@@ -151,6 +153,7 @@ fn tensor_text(graph: &Graph, t: &Tensor) -> TensorText {
         ne: t.layout.ne,
         nb: (!packed).then_some(t.layout.nb),
         init: t.init.clone(),
+        shard: t.shard.clone(),
     }
 }
 
@@ -287,6 +290,7 @@ fn resolve(file: GraphText) -> (Graph, Vec<Violation>) {
             },
             view,
             init: tt.init,
+            shard: tt.shard,
         });
     }
     (Graph::from_tensors(file.name, tensors), problems)

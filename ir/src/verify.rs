@@ -83,6 +83,14 @@ pub fn leaf_problem(t: &Tensor) -> Option<String> {
             t.layout.nb
         ));
     }
+    if let Some(shard) = &t.shard {
+        if t.role != Role::Weight {
+            return Some(format!("only weights are shards, not a {:?}", t.role));
+        }
+        if let Some(why) = shard.problem(t.dtype(), t.layout.ne) {
+            return Some(why);
+        }
+    }
     match (&t.init, t.role) {
         (Some(_), r) if r != Role::Constant => {
             Some(format!("only constants have an init, not a {r:?}"))
@@ -118,6 +126,9 @@ fn node_problems(graph: &Graph, i: usize, t: &Tensor) -> Vec<String> {
     }
     if t.init.is_some() {
         problems.push("only constants have an init".into());
+    }
+    if t.shard.is_some() {
+        problems.push("only weights are shards".into());
     }
     let mut operands = Vec::with_capacity(t.srcs.len());
     for &s in &t.srcs {

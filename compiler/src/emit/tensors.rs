@@ -52,6 +52,7 @@ impl TensorTable {
                 placement: UNPLACED,
                 copy_of: None,
                 init: t.init.clone(),
+                shard: t.shard.clone(),
                 reason: a.reason[id.index()].clone(),
             });
             table.owner.push(at.root.0);
@@ -79,6 +80,7 @@ impl TensorTable {
             placement: UNPLACED,
             copy_of: Some(root.0),
             init: None,
+            shard: None,
             reason: format!("copy of '{}' from {from} for readers on {to}", t.name),
         });
         self.owner.push(id);
@@ -121,6 +123,7 @@ impl TensorTable {
             placement: UNPLACED,
             copy_of: Some(t.0),
             init: None,
+            shard: None,
             reason: format!("view '{}' re-created over the copy on {d}", src.name),
         });
         self.owner.push(root_copy);

@@ -141,7 +141,9 @@ impl Member {
             | Op::SumRows
             | Op::Mean
             | Op::Argmax
-            | Op::DiagMaskInf { .. } => return None,
+            | Op::DiagMaskInf { .. }
+            | Op::AllReduceSum { .. }
+            | Op::AllGather { .. } => return None,
         })
     }
 

@@ -60,6 +60,7 @@ pub fn at(
         placement,
         copy_of,
         init,
+        shard: None,
         reason,
     }
 }

@@ -20,7 +20,9 @@
 //! - two accesses to overlapping bytes on different streams, one of them a
 //!   write, are ordered by events in their global order (happens-before), so
 //!   every schedule the events allow computes what the global order computes;
-//! - a step reads only tensors on its split's device;
+//! - a step reads only tensors on its split's device, except a collective's
+//!   participant (`all_reduce_sum`, `all_gather`), which reads its parts in
+//!   place on other devices that share its memory (CPU devices of one host);
 //! - two tensors of one arena whose lifetimes (in global step order) overlap
 //!   never share bytes;
 //! - the text form is canonical: the same graph, target and options give the
@@ -181,6 +183,10 @@ pub struct PlanTensor {
     /// For constants: how their values are defined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<ConstInit>,
+    /// For a weight that is one slice of a stored tensor (tensor
+    /// parallelism): which tensor and which slice the loader binds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::WeightShard>,
     /// Why it is on this device (the assign pass's words).
     pub reason: String,
 }

@@ -94,6 +94,12 @@ pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
         Op::Mean => reduce::mean(a),
         Op::Argmax => reduce::argmax(a),
         Op::DiagMaskInf { n_past } => softmax::diag_mask_inf(a, n_past),
+        Op::AllReduceSum { .. } => srcs[1..].iter().fold(a.clone(), |acc, part| {
+            elementwise::binary(&acc, part, |x, y| x + y)
+        }),
+        Op::AllGather { dim, .. } => srcs[1..].iter().fold(a.clone(), |acc, part| {
+            copy::concat(&acc, part, usize::from(dim))
+        }),
     };
     assert_eq!(
         result.ne,

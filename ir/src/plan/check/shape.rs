@@ -128,5 +128,6 @@ fn as_graph_tensor(t: &PlanTensor) -> Tensor {
         srcs: Vec::new(),
         view,
         init: None,
+        shard: None,
     }
 }

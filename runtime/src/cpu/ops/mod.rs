@@ -21,9 +21,11 @@
 //!
 //! Code map: `rows` (row I/O and conversions), `copy` (cpy, cont), `get_rows`,
 //! `set_rows`, `concat`, `rope`, `reduce` (sum_rows, mean, argmax), `mask`
-//! (diag_mask_inf, soft_max), `unary`, `binary` (add..div, glu), `norm`.
+//! (diag_mask_inf, soft_max), `unary`, `binary` (add..div, glu), `norm`,
+//! `collective` (all_reduce_sum, all_gather over parts on other CPU devices).
 
 mod binary;
+mod collective;
 mod concat;
 mod copy;
 mod get_rows;
@@ -96,6 +98,7 @@ pub fn prepare_op(
         Op::Add | Op::Sub | Op::Mul | Op::Div => binary::prepare(op, dst, srcs),
         Op::Glu { kind, swapped } => binary::prepare_glu(op, kind, swapped, dst, srcs),
         Op::RmsNorm { .. } | Op::Norm { .. } => norm::prepare(op, dst, srcs[0]),
+        Op::AllReduceSum { .. } | Op::AllGather { .. } => collective::prepare(op, dst, srcs),
     }
 }
 

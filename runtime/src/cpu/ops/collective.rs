@@ -1,0 +1,118 @@
+//! One participant's share of a collective, read in place from the other
+//! devices' arenas (CPU devices of one host share memory, so a collective
+//! needs no copies; the plan's events order it after every part is written
+//! and before any part's bytes are reused).
+//!
+//! - `all_reduce_sum`: `dst = part0 + part1 + ...`, f32, added in part
+//!   order starting from part 0, so every participant computes the same bits
+//!   (a mirrored value is then identical on every device);
+//! - `all_gather`: the parts joined along `dim`, in part order.
+//!
+//! Work is split over chunks of the packed destination; every operand is
+//! packed f32 (the IR's rule for collectives, re-checked here).
+
+use super::{dtypes, need, shape, unit_kernel};
+use crate::RuntimeError;
+use crate::cpu::{CpuKernel, RawTensor};
+use ir::{DType, Op};
+
+/// Elements per unit of work: big enough to amortise the split, small
+/// enough that a decode vector still spreads over a few threads.
+const CHUNK: usize = 1024;
+
+/// Prepares the participant `op` (an all-reduce or an all-gather) writing `dst` from `parts`.
+pub(super) fn prepare(
+    op: &Op,
+    dst: RawTensor,
+    parts: &[RawTensor],
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    let packed_f32 = |t: &RawTensor| t.dtype == DType::F32 && t.is_contiguous();
+    need(op, packed_f32(&dst) && parts.iter().all(packed_f32), || {
+        format!("collectives take packed f32: {}", dtypes(&dst, parts))
+    })?;
+    match *op {
+        Op::AllReduceSum { .. } => {
+            need(op, parts.iter().all(|p| p.ne == dst.ne), || {
+                let shapes: Vec<String> = parts.iter().map(shape).collect();
+                format!("parts {} must all be {}", shapes.join(", "), shape(&dst))
+            })?;
+            Ok(all_reduce_sum(dst, parts.to_vec()))
+        }
+        Op::AllGather { dim, .. } => {
+            let dim = usize::from(dim);
+            let fits = dim < 4
+                && (0..4).all(|d| {
+                    let want = if d == dim {
+                        parts.iter().map(|p| p.ne[d]).sum()
+                    } else {
+                        dst.ne[d]
+                    };
+                    dst.ne[d] == want && parts.iter().all(|p| d == dim || p.ne[d] == dst.ne[d])
+                });
+            need(op, fits, || {
+                let shapes: Vec<String> = parts.iter().map(shape).collect();
+                format!(
+                    "parts {} do not join along dim {dim} into {}",
+                    shapes.join(", "),
+                    shape(&dst)
+                )
+            })?;
+            Ok(all_gather(dst, parts.to_vec(), dim))
+        }
+        _ => Err(super::unsupported(op, "not a collective".into())),
+    }
+}
+
+fn all_reduce_sum(dst: RawTensor, parts: Vec<RawTensor>) -> Box<dyn CpuKernel> {
+    let n = dst.n_elements();
+    let name = format!("all_reduce_sum of {} parts", parts.len());
+    unit_kernel(name, n.div_ceil(CHUNK), move |units| {
+        // Capture the whole RawTensor (Send), not its raw pointer field.
+        let (dst, parts) = (&dst, &parts);
+        let lo = units.start * CHUNK;
+        let hi = (units.end * CHUNK).min(n);
+        // SAFETY: every operand is packed f32 of n elements (checked at
+        // prepare); [lo, hi) is this thread's share of dst, and the parts are
+        // only read.
+        unsafe {
+            let out = std::slice::from_raw_parts_mut(dst.data.cast::<f32>().add(lo), hi - lo);
+            let first = std::slice::from_raw_parts(parts[0].data.cast::<f32>().add(lo), hi - lo);
+            out.copy_from_slice(first);
+            for p in &parts[1..] {
+                let part = std::slice::from_raw_parts(p.data.cast::<f32>().add(lo), hi - lo);
+                for (o, &v) in out.iter_mut().zip(part) {
+                    *o += v;
+                }
+            }
+        }
+    })
+}
+
+fn all_gather(dst: RawTensor, parts: Vec<RawTensor>, dim: usize) -> Box<dyn CpuKernel> {
+    // Packed tensors: each part is `outer` runs of `inner * ne[dim]` values,
+    // and dst's run for one outer index is the parts' runs side by side.
+    let inner: i64 = dst.ne[..dim].iter().product();
+    let outer: i64 = dst.ne[dim + 1..].iter().product();
+    let runs: Vec<usize> = parts.iter().map(|p| (inner * p.ne[dim]) as usize).collect();
+    let dst_run: usize = runs.iter().sum();
+    let name = format!("all_gather of {} parts along dim {dim}", parts.len());
+    unit_kernel(name, outer as usize, move |units| {
+        let (dst, parts) = (&dst, &parts);
+        for o in units {
+            let mut at = o * dst_run;
+            for (p, &run) in parts.iter().zip(&runs) {
+                // SAFETY: shapes checked at prepare: part run `o` and dst
+                // values [at, at + run) are inside their tensors; each outer
+                // index is one thread's.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        p.data.cast::<f32>().add(o * run),
+                        dst.data.cast::<f32>().add(at),
+                        run,
+                    );
+                }
+                at += run;
+            }
+        }
+    })
+}
