@@ -1,19 +1,27 @@
 //! Hand-made plans for the checker tests, built as `Plan` structs, and the
 //! helpers that build them.
 
+// The collective and shard families' suite, over `tensor_parallel_plan`.
+#[path = "collective.rs"]
+mod collective;
+
 use compiler::Target;
 use ir::plan::{
     Arena, BinaryFn, Copy, DeviceId, DeviceStats, Expr, FusedKernel, LinkStats,
-    PLAN_FORMAT_VERSION, Placement, Plan, PlanDevice, PlanStream, PlanTensor, Split, Stats, Step,
-    StreamKind, UnaryFn, Usage,
+    PLAN_FORMAT_VERSION, Placement, Plan, PlanDevice, PlanStream, PlanTensor, Record, Split, Stats,
+    Step, StreamKind, UnaryFn, Usage, Wait,
 };
-use ir::{DType, Op, Role};
+use ir::{DType, Op, Role, WeightShard};
 
 pub const CPU: DeviceId = DeviceId(0);
 /// In `cpu+cuda0` (the preset's device order), cuda0 is d0 and the cpu d1.
 pub const GPU2: DeviceId = DeviceId(0);
 /// The cpu of `cpu+cuda0`.
 pub const CPU2: DeviceId = DeviceId(1);
+/// Core group 0 of `cpu0+cpu1`.
+pub const CORES0: DeviceId = DeviceId(0);
+/// Core group 1 of `cpu0+cpu1`.
+pub const CORES1: DeviceId = DeviceId(1);
 
 pub fn cpu_cuda() -> Target {
     Target::preset("cpu+cuda0").expect("preset")
@@ -329,4 +337,192 @@ pub fn fused_plan() -> Plan {
         body,
     }];
     p
+}
+
+/// `t` as the slice of stored tensor `of` (extents `full_ne`) that starts at
+/// `start` along `axis`.
+pub fn shard(mut t: PlanTensor, of: &str, full_ne: [i64; 4], axis: u8, start: i64) -> PlanTensor {
+    t.shard = Some(WeightShard {
+        of: of.to_string(),
+        full_ne,
+        axis,
+        start,
+    });
+    t
+}
+
+/// The collective group of [`tensor_parallel_plan`].
+pub const TP_GROUP: u32 = 1;
+
+/// An `all_reduce_sum` participant of [`TP_GROUP`] over two ranks.
+pub fn all_reduce(rank: u32) -> Op {
+    Op::AllReduceSum {
+        group: TP_GROUP,
+        rank,
+        ranks: 2,
+    }
+}
+
+/// `cpu0+cpu1` (two core groups), a feed-forward block split Megatron-style:
+/// `y = down · silu(up · x)`, `up` [16, 32] cut along axis 1 (each core group
+/// computes 16 of the 32 hidden features) and `down` [32, 16] along axis 0
+/// (each group's product is a partial sum of `y`), then a 2-rank
+/// `all_reduce_sum` on each group gives `y` (group 0, the output) and `y#1`
+/// (group 1, the mirrored copy).
+///
+/// | t | tensor | device | bytes |
+/// |---|--------|--------|-------|
+/// | 0 | x (input) [16, 4] | cpu0 | io 0 |
+/// | 1, 2 | up#0, up#1 [16, 16]: slices 0.., 16.. of 'ffn_up' | cpu0, cpu1 | weights 0 |
+/// | 3, 4 | down#0, down#1 [16, 16]: slices 0.., 16.. of 'ffn_down' | cpu0, cpu1 | weights 1024 |
+/// | 5, 6 | h#r = mul_mat(up#r, x) | cpu0, cpu1 | compute 0 |
+/// | 7, 8 | g#r = silu(h#r) | cpu0, cpu1 | compute 256 |
+/// | 9, 10 | p#r = mul_mat(down#r, g#r), the parts | cpu0, cpu1 | compute 512 |
+/// | 11, 12 | y, y#1 = all_reduce_sum(p#0, p#1) ranks 0, 1 | cpu0, cpu1 | compute 768 |
+/// | 13 | x@cpu1 (copy of x) | cpu1 | compute 1024 |
+///
+/// Splits: 0 (cpu0) h#0, g#0, p#0, records e0; 1 (cpu1) copies x (records
+/// e1), h#1 (waits e1), g#1, p#1 (records e2), y#1 (waits e0: it reads p#0 in
+/// place on cpu0); 2 (cpu0) y (waits e2: it reads p#1 in place on cpu1). The
+/// events are stated here, not derived by the compiler's `sync`.
+pub fn tensor_parallel_plan() -> Plan {
+    let (d0, d1) = (CORES0, CORES1);
+    let act = |name, role, dev, arena, offset| {
+        at(name, DType::F32, [16, 4, 1, 1], role, dev, arena, offset)
+    };
+    let mat = |name, dev, offset| {
+        at(
+            name,
+            DType::F32,
+            [16, 16, 1, 1],
+            Role::Weight,
+            dev,
+            if dev == d0 { 1 } else { 2 },
+            offset,
+        )
+    };
+    let up = |name, dev, start| shard(mat(name, dev, 0), "ffn_up", [16, 32, 1, 1], 1, start);
+    let down = |name, dev, start| shard(mat(name, dev, 1024), "ffn_down", [32, 16, 1, 1], 0, start);
+    let tensors = vec![
+        act("x", Role::Input, d0, 0, 0),
+        up("up#0", d0, 0),
+        up("up#1", d1, 16),
+        down("down#0", d0, 0),
+        down("down#1", d1, 16),
+        act("h#0", Role::Intermediate, d0, 3, 0),
+        act("h#1", Role::Intermediate, d1, 4, 0),
+        act("g#0", Role::Intermediate, d0, 3, 256),
+        act("g#1", Role::Intermediate, d1, 4, 256),
+        act("p#0", Role::Intermediate, d0, 3, 512),
+        act("p#1", Role::Intermediate, d1, 4, 512),
+        act("y", Role::Output, d0, 3, 768),
+        act("y#1", Role::Intermediate, d1, 4, 768),
+        copy_of(act("x@cpu1", Role::Intermediate, d1, 4, 1024), 0),
+    ];
+    let arenas = [
+        (d0, Usage::Io, 256),
+        (d0, Usage::Weights, 2048),
+        (d1, Usage::Weights, 2048),
+        (d0, Usage::Compute, 1024),
+        (d1, Usage::Compute, 1280),
+    ];
+    let mut x_copy = copy(0, 13, 256, d1);
+    x_copy.record = Some(1);
+    let mut s0 = split(
+        d0,
+        vec![],
+        vec![
+            op(Op::MulMat, 5, &[1, 0]),
+            op(Op::Silu, 7, &[5]),
+            op(Op::MulMat, 9, &[3, 7]),
+        ],
+    );
+    s0.records = vec![Record { after: 2, event: 0 }];
+    let mut s1 = split(
+        d1,
+        vec![x_copy],
+        vec![
+            op(Op::MulMat, 6, &[2, 13]),
+            op(Op::Silu, 8, &[6]),
+            op(Op::MulMat, 10, &[4, 8]),
+            op(all_reduce(1), 12, &[9, 10]),
+        ],
+    );
+    s1.waits = vec![
+        Wait {
+            before: 0,
+            event: 1,
+        },
+        Wait {
+            before: 3,
+            event: 0,
+        },
+    ];
+    s1.records = vec![Record { after: 2, event: 2 }];
+    let mut s2 = split(d0, vec![], vec![op(all_reduce(0), 11, &[9, 10])]);
+    s2.waits = vec![Wait {
+        before: 0,
+        event: 2,
+    }];
+    let mut p = plan(devices("cpu0+cpu1"), 13, tensors, &arenas, vec![s0, s1, s2]);
+    p.stats.links = vec![LinkStats {
+        from: d0,
+        to: d1,
+        copies: 1,
+        bytes: 256,
+    }];
+    p.n_events = 3;
+    p
+}
+
+/// Adds `t` to `p` as graph tensor `n_graph_tensors` (the copies after it
+/// move up by one, and every index of them with them); returns its index.
+pub fn add_graph_tensor(p: &mut Plan, t: PlanTensor) -> u32 {
+    let at = p.n_graph_tensors;
+    let shift = |i: &mut u32| {
+        if *i >= at {
+            *i += 1;
+        }
+    };
+    p.tensors.insert(at as usize, t);
+    p.n_graph_tensors += 1;
+    for t in &mut p.tensors {
+        if let Some(of) = &mut t.copy_of {
+            shift(of);
+        }
+        if let Placement::View { of, .. } = &mut t.placement {
+            shift(of);
+        }
+    }
+    for s in &mut p.splits {
+        for c in &mut s.copies {
+            shift(&mut c.src);
+            shift(&mut c.dst);
+        }
+        for step in &mut s.steps {
+            if let Step::Op { dst, srcs, .. } = step {
+                shift(dst);
+                srcs.iter_mut().for_each(shift);
+            }
+        }
+    }
+    for k in &mut p.kernels {
+        k.inputs.iter_mut().for_each(shift);
+        k.nodes.iter_mut().for_each(shift);
+        shift(&mut k.output);
+    }
+    at
+}
+
+/// Grows arena `arena` of `p` by `bytes` (and its device's compute stats
+/// when it is a compute arena).
+pub fn grow_arena(p: &mut Plan, arena: usize, bytes: u64) {
+    let a = &mut p.arenas[arena];
+    a.size += bytes;
+    if a.usage == Usage::Compute {
+        let device = a.device;
+        for d in p.stats.devices.iter_mut().filter(|d| d.device == device) {
+            d.compute_bytes += bytes;
+        }
+    }
 }

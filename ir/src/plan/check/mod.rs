@@ -77,14 +77,29 @@
 //!    global order (read after write, copies included; write after read, so no
 //!    bytes are reused while another stream may still read them; write after
 //!    write). Skipped when family 8 found a problem.
+//! 10. `collective` and `partial` — [`ViolationKind::Collective`]: the
+//!     participants of each collective (`all_reduce_sum`, `all_gather`) are
+//!     ranks `0..ranks`, each once, each on its own device, all running the
+//!     same op (and `dim`) over the same `ranks` and the same parts in the
+//!     same order (their results' shapes are family 1's); a partial sum (a
+//!     part of an all-reduce) is read by nothing but all-reduce participants:
+//!     no other step, no fused kernel, no copy, directly or through a view.
+//! 11. `shards` — [`ViolationKind::Shard`]: a tensor with a `shard` is a graph
+//!     weight and a valid slice of its source
+//!     ([`crate::WeightShard::problem`]); the shards of one source agree on
+//!     its extents, dtype and axis, and their slices tile the source along
+//!     that axis with no gap and no overlap.
 
+mod collective;
 mod format;
 mod fused;
 mod lifetime;
 mod order;
+mod partial;
 mod placement;
 mod race;
 mod shape;
+mod shards;
 mod stats;
 mod streams;
 mod trace;
@@ -119,6 +134,12 @@ pub enum ViolationKind {
     /// Two accesses on different streams to the same bytes, one a write, that
     /// no chain of events orders.
     Race,
+    /// Collective participants that do not form one group (ranks, op, parts,
+    /// devices), or a partial sum read by something other than its all-reduce.
+    Collective,
+    /// A weight shard that is no valid slice, or shards of one stored tensor
+    /// that disagree, leave a gap or overlap.
+    Shard,
 }
 
 impl std::fmt::Display for ViolationKind {
@@ -135,6 +156,8 @@ impl std::fmt::Display for ViolationKind {
             ViolationKind::Stats => "stats",
             ViolationKind::Sync => "sync",
             ViolationKind::Race => "race",
+            ViolationKind::Collective => "collective",
+            ViolationKind::Shard => "shard",
         })
     }
 }
@@ -187,6 +210,9 @@ pub fn check_plan_with(plan: &Plan, extra: impl FnOnce(&mut Checker<'_>)) -> Vec
     if let Some(hb) = streams::check(&mut c, &accesses) {
         race::check(&mut c, &accesses, &hb);
     }
+    collective::check(&mut c);
+    partial::check(&mut c, &accesses);
+    shards::check(&mut c);
     c.out
 }
 
@@ -250,6 +276,18 @@ impl<'p> Checker<'p> {
             Some(t) => format!("'{}' (t{i})", t.name),
             None => format!("t{i} (out of range)"),
         }
+    }
+
+    /// True when devices `a` and `b` address the same memory (CPU devices
+    /// of one host), so a step on one may read the other's bytes in place.
+    fn share_memory(&self, a: u32, b: u32) -> bool {
+        let cpu = |d: u32| {
+            self.plan
+                .devices
+                .get(d as usize)
+                .is_some_and(|dev| dev.kind.is_cpu())
+        };
+        cpu(a) && cpu(b)
     }
 
     /// The name of device `d` for messages.

@@ -91,7 +91,16 @@ fn read(c: &mut Checker<'_>, walk: &Walk, a: &Access, r: u32) {
             c.device_name(a.device)
         );
         c.tensor_problem(Device, r, msg);
-    } else if !a.is_copy && held != a.device {
+    } else if a.reads_peers && held != a.device && !c.share_memory(held, a.device) {
+        let msg = format!(
+            "is read in place by {} on {}, but its bytes are on {}, which does not share \
+             memory with it (collectives read parts in place only between CPU devices)",
+            a.label,
+            c.device_name(a.device),
+            c.device_name(held)
+        );
+        c.tensor_problem(Device, r, msg);
+    } else if !a.is_copy && !a.reads_peers && held != a.device {
         let msg = format!(
             "is read by {} on {}, but its bytes are on {}",
             a.label,

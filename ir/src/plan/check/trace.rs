@@ -1,6 +1,8 @@
 //! The plan as a flat list of accesses over a global step counter: split by
-//! split, its copies, then its steps. Families 3 (order) and 4 (lifetime) read it.
+//! split, its copies, then its steps. Families 3 (order), 4 (lifetime), 8 and 9
+//! (streams, race) and 10 (partial sums) read it.
 
+use crate::Op;
 use crate::plan::{Plan, Step};
 
 /// What one global step reads and writes (only tensor indices in range).
@@ -17,6 +19,12 @@ pub(super) struct Access {
     pub label: String,
     /// True for a copy.
     pub is_copy: bool,
+    /// True for a collective's participant, which reads its parts in place
+    /// on other devices (allowed where the devices share memory).
+    pub reads_peers: bool,
+    /// True for an `all_reduce_sum` participant: what it reads are partial
+    /// sums, which only such participants may read.
+    pub sums_parts: bool,
     /// The fused kernel a step runs.
     pub kernel: Option<u32>,
     /// Tensors read.
@@ -39,6 +47,8 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                 records: copy.record.into_iter().collect(),
                 label: format!("split {s} copy {k}"),
                 is_copy: true,
+                reads_peers: false,
+                sums_parts: false,
                 kernel: None,
                 reads: [copy.src].into_iter().filter(in_range).collect(),
                 writes: [copy.dst].into_iter().filter(in_range).collect(),
@@ -75,6 +85,14 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                     .collect(),
                 label,
                 is_copy: false,
+                reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
+                sums_parts: matches!(
+                    step,
+                    Step::Op {
+                        op: Op::AllReduceSum { .. },
+                        ..
+                    }
+                ),
                 kernel: match step {
                     Step::Fused { kernel } => Some(*kernel),
                     Step::Op { .. } => None,

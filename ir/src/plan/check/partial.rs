@@ -1,0 +1,125 @@
+//! Family 10, partial sums: the parts of an all-reduce are read by the
+//! all-reduce alone.
+//!
+//! A tensor that is a source of an `all_reduce_sum` participant is a partial
+//! sum: one device's share of a value that exists only once every part is
+//! added up. Anything else that read it would compute on a share as if it were
+//! the value (a `silu` of a part is not a part of the `silu`), so no copy or
+//! step other than an `all_reduce_sum` participant (no other op, no
+//! `all_gather`, no fused kernel) reads bytes of a partial sum: not the tensor
+//! itself, not a view of it, not the tensor whose bytes it views. Copies are
+//! refused as well: participants read the parts in place where they are.
+//!
+//! Bytes are compared within their owner (the tensor with the arena
+//! placement), never across owners: two tensors sharing arena bytes at
+//! different times (lifetime reuse, family 4) do not make each other partial.
+
+use super::ViolationKind::Collective;
+use super::trace::Access;
+use super::{Checker, span_of};
+use crate::Op;
+use crate::plan::{Placement, Step};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A partial sum's bytes inside its owner.
+struct Part {
+    /// The partial sum.
+    tensor: u32,
+    /// The all-reduce groups it is a part of.
+    groups: Vec<u32>,
+    /// Its bytes `[lo, hi)` inside the owner's.
+    lo: u64,
+    hi: u64,
+}
+
+pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
+    // The groups each partial sum is a part of.
+    let mut groups: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for step in c.plan.splits.iter().flat_map(|s| &s.steps) {
+        if let Step::Op {
+            op: Op::AllReduceSum { group, .. },
+            srcs,
+            ..
+        } = step
+        {
+            for &s in srcs {
+                groups.entry(s).or_default().insert(*group);
+            }
+        }
+    }
+    let mut parts: BTreeMap<u32, Vec<Part>> = BTreeMap::new();
+    for (tensor, groups) in groups {
+        if let Some((owner, lo, hi)) = bytes_in_owner(c, tensor) {
+            let groups = groups.into_iter().collect();
+            let part = Part {
+                tensor,
+                groups,
+                lo,
+                hi,
+            };
+            parts.entry(owner).or_default().push(part);
+        }
+    }
+    if parts.is_empty() {
+        return;
+    }
+    for a in accesses.iter().filter(|a| !a.sums_parts) {
+        let mut reported = BTreeSet::new();
+        for &r in &a.reads {
+            let Some((owner, lo, hi)) = bytes_in_owner(c, r) else {
+                continue;
+            };
+            let Some(owned) = parts.get(&owner) else {
+                continue;
+            };
+            for part in owned.iter().filter(|p| p.lo < hi && lo < p.hi) {
+                if reported.insert(part.tensor) {
+                    refuse(c, a, part, r);
+                }
+            }
+        }
+    }
+}
+
+/// Reports that `a` reads partial sum `part` (through tensor `read`).
+fn refuse(c: &mut Checker<'_>, a: &Access, part: &Part, read: u32) {
+    let groups: Vec<String> = part.groups.iter().map(u32::to_string).collect();
+    let of = match groups.as_slice() {
+        [one] => format!("collective group {one}"),
+        [rest @ .., last] => format!("collective groups {} and {last}", rest.join(", ")),
+        [] => "a collective".to_string(),
+    };
+    let through = if read == part.tensor {
+        String::new()
+    } else {
+        format!(" through {}", c.describe(read))
+    };
+    let msg = if a.is_copy {
+        format!(
+            "is a partial sum (part of {of}) but {} copies it{through}; parts are read in \
+             place by the all-reduce, never copied",
+            a.label
+        )
+    } else {
+        format!(
+            "is a partial sum (part of {of}) but {} reads it{through}; only the all_reduce_sum \
+             adding it up may read it",
+            a.label
+        )
+    };
+    c.tensor_problem(Collective, part.tensor, msg);
+}
+
+/// Tensor `t`'s bytes as `(owner, lo, hi)`: the tensor with the arena
+/// placement and the range inside it. `None` for fused intermediates, broken
+/// views, empty or overflowing spans and indices out of range.
+fn bytes_in_owner(c: &Checker<'_>, t: u32) -> Option<(u32, u64, u64)> {
+    let owner = c.owner(t)?;
+    let tensor = c.tensor(t)?;
+    let lo = match tensor.placement {
+        Placement::View { offset, .. } if owner != t => offset,
+        _ => 0,
+    };
+    let hi = lo.checked_add(span_of(tensor)?)?;
+    (hi > lo).then_some((owner, lo, hi))
+}
