@@ -10,7 +10,7 @@
 //! - [`evaluate`]: the reference evaluator, running a whole graph with the oracle
 //!   (ggml's memory model: views read and write their root's bytes);
 //! - [`testing`]: the seeded generator tests use to draw inputs for comparisons
-//!   with the oracle.
+//!   with the oracle, and small hand-made plans (tensor parallelism).
 //!
 //! Invariant: nothing here allocates device memory, opens a device or needs LLVM; the
 //! crate is plain safe Rust.

@@ -1,5 +1,9 @@
 //! A tiny seeded PRNG for tests (splitmix64): deterministic on every platform
-//! and independent of any crate's stream, so recorded test cases stay valid.
+//! and independent of any crate's stream, so recorded test cases stay valid;
+//! the NMSE thresholds of comparisons with the oracle; and small hand-made
+//! plans ([`plans`]).
+
+pub mod plans;
 
 /// splitmix64 generator.
 pub struct Rng(u64);

@@ -6,6 +6,12 @@
 //! offset, following the owner's override; a fused intermediate has no
 //! address. The plan checker has proved every placement in range before this
 //! runs, so the arithmetic here cannot leave an arena.
+//!
+//! Addresses are global, not per device: every device a runtime loads is a
+//! CPU device of one host, so the address of a tensor in its own device's
+//! arena is also how any other device reads it. That is how a collective's
+//! participant reads the parts held on the other devices (`steps.rs` checks
+//! that nothing else reads across devices).
 
 use ir::plan::{Placement, Plan};
 

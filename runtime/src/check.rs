@@ -4,12 +4,18 @@
 //!   does: the reference kernel runs on the very inputs the fast kernel read,
 //!   under the step's own NMSE threshold. A result stored as F16 or a
 //!   quantized type is compared after rounding the reference the same way.
+//!   Steps that promise exact bits are held to them (NMSE 0 or infinite):
+//!   copies and `all_gather` move bytes; `all_reduce_sum` is the f32 sum of
+//!   its parts in part order, the bits every participant must agree on (a
+//!   mirrored value must be identical on every device). A collective's parts
+//!   are read where they are held, on the other devices, as its kernel reads
+//!   them.
 //! - [`check_outputs`]: the reference plan evaluator runs the same plan on the
 //!   same weights and inputs; each output must stay under the loosest
 //!   threshold of the ops the plan runs (errors accumulate through them).
 
 use crate::{Flow, Observer, Runtime, RuntimeError, StepInfo, Weights};
-use ir::Role;
+use ir::{Op, Role};
 use kernels::reference::{Dense, compute, gather, scatter};
 use kernels::testing::{nmse, nmse_threshold};
 use std::collections::BTreeMap;
@@ -66,6 +72,22 @@ fn rounded(values: &Dense, layout: &ir::Layout) -> Dense {
     gather(&bytes, layout)
 }
 
+/// The f32 sum of `parts`, added in part order from the first: what an
+/// all-reduce's participant computes, to the bit (its parts are f32, so
+/// their f64 values are exact).
+fn ordered_f32_sum(parts: &[&Dense]) -> Dense {
+    let mut sum: Vec<f32> = parts[0].data.iter().map(|&v| v as f32).collect();
+    for part in &parts[1..] {
+        for (acc, &v) in sum.iter_mut().zip(&part.data) {
+            *acc += v as f32;
+        }
+    }
+    Dense {
+        ne: parts[0].ne,
+        data: sum.into_iter().map(f64::from).collect(),
+    }
+}
+
 struct StepChecker<'a> {
     inputs: Vec<Dense>,
     out: Vec<Comparison>,
@@ -90,24 +112,32 @@ impl Observer for StepChecker<'_> {
         let s = step.step;
         let layout = plan.tensors[s.dst as usize].layout();
         let refs: Vec<&Dense> = self.inputs.iter().collect();
-        let (expected, threshold) = match (s.op, s.fused_kernel) {
-            (Some(op), _) => (compute(&op, &refs, &layout), nmse_threshold(op.name())),
+        // `exact`: the step promises these bits, not just these values.
+        let (expected, threshold, exact) = match (s.op, s.fused_kernel) {
+            (Some(op @ Op::AllGather { .. }), _) => (compute(&op, &refs, &layout), 0.0, true),
+            (Some(Op::AllReduceSum { .. }), _) => (ordered_f32_sum(&refs), 0.0, true),
+            (Some(op), _) => (
+                compute(&op, &refs, &layout),
+                nmse_threshold(op.name()),
+                false,
+            ),
             (None, Some(k)) => {
                 let body = &plan.kernels[k as usize].body;
                 let out = kernels::reference::fused::eval_fused(body, &refs, layout.ne);
-                (out, nmse_threshold("fused"))
+                (out, nmse_threshold("fused"), false)
             }
-            (None, None) => (self.inputs[0].clone(), 0.0),
+            (None, None) => (self.inputs[0].clone(), 0.0, true),
         };
         let expected = rounded(&expected, &layout);
         let actual = rt
             .tensor_values(s.dst)
             .unwrap_or_else(|| Dense::zeros(layout.ne));
-        let nmse = if s.op.is_none() && s.fused_kernel.is_none() {
-            // A copy moves bytes: equal values (infinities of a mask
-            // included) or it failed, whatever NMSE would say of them.
-            let same = (expected.data.iter().zip(&actual.data))
-                .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
+        let nmse = if exact {
+            // Equal values (infinities of a mask included) or it failed,
+            // whatever NMSE would say of them.
+            let same = expected.data.len() == actual.data.len()
+                && (expected.data.iter().zip(&actual.data))
+                    .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
             if same { 0.0 } else { f64::INFINITY }
         } else {
             nmse(&expected.data, &actual.data)

@@ -60,6 +60,44 @@ pub enum RuntimeError {
         /// The weights file.
         file: String,
     },
+    /// The stored tensor a weight shard is cut from is not in the weights file.
+    #[error("weight shard '{name}' is cut from '{of}', which is not in {file}")]
+    MissingShardSource {
+        /// The shard's name.
+        name: String,
+        /// The stored tensor it is cut from.
+        of: String,
+        /// The weights file.
+        file: String,
+    },
+    /// The stored tensor a weight shard is cut from has another dtype or
+    /// shape than the shard says its source has.
+    #[error(
+        "weight shard '{name}' is cut from '{of}' in {file}, which is {found}, but the plan expects {expected}"
+    )]
+    ShardSourceMismatch {
+        /// The shard's name.
+        name: String,
+        /// The stored tensor it is cut from.
+        of: String,
+        /// The weights file.
+        file: String,
+        /// What the file stores.
+        found: String,
+        /// The shard's dtype and its source's full extents.
+        expected: String,
+    },
+    /// A weight shard whose slice does not fit its source (the plan checker
+    /// refuses such plans; named here rather than cut wrong).
+    #[error("weight shard '{name}' of '{of}': {why}")]
+    InvalidShard {
+        /// The shard's name.
+        name: String,
+        /// The stored tensor it is cut from.
+        of: String,
+        /// What is wrong with the slice.
+        why: String,
+    },
     /// A weight, input or state tensor has another dtype or shape than the plan says.
     #[error("{what} '{name}'{origin} is {found}, but the plan expects {expected}")]
     Mismatch {
@@ -119,6 +157,22 @@ pub enum RuntimeError {
         op: String,
         /// What is not supported (dtypes, layouts).
         detail: String,
+    },
+    /// A step reads a tensor held on another device: only a collective's
+    /// participant may, and only between CPU devices (one host's memory,
+    /// read in place).
+    #[error("{reader} on device '{device}' reads '{tensor}' on device '{held_on}': {why}")]
+    PeerRead {
+        /// The op name, or `fused`.
+        reader: String,
+        /// The step's device.
+        device: String,
+        /// The tensor read.
+        tensor: String,
+        /// The device holding its bytes.
+        held_on: String,
+        /// Why that read is refused.
+        why: &'static str,
     },
     /// Preparing a step failed; names the step and its tensor.
     #[error("step {step} ('{tensor}'): {source}")]

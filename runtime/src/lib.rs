@@ -23,6 +23,9 @@ pub mod steps;
 pub mod traffic;
 pub mod weights;
 
+#[cfg(test)]
+mod tests;
+
 pub use cpu::matmul::Precision;
 pub use error::RuntimeError;
 pub use execute::{Flow, Observer, StepInfo};

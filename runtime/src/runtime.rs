@@ -220,16 +220,18 @@ impl Runtime {
             }
             let layout = layout_of(&plan, t as u32);
             match pt.role {
-                Role::Weight => match bind_weight(&weights, &pt.name, &layout)? {
-                    BoundWeight::InPlace(bytes) => {
-                        report.weight_bytes_in_place += bytes.len() as u64;
-                        overrides[t] = Some(bytes.as_ptr().cast_mut());
+                Role::Weight => {
+                    match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
+                        BoundWeight::InPlace(bytes) => {
+                            report.weight_bytes_in_place += bytes.len() as u64;
+                            overrides[t] = Some(bytes.as_ptr().cast_mut());
+                        }
+                        BoundWeight::Copy(bytes) => {
+                            report.weight_bytes_copied += bytes.len() as u64;
+                            copies.push((t as u32, bytes));
+                        }
                     }
-                    BoundWeight::Copy(bytes) => {
-                        report.weight_bytes_copied += bytes.len() as u64;
-                        copies.push((t as u32, bytes));
-                    }
-                },
+                }
                 Role::State => {
                     if let Some(store) = &options.state {
                         overrides[t] = Some(store.bind(&pt.name, &layout)?);

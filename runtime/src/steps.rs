@@ -10,11 +10,21 @@
 //!   (correct, slow, and listed in the load report).
 //!
 //! Copies between devices of the plan (all host memory here) are byte copies.
+//!
+//! Operands are plain addresses (`addresses.rs`): every device of a
+//! plan this runtime loads is a CPU device of one host, so a tensor's address
+//! is valid on every device. A step reads only tensors held on its split's
+//! device, except a collective's participant (`all_reduce_sum`,
+//! `all_gather`), whose parts are the other participants' tensors, read in
+//! place in their own devices' arenas (the plan's events order it after every
+//! part is written). Preparation re-checks this (the plan checker proved it):
+//! any other read across devices, or a collective reading a device that is
+//! not a CPU (no shared memory), is a [`RuntimeError::PeerRead`].
 
 use crate::RuntimeError;
 use crate::cpu::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use crate::cpu::{CpuKernel, RawTensor, ThreadCtx};
-use ir::plan::{FusedKernel, Plan, Step};
+use ir::plan::{DeviceKind, FusedKernel, Plan, Step};
 use ir::{Op, Role};
 
 /// A step ready to run, with the figures a profile prints.
@@ -119,9 +129,36 @@ impl Preparer<'_> {
         Ok(out)
     }
 
+    /// Refuses a read of `srcs` by a step of split `split` (`op`, or a fused
+    /// kernel for `None`) that this runtime cannot make (module doc).
+    fn check_reads(&self, split: usize, op: Option<&Op>, srcs: &[u32]) -> Result<(), RuntimeError> {
+        let device = self.plan.splits[split].device.index();
+        for &src in srcs {
+            let held = self.plan.tensors[self.plan.owner(src) as usize]
+                .device
+                .index();
+            if held == device {
+                continue;
+            }
+            let (reader, held_dev) = (&self.plan.devices[device], &self.plan.devices[held]);
+            let collective = op.is_some_and(|op| op.collective().is_some());
+            if let Some(why) = peer_read_refusal(collective, reader.kind, held_dev.kind) {
+                return Err(RuntimeError::PeerRead {
+                    reader: op.map_or("fused", |op| op.name()).to_string(),
+                    device: reader.name.clone(),
+                    tensor: self.plan.tensors[src as usize].name.clone(),
+                    held_on: held_dev.name.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn prepare(&self, split: usize, step: &Step) -> Result<PreparedStep, RuntimeError> {
         match step {
             Step::Op { op, dst, srcs } => {
+                self.check_reads(split, Some(op), srcs)?;
                 let d = self.raw(*dst);
                 let s: Vec<RawTensor> = srcs.iter().map(|&t| self.raw(t)).collect();
                 // A weight (through views): bound before preparation, never
@@ -150,6 +187,7 @@ impl Preparer<'_> {
             }
             Step::Fused { kernel: index } => {
                 let k: &FusedKernel = &self.plan.kernels[*index as usize];
+                self.check_reads(split, None, &k.inputs)?;
                 let out = self.raw(k.output);
                 let inputs: Vec<RawTensor> = k.inputs.iter().map(|&t| self.raw(t)).collect();
                 let (kernel, fallback) = match self.fast.fused(&k.body, out, &inputs) {
@@ -194,6 +232,24 @@ impl Preparer<'_> {
             )),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Why a step on a `reader` device may not read a tensor held on another
+/// (`held`) device, or `None` when it may: only a collective's participant
+/// reads across devices, and only where both are CPU devices (one host's
+/// memory, so the part's address is valid on the reader's threads).
+pub(crate) fn peer_read_refusal(
+    collective: bool,
+    reader: DeviceKind,
+    held: DeviceKind,
+) -> Option<&'static str> {
+    if !collective {
+        Some("only collectives read tensors on other devices (others need a copy)")
+    } else if !(reader.is_cpu() && held.is_cpu()) {
+        Some("collectives read parts in place only between CPU devices (one host's memory)")
+    } else {
+        None
     }
 }
 

@@ -1,14 +1,20 @@
 //! Initial bytes of leafs (weights, inputs, state, constants), shared by the
 //! graph evaluator and the plan evaluator.
 //!
-//! Invariant: binding is strict: a weight or input whose dtype or shape differs
-//! from what is declared is an error naming the tensor, never a conversion.
+//! Invariants:
+//! - binding is strict: a weight or input whose dtype or shape differs from
+//!   what is declared is an error naming the tensor, never a conversion;
+//! - a weight shard ([`WeightShard`]) holds exactly the slice of the values
+//!   its source would be bound to unsplit: the stored tensor `shard.of` must
+//!   be the whole source (dtype and `full_ne`), and random values are drawn
+//!   for the whole source under its own name and then cut, so the shards of
+//!   one source put side by side along their axis are the unsplit weight.
 
 use super::{Bindings, EvalError, Weights};
 use crate::quant::quantize_row;
 use crate::reference::{Dense, scatter};
 use ir::layout::fmt_ne;
-use ir::{ConstInit, DType, Layout, Role};
+use ir::{ConstInit, DType, Layout, Role, WeightShard};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -22,6 +28,8 @@ pub(super) struct Leaf<'a> {
     pub role: Role,
     /// For constants.
     pub init: Option<&'a ConstInit>,
+    /// For a weight that is one slice of a stored tensor.
+    pub shard: Option<&'a WeightShard>,
     /// For I32 index leafs: how many rows the tensors they index have.
     pub index_bound: Option<i64>,
 }
@@ -34,25 +42,9 @@ fn describe(dtype: DType, ne: &[i64; 4]) -> String {
 pub(super) fn bind_leaf(t: &Leaf<'_>, b: &Bindings<'_>) -> Result<Vec<u8>, EvalError> {
     let layout = t.layout;
     match t.role {
-        Role::Weight => match &b.weights {
-            Weights::File(file) => {
-                let stored = file
-                    .tensor(t.name)
-                    .ok_or_else(|| EvalError::MissingWeight {
-                        name: t.name.to_string(),
-                        file: file.path().display().to_string(),
-                    })?;
-                if (stored.dtype, stored.ne) != (layout.dtype, layout.ne) {
-                    return Err(EvalError::Mismatch {
-                        what: "weight",
-                        name: t.name.to_string(),
-                        found: describe(stored.dtype, &stored.ne),
-                        expected: describe(layout.dtype, &layout.ne),
-                    });
-                }
-                Ok(stored.data.to_vec())
-            }
-            Weights::Random { seed } => Ok(random_leaf(t.name, &layout, *seed, None)),
+        Role::Weight => match t.shard {
+            Some(shard) => bind_shard(t, shard, &b.weights),
+            None => bind_weight(t, &b.weights),
         },
         Role::Input | Role::State => match b.inputs.get(t.name) {
             Some(values) => from_values(t, values),
@@ -71,6 +63,106 @@ pub(super) fn bind_leaf(t: &Leaf<'_>, b: &Bindings<'_>) -> Result<Vec<u8>, EvalE
         }
         Role::Intermediate | Role::Output => unreachable!("verified leafs have leaf roles"),
     }
+}
+
+/// The bytes of a whole weight: the stored tensor of its name, or random.
+fn bind_weight(t: &Leaf<'_>, weights: &Weights<'_>) -> Result<Vec<u8>, EvalError> {
+    let layout = t.layout;
+    match weights {
+        Weights::File(file) => {
+            let stored = file
+                .tensor(t.name)
+                .ok_or_else(|| EvalError::MissingWeight {
+                    name: t.name.to_string(),
+                    file: file.path().display().to_string(),
+                })?;
+            if (stored.dtype, stored.ne) != (layout.dtype, layout.ne) {
+                return Err(EvalError::Mismatch {
+                    what: "weight",
+                    name: t.name.to_string(),
+                    found: describe(stored.dtype, &stored.ne),
+                    expected: describe(layout.dtype, &layout.ne),
+                });
+            }
+            Ok(stored.data.to_vec())
+        }
+        Weights::Random { seed } => Ok(random_leaf(t.name, &layout, *seed, None)),
+    }
+}
+
+/// The bytes of a weight shard: its slice of the stored source, or of the
+/// source's random values.
+fn bind_shard(
+    t: &Leaf<'_>,
+    shard: &WeightShard,
+    weights: &Weights<'_>,
+) -> Result<Vec<u8>, EvalError> {
+    let (dtype, ne) = (t.layout.dtype, t.layout.ne);
+    let invalid = |why: String| EvalError::InvalidShard {
+        name: t.name.to_string(),
+        of: shard.of.clone(),
+        why,
+    };
+    // Refused before the source is read, so the message says what is wrong
+    // with the slice (a verified graph or checked plan never gets here).
+    if let Some(why) = shard.problem(dtype, ne) {
+        return Err(invalid(why));
+    }
+    match weights {
+        Weights::File(file) => {
+            let stored = file
+                .tensor(&shard.of)
+                .ok_or_else(|| EvalError::MissingShardSource {
+                    name: t.name.to_string(),
+                    of: shard.of.clone(),
+                    file: file.path().display().to_string(),
+                })?;
+            if (stored.dtype, stored.ne) != (dtype, shard.full_ne) {
+                return Err(EvalError::ShardSourceMismatch {
+                    name: t.name.to_string(),
+                    of: shard.of.clone(),
+                    found: describe(stored.dtype, &stored.ne),
+                    expected: describe(dtype, &shard.full_ne),
+                });
+            }
+            shard
+                .extract(dtype, ne, stored.data)
+                .ok_or_else(|| invalid("the stored bytes are not the source's size".into()))
+        }
+        Weights::Random { seed } => {
+            random_weight(t.name, &t.layout, Some(shard), *seed).map_err(invalid)
+        }
+    }
+}
+
+/// Seeded random bytes for a weight called `name` with `layout` (packed):
+/// [`random_leaf`]'s, or for a shard its slice of [`random_leaf`]'s values
+/// for the whole source (drawn under the source's name and extents, so the
+/// shards agree with the unsplit weight byte for byte). The runtime binds
+/// random weights through this too. `Err` says why a shard cannot be cut.
+pub fn random_weight(
+    name: &str,
+    layout: &Layout,
+    shard: Option<&WeightShard>,
+    seed: u64,
+) -> Result<Vec<u8>, String> {
+    let Some(shard) = shard else {
+        return Ok(random_leaf(name, layout, seed, None));
+    };
+    if let Some(why) = shard.problem(layout.dtype, layout.ne) {
+        return Err(why);
+    }
+    let full = shard.source_layout(layout.dtype).ok_or_else(|| {
+        format!(
+            "'{}' {} is not a valid tensor",
+            shard.of,
+            fmt_ne(&shard.full_ne)
+        )
+    })?;
+    let whole = random_leaf(&shard.of, &full, seed, None);
+    shard
+        .extract(layout.dtype, layout.ne, &whole)
+        .ok_or_else(|| format!("cannot cut {} from '{}'", fmt_ne(&layout.ne), shard.of))
 }
 
 /// The bytes of a constant leaf with `layout`, from its definition.

@@ -81,6 +81,42 @@ pub enum EvalError {
         /// The weights file.
         file: String,
     },
+    /// The stored tensor a weight shard is cut from is not in the file.
+    #[error("weight shard '{name}' is cut from '{of}', which is not in {file}")]
+    MissingShardSource {
+        /// The shard's name.
+        name: String,
+        /// The stored tensor it is cut from.
+        of: String,
+        /// The weights file.
+        file: String,
+    },
+    /// The stored tensor a weight shard is cut from has another dtype or
+    /// shape than the shard says its source has.
+    #[error(
+        "weight shard '{name}' is cut from '{of}', which is {found} but the shard expects {expected}"
+    )]
+    ShardSourceMismatch {
+        /// The shard's name.
+        name: String,
+        /// The stored tensor it is cut from.
+        of: String,
+        /// What the file stores (dtype and ne).
+        found: String,
+        /// The shard's dtype and its source's full extents.
+        expected: String,
+    },
+    /// A weight shard whose slice does not fit its source (only possible in
+    /// graphs or plans that were never verified or checked).
+    #[error("weight shard '{name}' of '{of}': {why}")]
+    InvalidShard {
+        /// The shard's name.
+        name: String,
+        /// The stored tensor it is cut from.
+        of: String,
+        /// What is wrong with the slice.
+        why: String,
+    },
     /// A bound tensor's dtype or shape differs from the graph's.
     #[error("{what} '{name}' is {found} but the graph expects {expected}")]
     Mismatch {
@@ -303,8 +339,10 @@ mod bind;
 mod plan;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_parallel;
 
-pub use bind::{constant_leaf, random_leaf};
+pub use bind::{constant_leaf, random_leaf, random_weight};
 pub use plan::{PlanMemory, evaluate_plan};
 
 /// The binding description of graph leaf `id`.
@@ -315,6 +353,7 @@ fn leaf_of(graph: &Graph, id: TensorId) -> bind::Leaf<'_> {
         layout: t.layout,
         role: t.role,
         init: t.init.as_ref(),
+        shard: t.shard.as_ref(),
         index_bound: index_bound(graph, id),
     }
 }

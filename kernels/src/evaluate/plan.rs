@@ -6,15 +6,25 @@
 //! outputs differ from [`super::evaluate`]'s on the same graph. Devices are all
 //! simulated in host memory; a copy moves bytes between two arenas.
 //!
-//! Invariant: every byte range it touches is bounds-checked against its arena;
-//! a plan pointing outside is an [`EvalError::InvalidPlan`], never a panic.
+//! Invariants:
+//! - every byte range it touches is bounds-checked against its arena; a plan
+//!   pointing outside is an [`EvalError::InvalidPlan`], never a panic;
+//! - every tensor is read where its bytes are (its owner's arena), so a
+//!   collective's participant reads its parts in the other devices' arenas,
+//!   as the runtime does in place; any other step reading a tensor held on
+//!   another device, or a collective reading one that does not share memory
+//!   with its own (a device that is not a CPU), is an
+//!   [`EvalError::InvalidPlan`]: simulating all devices in one memory must
+//!   not hide a read that real devices could not make;
+//! - weight shards are bound as the graph evaluator binds them (their slice
+//!   of the source), so plan and graph outputs agree.
 
 use super::bind::{Leaf, bind_leaf};
 use super::{Bindings, EvalError};
 use crate::reference::fused::eval_fused;
 use crate::reference::{Dense, compute, gather, scatter};
 use ir::plan::{Placement, Plan, Step};
-use ir::{Layout, Role};
+use ir::{Layout, Op, Role};
 
 /// The arenas of an evaluated plan.
 pub struct PlanMemory<'p> {
@@ -103,6 +113,45 @@ impl PlanMemory<'_> {
     }
 }
 
+/// Refuses a step (`op`, or a fused kernel for `None`) on device `device`
+/// that reads a tensor held on another device, unless it is a collective and
+/// both devices are CPU devices (one host's memory, read in place).
+fn check_reads(plan: &Plan, device: u32, op: Option<&Op>, srcs: &[u32]) -> Result<(), EvalError> {
+    let device_of = |t: u32| {
+        plan.tensors
+            .get(plan.owner(t) as usize)
+            .map(|pt| pt.device.0)
+    };
+    let is_cpu = |d: u32| {
+        plan.devices
+            .get(d as usize)
+            .is_some_and(|pd| pd.kind.is_cpu())
+    };
+    let reader = op.map_or("a fused kernel", |op| op.name());
+    for &src in srcs {
+        let Some(held) = device_of(src).filter(|&held| held != device) else {
+            continue;
+        };
+        let why = match op.and_then(Op::collective) {
+            None => "only collectives read tensors on other devices",
+            Some(_) if is_cpu(device) && is_cpu(held) => continue,
+            Some(_) => "collectives read parts in place only between CPU devices",
+        };
+        let name = |d: u32| {
+            plan.devices
+                .get(d as usize)
+                .map_or("?", |pd| pd.name.as_str())
+        };
+        return Err(invalid(format!(
+            "{reader} on '{}' reads '{}' on '{}': {why}",
+            name(device),
+            plan.tensors[src as usize].name,
+            name(held)
+        )));
+    }
+    Ok(())
+}
+
 /// Runs `plan` and returns its arenas after the last step.
 pub fn evaluate_plan<'p>(
     plan: &'p Plan,
@@ -139,6 +188,7 @@ pub fn evaluate_plan<'p>(
             layout: layout_of(plan, t as u32),
             role: pt.role,
             init: pt.init.as_ref(),
+            shard: pt.shard.as_ref(),
             index_bound: bound,
         };
         let bytes = bind_leaf(&leaf, bindings)?;
@@ -163,6 +213,7 @@ pub fn evaluate_plan<'p>(
         memory.arenas[arena][offset..offset + bytes.len()].copy_from_slice(&bytes);
     }
     for split in &plan.splits {
+        let device = split.device.0;
         for c in &split.copies {
             let values = memory.read(c.src)?;
             memory.write(c.dst, &values)?;
@@ -170,6 +221,7 @@ pub fn evaluate_plan<'p>(
         for step in &split.steps {
             match step {
                 Step::Op { op, dst, srcs } => {
+                    check_reads(plan, device, Some(op), srcs)?;
                     let values: Vec<Dense> = srcs
                         .iter()
                         .map(|&s| memory.read(s))
@@ -183,6 +235,7 @@ pub fn evaluate_plan<'p>(
                         .kernels
                         .get(*kernel as usize)
                         .ok_or_else(|| invalid(format!("kernel {kernel} does not exist")))?;
+                    check_reads(plan, device, None, &k.inputs)?;
                     let values: Vec<Dense> = k
                         .inputs
                         .iter()

@@ -175,7 +175,7 @@ fn out_of_range_constant_indices_are_refused_before_running() {
 }
 
 /// An in-memory tensor file.
-struct FakeFile(Vec<(String, DType, [i64; 4], Vec<u8>)>);
+pub(super) struct FakeFile(pub(super) Vec<(String, DType, [i64; 4], Vec<u8>)>);
 
 impl TensorSource for FakeFile {
     fn tensor(&self, name: &str) -> Option<StoredTensor<'_>> {

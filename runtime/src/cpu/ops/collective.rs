@@ -9,7 +9,11 @@
 //! - `all_gather`: the parts joined along `dim`, in part order.
 //!
 //! Work is split over chunks of the packed destination; every operand is
-//! packed f32 (the IR's rule for collectives, re-checked here).
+//! packed f32 (the IR's rule for collectives, re-checked here). The
+//! destination shares no byte with any part (the compiler never runs a
+//! collective in place; re-checked here, since an all-reduce writing over a
+//! later part would overwrite it with part 0 before adding it; such a step
+//! falls back to the reference kernel, which reads every part first).
 
 use super::{dtypes, need, shape, unit_kernel};
 use crate::RuntimeError;
@@ -29,6 +33,21 @@ pub(super) fn prepare(
     let packed_f32 = |t: &RawTensor| t.dtype == DType::F32 && t.is_contiguous();
     need(op, packed_f32(&dst) && parts.iter().all(packed_f32), || {
         format!("collectives take packed f32: {}", dtypes(&dst, parts))
+    })?;
+    let bytes = |t: &RawTensor| {
+        let start = t.data as usize;
+        start..start + t.span_bytes() as usize
+    };
+    let out = bytes(&dst);
+    let overlapping = parts.iter().position(|p| {
+        let part = bytes(p);
+        part.start < out.end && out.start < part.end
+    });
+    need(op, overlapping.is_none(), || {
+        format!(
+            "dst overlaps part {} (a participant never writes over a part)",
+            overlapping.unwrap_or(0)
+        )
     })?;
     match *op {
         Op::AllReduceSum { .. } => {

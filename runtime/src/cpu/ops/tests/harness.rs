@@ -159,7 +159,8 @@ pub enum Expect {
     Nmse,
 }
 
-fn pools() -> &'static [ThreadPool] {
+/// Pools of 1, 2 and 3 threads, made once and shared by every test.
+pub fn pools() -> &'static [ThreadPool] {
     static POOLS: OnceLock<Vec<ThreadPool>> = OnceLock::new();
     POOLS.get_or_init(|| (1..=3).map(ThreadPool::new).collect())
 }

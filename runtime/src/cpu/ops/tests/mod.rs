@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod collective;
 mod data;
 mod elementwise;
 mod errors;
