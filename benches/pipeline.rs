@@ -33,6 +33,7 @@ fn plan(graph: &Graph, target: &str, micro_batches: u32) -> Plan {
             ..PlacementOptions::default()
         },
         micro_batches,
+        tensor_split: None,
         ..CompileOptions::default()
     };
     compile(graph, &Target::preset(target).unwrap(), &options)

@@ -298,6 +298,7 @@ fn cached_graphs_compile_and_their_plans_compute_them() {
                 policy,
                 placement,
                 micro_batches: 1,
+                tensor_split: None,
                 spelled: vec![],
             };
             let plan = compile(g, &Target::preset(target).unwrap(), &opts)

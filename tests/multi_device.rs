@@ -30,6 +30,7 @@ fn pipelined_plan_for(graph: &ir::Graph, target: &str, policy: Policy, n: u32) -
             ..PlacementOptions::default()
         },
         micro_batches: n,
+        tensor_split: None,
         spelled: vec![],
     };
     let target = Target::preset(target).unwrap();

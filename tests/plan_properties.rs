@@ -66,6 +66,7 @@ fn random_graphs_compile_check_and_compute_the_same_outputs() {
                     policy,
                     placement: placement.clone(),
                     micro_batches: 1,
+                    tensor_split: None,
                     spelled: vec![],
                 };
                 let plan = match compile(&graph, target, &opts) {

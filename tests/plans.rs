@@ -74,6 +74,7 @@ fn options(policy: Policy, placement: PlacementOptions, micro_batches: u32) -> C
         policy,
         placement,
         micro_batches,
+        tensor_split: None,
         spelled: vec![],
     }
 }

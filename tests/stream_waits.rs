@@ -18,6 +18,7 @@ fn compile_example(graph: &str, target: &str, placement: PlacementOptions, micro
     let options = CompileOptions {
         placement,
         micro_batches: micro,
+        tensor_split: None,
         ..CompileOptions::default()
     };
     compile(&graph, &Target::preset(target).unwrap(), &options)

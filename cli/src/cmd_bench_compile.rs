@@ -92,6 +92,7 @@ pub fn run(args: BenchCompileArgs) -> Result<ExitCode> {
             ..Default::default()
         },
         micro_batches: 1,
+        tensor_split: None,
         spelled: vec![],
     };
     println!(

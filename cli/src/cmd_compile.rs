@@ -5,6 +5,7 @@ use clap::{Args, ValueEnum};
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::{PinRule, PlacementOptions};
+use compiler::tensor_split::{SplitRule, TensorSplitOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -31,6 +32,10 @@ impl From<PolicyArg> for Policy {
 pub enum SplitModeArg {
     /// Whole blocks per device, in proportion to --tensor-split (or memory).
     Layer,
+    /// Every large matrix split over all devices (tensor parallelism;
+    /// llama.cpp's -sm row, now -sm tensor), in proportion to --tensor-split.
+    #[value(alias = "tensor")]
+    Row,
 }
 
 /// Arguments of `ggplan compile`.
@@ -38,7 +43,8 @@ pub enum SplitModeArg {
 #[command(
     after_help = "Examples:\n  ggplan compile examples/graphs/llama2l.ron --target cpu -o llama2l.plan.ron\n  \
     ggplan compile examples/graphs/llama2l.ron --target cpu+cuda0 --offload-layers 1 --policy ggml -o p.ron\n  \
-    ggplan compile examples/graphs/llama2l.ron --target cpu0+cpu1 --split-mode layer --tensor-split 1,1 -o p.ron"
+    ggplan compile examples/graphs/llama2l.ron --target cpu0+cpu1 --split-mode layer --tensor-split 1,1 -o p.ron\n  \
+    ggplan compile examples/graphs/llama2l.ron --target cpu0+cpu1 --split-mode row -o p.ron"
 )]
 pub struct CompileArgs {
     /// The graph file (.ron).
@@ -60,17 +66,18 @@ pub struct CompileArgs {
     /// Place as many layers as fit each device's memory.
     #[arg(long)]
     fit: bool,
-    /// Spread whole blocks over the target's devices (llama.cpp's -sm layer).
+    /// Spread whole blocks over the target's devices (`layer`, llama.cpp's
+    /// -sm layer) or split every large matrix over them (`row`, alias `tensor`).
     #[arg(long, value_enum)]
     split_mode: Option<SplitModeArg>,
-    /// Proportions of blocks per device, in target order (llama.cpp's -ts);
-    /// without it, by device memory.
-    #[arg(
-        long,
-        value_name = "P0,P1,...",
-        value_delimiter = ',',
-        requires = "split_mode"
-    )]
+    /// Split the weights and state whose name matches REGEX along AXIS over
+    /// every device (tensor parallelism with your own rules; first match wins).
+    #[arg(long = "split", value_name = "REGEX=AXIS")]
+    splits: Vec<String>,
+    /// Proportions per device, in target order (llama.cpp's -ts): of blocks
+    /// with --split-mode layer (without it, by device memory), of each split
+    /// tensor with --split-mode row or --split (without it, equal).
+    #[arg(long, value_name = "P0,P1,...", value_delimiter = ',')]
     tensor_split: Vec<f64>,
     /// Cut the batch into N micro-batches run one after another, so the
     /// devices of a layer split work on different micro-batches at once
@@ -91,9 +98,26 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         .iter()
         .map(|p| PinRule::parse(p, &target))
         .collect::<Result<Vec<_>, _>>()?;
-    let layer_split = args
-        .split_mode
-        .map(|SplitModeArg::Layer| args.tensor_split.clone());
+    let layer_split =
+        matches!(args.split_mode, Some(SplitModeArg::Layer)).then(|| args.tensor_split.clone());
+    let rules = args
+        .splits
+        .iter()
+        .map(|s| SplitRule::parse(s).map_err(|e| anyhow::anyhow!("--split {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let tensor_split = (matches!(args.split_mode, Some(SplitModeArg::Row)) || !rules.is_empty())
+        .then(|| TensorSplitOptions {
+            shares: args.tensor_split.clone(),
+            rules,
+        });
+    if args.split_mode.is_none() && tensor_split.is_none() && !args.tensor_split.is_empty() {
+        anyhow::bail!("--tensor-split needs --split-mode layer|row or --split REGEX=AXIS");
+    }
+    if matches!(args.split_mode, Some(SplitModeArg::Layer)) && !args.splits.is_empty() {
+        anyhow::bail!(
+            "--split REGEX=AXIS splits tensors; it cannot be combined with --split-mode layer"
+        );
+    }
     let mut options = CompileOptions {
         policy: Policy::from(args.policy),
         placement: PlacementOptions {
@@ -103,6 +127,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             layer_split,
         },
         micro_batches: args.pipeline,
+        tensor_split,
         spelled: Vec::new(),
     };
     options.spelled = options.flags(&args.target);

@@ -51,6 +51,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         policy: compiler::assign::Policy::Cost,
         placement: Default::default(),
         micro_batches: 1,
+        tensor_split: None,
         spelled: vec!["--target cpu".into()],
     };
     let start = Instant::now();

@@ -32,6 +32,7 @@ pub mod schedule;
 pub mod split;
 pub mod sync;
 pub mod target;
+pub mod tensor_split;
 
 pub use placement::{PinRule, Pins, PlacementOptions, layer_of, n_layers, pinned_device};
 pub use target::{Device, DeviceId, DeviceKind, Link, Target};
@@ -56,6 +57,17 @@ pub enum Error {
         /// The N asked for.
         micro_batches: u32,
         /// The tensor that cannot be cut (empty when the whole graph cannot).
+        tensor: String,
+        /// Why.
+        reason: String,
+    },
+    /// A tensor split (`--split-mode row`, `--split`, `--tensor-split`) cannot apply.
+    #[error("{rule}{}: {reason}",
+        if .tensor.is_empty() { String::new() } else { format!(": tensor '{}'", .tensor) })]
+    TensorSplit {
+        /// The rule or flag as written.
+        rule: String,
+        /// The tensor it fails on (empty when it is about the whole graph or target).
         tensor: String,
         /// Why.
         reason: String,

@@ -1,6 +1,7 @@
 //! The compiler's pipeline, visible in one function with a timing per pass.
 //!
-//! verify graph -> micro-batch (`--pipeline N` only) -> assign -> schedule -> split + copies -> fuse -> emit
+//! verify graph -> micro-batch (`--pipeline N` only) -> assign (or tensor-split,
+//! `--split-mode row`) -> schedule -> split + copies -> fuse -> emit
 //! (liveness + memory per device) -> sync (events between streams) -> check. Each pass reads its inputs and
 //! returns a new artifact; none mutates another's output.
 //!
@@ -11,6 +12,7 @@ use crate::assign::{Policy, assign_devices};
 use crate::emit::{Header, emit_plan};
 use crate::placement::PlacementOptions;
 use crate::target::Target;
+use crate::tensor_split::{TensorSplitOptions, split_tensors};
 use crate::{Error, check, fuse, micro_batch, schedule, split, sync};
 use ir::Graph;
 use ir::plan::Plan;
@@ -46,6 +48,9 @@ pub struct CompileOptions {
     /// Micro-batches to cut the batch into (`--pipeline N`; 1 = none), see
     /// [`crate::micro_batch`].
     pub micro_batches: u32,
+    /// Tensor parallelism (`--split-mode row`, `--split REGEX=AXIS`), see
+    /// [`crate::tensor_split`]; it replaces the assign pass.
+    pub tensor_split: Option<TensorSplitOptions>,
     /// The options as the user spelled them (recorded in the plan).
     pub spelled: Vec<String>,
 }
@@ -57,6 +62,7 @@ impl Default for CompileOptions {
             policy: Policy::Cost,
             placement: PlacementOptions::default(),
             micro_batches: 1,
+            tensor_split: None,
             spelled: Vec::new(),
         }
     }
@@ -97,6 +103,21 @@ impl CompileOptions {
         }
         if self.micro_batches > 1 {
             flags.push(format!("--pipeline {}", self.micro_batches));
+        }
+        if let Some(split) = &self.tensor_split {
+            if split.rules.is_empty() {
+                flags.push("--split-mode row".to_string());
+            }
+            flags.extend(
+                split
+                    .rules
+                    .iter()
+                    .map(|r| format!("--split {}={}", r.pattern.as_str(), r.axis)),
+            );
+            if !split.shares.is_empty() {
+                let list: Vec<String> = split.shares.iter().map(f64::to_string).collect();
+                flags.push(format!("--tensor-split {}", list.join(",")));
+            }
         }
         flags
     }
@@ -161,8 +182,28 @@ pub fn compile(
     };
 
     let t = Instant::now();
-    let assignment = assign_devices(graph, target, &options.placement, options.policy)?;
-    timed("assign", t);
+    let sharded;
+    let (graph, assignment) = match &options.tensor_split {
+        Some(split) => {
+            if options.micro_batches > 1 {
+                return Err(Error::TensorSplit {
+                    rule: "--split-mode row".into(),
+                    tensor: String::new(),
+                    reason: "cannot be combined with --pipeline (tensor split and \
+                             micro-batches are two ways to use several devices)"
+                        .into(),
+                });
+            }
+            sharded = split_tensors(graph, target, split)?;
+            timed("tensor-split", t);
+            (&sharded.graph, sharded.assignment.clone())
+        }
+        None => {
+            let assignment = assign_devices(graph, target, &options.placement, options.policy)?;
+            timed("assign", t);
+            (graph, assignment)
+        }
+    };
 
     let t = Instant::now();
     let schedule = schedule::schedule_nodes(graph, &assignment);

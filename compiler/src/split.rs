@@ -229,7 +229,11 @@ pub fn split_and_copy(
         let d = split.device;
         for &id in &split.nodes {
             let t = graph.tensor(id);
-            let mut roots: Vec<TensorId> = t.srcs.iter().map(|&s| root_of(s)).collect();
+            // A collective's participant reads its parts in place on their
+            // devices (the assign pass only groups devices sharing memory).
+            let in_place = t.op.is_some_and(|op| op.collective().is_some());
+            let srcs = if in_place { &[][..] } else { &t.srcs[..] };
+            let mut roots: Vec<TensorId> = srcs.iter().map(|&s| root_of(s)).collect();
             roots.sort_unstable();
             roots.dedup();
             for r in roots {

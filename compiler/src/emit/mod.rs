@@ -148,10 +148,19 @@ pub fn emit_plan(
                     });
                 }
                 None => {
+                    // A collective reads its parts in place, where they are.
+                    let in_place = op.collective().is_some();
                     let srcs = t
                         .srcs
                         .iter()
-                        .map(|&s| table.local(graph, s, d))
+                        .map(|&s| {
+                            let at = if in_place {
+                                assignment.device[s.index()]
+                            } else {
+                                d
+                            };
+                            table.local(graph, s, at)
+                        })
                         .collect::<Result<_, _>>()?;
                     steps.push(Step::Op {
                         op,

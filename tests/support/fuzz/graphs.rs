@@ -21,6 +21,7 @@ fn setups() -> Vec<(Target, CompileOptions)> {
     let with = |placement: PlacementOptions, micro_batches: u32| CompileOptions {
         placement,
         micro_batches,
+        tensor_split: None,
         ..CompileOptions::default()
     };
     let layer = PlacementOptions {

@@ -12,7 +12,9 @@
 //!   `[0, full_ne[axis])` with no gap and no overlap (every value of the
 //!   source is loaded, on exactly one device).
 //!
-//! A plain weight named like the source may exist beside its shards (tied
+//! A shard the size of its source is a *mirror* (a small weight read whole on
+//! several devices, loaded once on each): it passes the checks above and is
+//! left out of the tiling. A plain weight named like the source may exist beside its shards (tied
 //! embeddings read whole by `get_rows`, say): it is not a shard and is not
 //! counted. Shards with extents below 1 are skipped here (family 1 reports
 //! them).
@@ -44,6 +46,9 @@ pub(super) fn check(c: &mut Checker<'_>) {
                 let msg = format!("is a shard of '{}', but {why}", shard.of);
                 c.tensor_problem(Shard, id, msg);
             }
+            // A shard as large as its source is a mirror: a whole copy of a
+            // small weight on another device, outside any tiling.
+            None if t.ne == shard.full_ne => {}
             None if t.ne.iter().all(|&n| n >= 1) => {
                 by_source.entry(&shard.of).or_default().push(id);
             }

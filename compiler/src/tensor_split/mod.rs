@@ -1,0 +1,123 @@
+//! Pass `tensor-split` (`ggplan compile --split-mode row`, `--split REGEX=AXIS`):
+//! one model split over several CPU devices, every device holding a slice of
+//! each large matrix (tensor parallelism; ggml's meta backend, decided here
+//! ahead of time).
+//!
+//! # What it does
+//! The graph is rewritten into one whose every tensor lives on one device,
+//! plus the device of every tensor (this pass replaces `assign`); the rest of
+//! the pipeline (schedule, split, fuse, emit, sync, check) plans it as any
+//! multi-device graph. Each value of the original graph gets a *split
+//! state*, as the seed's meta backend defines them:
+//! - **whole**: one tensor (inputs, constants, weights and state not split,
+//!   and what only they produce), computed once on device 0, copied where read;
+//! - **mirrored**: a full copy on every device, each computed there (the
+//!   residual stream after an all-reduce, norms of it);
+//! - **split** along an axis with one extent per device (0: no part there);
+//! - **partial**: every device holds a full-shape partial sum.
+//!
+//! Leafs get their states from [`rules`]; a split weight becomes one weight
+//! shard per device (`NAME#d`, an `ir::WeightShard` of the stored tensor);
+//! a split state one state tensor per device. Whole weights and constants
+//! read on other devices are mirrored as their own leafs there (weights as
+//! full-range shards), so no weight is copied per run.
+//!
+//! # Rules per op ([`rewrite`])
+//! Elementwise ops keep a split (a whole operand is sliced by a view); row
+//! ops (norms, soft_max, rope, reductions) keep a split that is not along
+//! their rows; `reshape`, shaped `cont`, `permute` and strided `view`s move
+//! the axis ([`axis`]); `set_rows` writes a split cache part by part;
+//! `mul_mat` maps (rows-split weight, mirrored input) to split output rows,
+//! (input-split weight, input split alike) to a partial sum, and heads-split
+//! batched products (GQA: query heads per KV head kept together) to
+//! heads-split results. Anything else first makes its operands whole on
+//! every device: a partial sum by an **all-reduce** (one `all_reduce_sum`
+//! participant per device, reading the parts in place), a split value by an
+//! **all-gather**; then the op runs on every device (mirrored), or once when
+//! all its operands are whole. A graph output is made whole on device 0 under
+//! its own name (a one-participant gather or reduce when it was split).
+//!
+//! **Invariants** of the result: a verified graph computing the original's
+//! outputs under their names from the same inputs; every original leaf that
+//! stays whole keeps its name; every collective's parts are packed f32 on
+//! CPU devices of one host; the same graph, target and options give the same
+//! graph (no hash maps are iterated).
+
+mod axis;
+mod rewrite;
+pub mod rules;
+
+pub use rules::{LeafSplit, SplitRule, partition};
+
+use crate::Error;
+use crate::assign::Assignment;
+use crate::target::Target;
+use ir::Graph;
+
+/// How to split (`--split-mode row` or `--split` rules, `--tensor-split`).
+#[derive(Clone, Debug, Default)]
+pub struct TensorSplitOptions {
+    /// Share of each device (`--tensor-split 3,1`); empty: equal shares.
+    pub shares: Vec<f64>,
+    /// Explicit rules; empty: the block roles of `--split-mode row`.
+    pub rules: Vec<SplitRule>,
+}
+
+/// The rewritten graph and where each of its tensors lives.
+#[derive(Clone, Debug)]
+pub struct Sharded {
+    /// The graph with shards, per-device nodes and collectives.
+    pub graph: Graph,
+    /// Device and reason per tensor of `graph`.
+    pub assignment: Assignment,
+}
+
+/// Splits `graph` over every device of `target` (all CPU devices).
+pub fn split_tensors(
+    graph: &Graph,
+    target: &Target,
+    options: &TensorSplitOptions,
+) -> Result<Sharded, Error> {
+    let n = target.devices.len();
+    if let Some(d) = target.devices.iter().find(|d| !d.is_cpu()) {
+        return Err(rules::split_error(
+            "--split-mode row",
+            "",
+            &format!(
+                "device '{}' is not a CPU device; collectives read parts in place, so \
+                 every device of a tensor split must share the host's memory",
+                d.name
+            ),
+        ));
+    }
+    if n < 2 {
+        return Err(rules::split_error(
+            "--split-mode row",
+            "",
+            &format!(
+                "target '{}' has one device; a tensor split needs two or more",
+                target.name
+            ),
+        ));
+    }
+    let shares = if options.shares.is_empty() {
+        vec![1.0; n]
+    } else if options.shares.len() != n || options.shares.iter().any(|s| s.is_nan() || *s <= 0.0) {
+        return Err(rules::split_error(
+            "--tensor-split",
+            "",
+            &format!(
+                "{} shares for {n} devices (give one positive share per device)",
+                options.shares.len()
+            ),
+        ));
+    } else {
+        options.shares.clone()
+    };
+    let leafs = if options.rules.is_empty() {
+        rules::row_mode(graph, &shares)?
+    } else {
+        rules::explicit(graph, &options.rules, &shares)?
+    };
+    rewrite::rewrite(graph, target, &leafs)
+}

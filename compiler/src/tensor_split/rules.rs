@@ -1,0 +1,403 @@
+//! Which leafs are split, along which axis, with which extents per device.
+//!
+//! Two sources of rules:
+//! - `--split-mode row`: the roles of a transformer block, found by weight
+//!   name (llama.cpp's GGUF names, ggml's example names, Hugging Face BERT
+//!   names): Q, K, V and the FFN's gate/up matrices (and their biases) split
+//!   along their output rows; the attention output and FFN down matrices
+//!   along their input (they then produce partial sums); KV caches by heads;
+//!   the output head along its rows (it is found by use: the matrix whose
+//!   product is a graph output). Everything else stays whole.
+//! - `--split REGEX=AXIS`: every weight or state whose name matches is split
+//!   along AXIS in equal units (a dtype block along axis 0, else one).
+//!
+//! Extents come from one partition per *group* so that the tensors that
+//! meet in an op are cut alike: a block's attention is cut by KV heads (Q
+//! and the attention output by the query heads of those KV heads, so GQA
+//! groups stay on one device), its FFN by units of the down matrix's block.
+//! **Invariant:** within a group every member's extents are the same
+//! partition of units, scaled by the member's unit size; a partition is
+//! deterministic (largest remainder, ties to the lower device).
+
+use crate::Error;
+use ir::{Graph, Op, Role, TensorId};
+use regex::Regex;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+/// A leaf's split: the axis and one extent per device (0: no part there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeafSplit {
+    /// Axis cut.
+    pub axis: usize,
+    /// Extent per device, adding up to the leaf's extent along `axis`.
+    pub extents: Vec<i64>,
+}
+
+/// A user's `--split REGEX=AXIS` rule.
+#[derive(Clone, Debug)]
+pub struct SplitRule {
+    /// Matched against weight and state names.
+    pub pattern: Regex,
+    /// The axis, 0..=3.
+    pub axis: u8,
+}
+
+impl SplitRule {
+    /// Parses `REGEX=AXIS`.
+    pub fn parse(text: &str) -> Result<SplitRule, String> {
+        let (re, axis) = text
+            .rsplit_once('=')
+            .ok_or_else(|| format!("'{text}' is not REGEX=AXIS"))?;
+        let axis: u8 = axis
+            .trim()
+            .parse()
+            .ok()
+            .filter(|a| *a < 4)
+            .ok_or_else(|| format!("'{text}': the axis must be 0, 1, 2 or 3, not '{axis}'"))?;
+        let pattern = Regex::new(re).map_err(|e| format!("'{text}': {e}"))?;
+        Ok(SplitRule { pattern, axis })
+    }
+}
+
+/// The role of a leaf in a transformer block, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Q,
+    Kv,
+    AttnOut,
+    FfnIn,
+    FfnOut,
+    CacheK,
+    CacheV,
+}
+
+static PARTS: LazyLock<Vec<(Part, Regex)>> = LazyLock::new(|| {
+    let re = |s: &str| Regex::new(s).expect("a valid built-in pattern");
+    vec![
+        (
+            Part::Q,
+            re(r"(attn_q\.(weight|bias)|\.wq|\.bq|attention\.self\.query\.(weight|bias))$"),
+        ),
+        (
+            Part::Kv,
+            re(
+                r"(attn_[kv]\.(weight|bias)|\.w[kv]|\.b[kv]|attention\.self\.(key|value)\.(weight|bias))$",
+            ),
+        ),
+        (
+            Part::AttnOut,
+            re(r"(attn_output\.weight|\.wo|attention\.output\.dense\.weight)$"),
+        ),
+        (
+            Part::FfnIn,
+            re(r"(ffn_(gate|up)\.(weight|bias)|intermediate\.dense\.(weight|bias))$"),
+        ),
+        (
+            Part::FfnOut,
+            re(r"(ffn_down(\.weight)?|layer\.\d+\.output\.dense\.weight)$"),
+        ),
+        (Part::CacheK, re(r"cache_k$")),
+        (Part::CacheV, re(r"cache_v$")),
+    ]
+});
+
+fn part_of(name: &str) -> Option<Part> {
+    PARTS
+        .iter()
+        .find(|(_, re)| re.is_match(name))
+        .map(|(p, _)| *p)
+}
+
+/// The block a name belongs to: its first number (`blk.3.…`, `l3.…`,
+/// `encoder.layer.3.…`).
+fn block_of(name: &str) -> Option<u32> {
+    let start = name.find(|c: char| c.is_ascii_digit())?;
+    let digits: String = name[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Units per device: `n` units shared in proportion to `shares`.
+pub fn partition(n: i64, shares: &[f64]) -> Vec<i64> {
+    let total: f64 = shares.iter().sum();
+    let ideal: Vec<f64> = shares.iter().map(|s| n as f64 * s / total).collect();
+    let mut units: Vec<i64> = ideal.iter().map(|x| x.floor() as i64).collect();
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    // Largest remainder first; ties to the lower device.
+    order.sort_by(|&a, &b| {
+        let (ra, rb) = (ideal[a] - ideal[a].floor(), ideal[b] - ideal[b].floor());
+        rb.total_cmp(&ra).then(a.cmp(&b))
+    });
+    let missing = n - units.iter().sum::<i64>();
+    for &d in order.iter().cycle().take(missing.max(0) as usize) {
+        units[d] += 1;
+    }
+    units
+}
+
+/// A head layout found in the graph: `[head_dim, heads, …]` reshapes of a
+/// projection's product.
+#[derive(Clone, Copy, Debug, Default)]
+struct Heads {
+    head_dim: i64,
+    q: i64,
+    kv: i64,
+}
+
+/// The `[head_dim, heads]` the product of weight `w` is reshaped to (after
+/// an optional bias add), if any.
+fn heads_of(graph: &Graph, users: &[Vec<TensorId>], w: TensorId) -> Option<(i64, i64)> {
+    let rows = graph.tensor(w).ne()[1];
+    let product = users[w.index()]
+        .iter()
+        .copied()
+        .find(|&u| graph.tensor(u).op == Some(Op::MulMat) && graph.tensor(u).srcs[0] == w)?;
+    let mut frontier = vec![product];
+    for _ in 0..2 {
+        let mut next = vec![];
+        for &t in &frontier {
+            for &u in &users[t.index()] {
+                let ut = graph.tensor(u);
+                match ut.op {
+                    // A head is more than one value (the V cache's `[1, C, t]`
+                    // view is not a head layout).
+                    Some(Op::Reshape)
+                        if ut.ne()[0] * ut.ne()[1] == rows && ut.ne()[0] > 1 && ut.ne()[1] > 1 =>
+                    {
+                        return Some((ut.ne()[0], ut.ne()[1]));
+                    }
+                    Some(Op::Add) => next.push(u),
+                    _ => {}
+                }
+            }
+        }
+        frontier = next;
+    }
+    None
+}
+
+/// The leaf splits for `--split-mode row` over `shares.len()` devices.
+pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, LeafSplit>, Error> {
+    let users = users(graph);
+    let leafs: Vec<(TensorId, Part)> = graph
+        .ids()
+        .filter(|&id| matches!(graph.tensor(id).role, Role::Weight | Role::State))
+        .filter_map(|id| part_of(&graph.tensor(id).name).map(|p| (id, p)))
+        .collect();
+    // Head layouts per block, from the Q and K (or V) projections.
+    let mut heads: BTreeMap<u32, Heads> = BTreeMap::new();
+    for &(id, part) in &leafs {
+        let t = graph.tensor(id);
+        let (Some(block), true) = (block_of(&t.name), t.role == Role::Weight) else {
+            continue;
+        };
+        if let Some((hd, n)) = heads_of(graph, &users, id) {
+            let h = heads.entry(block).or_default();
+            h.head_dim = hd;
+            match part {
+                Part::Q => h.q = n,
+                Part::Kv => h.kv = n,
+                _ => {}
+            }
+        }
+    }
+    // FFN width and its block per block (the down matrix's input is cut).
+    let mut ffn_block: BTreeMap<u32, i64> = BTreeMap::new();
+    for &(id, part) in &leafs {
+        let t = graph.tensor(id);
+        if let (Part::FfnOut, Some(b)) = (part, block_of(&t.name)) {
+            ffn_block.insert(b, t.dtype().block_elems() as i64);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for &(id, part) in &leafs {
+        let t = graph.tensor(id);
+        let name = &t.name;
+        let Some(block) = block_of(name) else {
+            continue;
+        };
+        let is_bias = t.role == Role::Weight && t.ne()[1] == 1;
+        let axis = match part {
+            Part::Q | Part::Kv | Part::FfnIn if is_bias => 0,
+            Part::Q | Part::Kv | Part::FfnIn => 1,
+            Part::AttnOut | Part::FfnOut | Part::CacheK => 0,
+            Part::CacheV => 1,
+        };
+        let extent = t.ne()[axis];
+        let (units, unit) = match part {
+            Part::Q | Part::Kv | Part::AttnOut | Part::CacheK | Part::CacheV => {
+                let h = heads.get(&block).copied().unwrap_or_default();
+                if h.head_dim == 0 || h.q == 0 || h.kv == 0 || h.q % h.kv != 0 {
+                    return Err(split_error(
+                        "--split-mode row",
+                        name,
+                        &format!(
+                            "cannot find block {block}'s heads (Q and K products reshaped to \
+                             [head_dim, heads, tokens]); name the splits with --split REGEX=AXIS"
+                        ),
+                    ));
+                }
+                let per = match part {
+                    Part::Q | Part::AttnOut => h.head_dim * (h.q / h.kv),
+                    _ => h.head_dim,
+                };
+                (h.kv, per)
+            }
+            Part::FfnIn | Part::FfnOut => {
+                let unit = ffn_block.get(&block).copied().unwrap_or(1);
+                (extent / unit, unit)
+            }
+        };
+        if units * unit != extent {
+            return Err(split_error(
+                "--split-mode row",
+                name,
+                &format!("its extent {extent} along axis {axis} is not {units} units of {unit}"),
+            ));
+        }
+        let extents = partition(units, shares).iter().map(|u| u * unit).collect();
+        out.insert(id, LeafSplit { axis, extents });
+    }
+    if let Some(head) = output_head(graph, &users) {
+        let t = graph.tensor(head);
+        let extents = partition(t.ne()[1], shares);
+        out.insert(head, LeafSplit { axis: 1, extents });
+    }
+    Ok(out)
+}
+
+/// The weight whose product is a graph output (the logits), if one is.
+fn output_head(graph: &Graph, users: &[Vec<TensorId>]) -> Option<TensorId> {
+    graph.ids().find(|&id| {
+        graph.tensor(id).role == Role::Weight
+            && users[id.index()].iter().any(|&u| {
+                let ut = graph.tensor(u);
+                ut.op == Some(Op::MulMat) && ut.srcs[0] == id && ut.role == Role::Output
+            })
+    })
+}
+
+/// The leaf splits of explicit `--split REGEX=AXIS` rules (the first rule
+/// matching a name wins). A rule matching no weight or state is an error.
+pub fn explicit(
+    graph: &Graph,
+    rules: &[SplitRule],
+    shares: &[f64],
+) -> Result<BTreeMap<TensorId, LeafSplit>, Error> {
+    let mut out = BTreeMap::new();
+    let mut used = vec![false; rules.len()];
+    for id in graph.ids() {
+        let t = graph.tensor(id);
+        if !matches!(t.role, Role::Weight | Role::State) {
+            continue;
+        }
+        let Some(k) = rules.iter().position(|r| r.pattern.is_match(&t.name)) else {
+            continue;
+        };
+        used[k] = true;
+        let rule = &rules[k];
+        let spelled = format!("--split {}={}", rule.pattern.as_str(), rule.axis);
+        let axis = usize::from(rule.axis);
+        let unit = if axis == 0 {
+            t.dtype().block_elems() as i64
+        } else {
+            1
+        };
+        let units = t.ne()[axis] / unit;
+        if units < shares.len() as i64 {
+            return Err(split_error(
+                &spelled,
+                &t.name,
+                &format!(
+                    "{} {} has {units} units of {unit} along axis {axis}, fewer than the {} devices",
+                    t.dtype(),
+                    ir::layout::fmt_ne(&t.ne()),
+                    shares.len()
+                ),
+            ));
+        }
+        let extents = partition(units, shares).iter().map(|u| u * unit).collect();
+        out.insert(id, LeafSplit { axis, extents });
+    }
+    if let Some(k) = used.iter().position(|u| !u) {
+        let r = &rules[k];
+        return Err(split_error(
+            &format!("--split {}={}", r.pattern.as_str(), r.axis),
+            "",
+            "matches no weight or state of the graph",
+        ));
+    }
+    Ok(out)
+}
+
+/// Users of every tensor, in id order.
+pub(super) fn users(graph: &Graph) -> Vec<Vec<TensorId>> {
+    let mut users = vec![Vec::new(); graph.len()];
+    for id in graph.ids() {
+        for &s in &graph.tensor(id).srcs {
+            users[s.index()].push(id);
+        }
+    }
+    users
+}
+
+pub(super) fn split_error(rule: &str, tensor: &str, reason: &str) -> Error {
+    Error::TensorSplit {
+        rule: rule.to_string(),
+        tensor: tensor.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_follow_the_shares_and_add_up() {
+        assert_eq!(partition(3, &[1.0, 1.0]), vec![2, 1]);
+        assert_eq!(partition(3, &[1.0, 1.0, 1.0, 1.0]), vec![1, 1, 1, 0]);
+        assert_eq!(partition(8, &[3.0, 1.0]), vec![6, 2]);
+        assert_eq!(partition(6, &[1.0, 1.0, 1.0, 1.0]), vec![2, 2, 1, 1]);
+    }
+
+    #[test]
+    fn names_map_to_block_parts() {
+        assert_eq!(part_of("blk.0.attn_q.weight"), Some(Part::Q));
+        assert_eq!(part_of("l1.wq"), Some(Part::Q));
+        assert_eq!(part_of("l1.wk"), Some(Part::Kv));
+        assert_eq!(part_of("blk.2.attn_output.weight"), Some(Part::AttnOut));
+        assert_eq!(
+            part_of("encoder.layer.0.attention.output.dense.weight"),
+            Some(Part::AttnOut)
+        );
+        assert_eq!(
+            part_of("encoder.layer.0.output.dense.weight"),
+            Some(Part::FfnOut)
+        );
+        assert_eq!(part_of("encoder.layer.0.output.dense.bias"), None);
+        assert_eq!(part_of("l0.ffn_gate.weight"), Some(Part::FfnIn));
+        assert_eq!(part_of("l0.ffn_down"), Some(Part::FfnOut));
+        assert_eq!(part_of("l3.cache_v"), Some(Part::CacheV));
+        assert_eq!(part_of("blk.0.attn_norm.weight"), None);
+        assert_eq!(
+            block_of("encoder.layer.11.attention.self.query.weight"),
+            Some(11)
+        );
+    }
+
+    #[test]
+    fn explicit_rules_parse_and_refuse_bad_axes() {
+        let r = SplitRule::parse(r"ffn_(up|gate)=1").expect("parses");
+        assert_eq!(r.axis, 1);
+        assert!(
+            SplitRule::parse("x=4")
+                .unwrap_err()
+                .contains("0, 1, 2 or 3")
+        );
+        assert!(SplitRule::parse("x").unwrap_err().contains("REGEX=AXIS"));
+    }
+}
