@@ -89,6 +89,36 @@ pub struct CompileArgs {
     output: PathBuf,
 }
 
+/// The layer split and the tensor split that `--split-mode`, `--split` and
+/// `--tensor-split` ask for (shared by `compile` and `generate`).
+pub(crate) fn split_options(
+    split_mode: Option<SplitModeArg>,
+    splits: &[String],
+    shares: &[f64],
+) -> Result<(Option<Vec<f64>>, Option<TensorSplitOptions>)> {
+    let layer_split = matches!(split_mode, Some(SplitModeArg::Layer)).then(|| shares.to_vec());
+    let rules = splits
+        .iter()
+        .map(|s| SplitRule::parse(s).map_err(|e| anyhow::anyhow!("--split {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    if matches!(split_mode, Some(SplitModeArg::Layer)) && !rules.is_empty() {
+        anyhow::bail!(
+            "--split REGEX=AXIS splits tensors; it cannot be combined with --split-mode layer"
+        );
+    }
+    let tensor_split =
+        (matches!(split_mode, Some(SplitModeArg::Row)) || !rules.is_empty()).then(|| {
+            TensorSplitOptions {
+                shares: shares.to_vec(),
+                rules,
+            }
+        });
+    if split_mode.is_none() && tensor_split.is_none() && !shares.is_empty() {
+        anyhow::bail!("--tensor-split needs --split-mode layer|row or --split REGEX=AXIS");
+    }
+    Ok((layer_split, tensor_split))
+}
+
 /// Runs `ggplan compile`.
 pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let graph = ir::text::read_graph(&args.graph)?;
@@ -98,26 +128,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         .iter()
         .map(|p| PinRule::parse(p, &target))
         .collect::<Result<Vec<_>, _>>()?;
-    let layer_split =
-        matches!(args.split_mode, Some(SplitModeArg::Layer)).then(|| args.tensor_split.clone());
-    let rules = args
-        .splits
-        .iter()
-        .map(|s| SplitRule::parse(s).map_err(|e| anyhow::anyhow!("--split {e}")))
-        .collect::<Result<Vec<_>>>()?;
-    let tensor_split = (matches!(args.split_mode, Some(SplitModeArg::Row)) || !rules.is_empty())
-        .then(|| TensorSplitOptions {
-            shares: args.tensor_split.clone(),
-            rules,
-        });
-    if args.split_mode.is_none() && tensor_split.is_none() && !args.tensor_split.is_empty() {
-        anyhow::bail!("--tensor-split needs --split-mode layer|row or --split REGEX=AXIS");
-    }
-    if matches!(args.split_mode, Some(SplitModeArg::Layer)) && !args.splits.is_empty() {
-        anyhow::bail!(
-            "--split REGEX=AXIS splits tensors; it cannot be combined with --split-mode layer"
-        );
-    }
+    let (layer_split, tensor_split) =
+        split_options(args.split_mode, &args.splits, &args.tensor_split)?;
     let mut options = CompileOptions {
         policy: Policy::from(args.policy),
         placement: PlacementOptions {

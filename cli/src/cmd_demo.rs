@@ -141,6 +141,9 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             precision: crate::cmd_generate::PrecisionArg::Fast,
             kv: crate::cmd_generate::KvArg::F32,
             threads: None,
+            target: "cpu".into(),
+            split_mode: None,
+            tensor_split: Vec::new(),
         })?;
     } else {
         println!(

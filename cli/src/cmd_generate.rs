@@ -3,6 +3,7 @@
 //! plans per context bucket sharing one KV cache) is `ggplan::Generator`
 //! (ggplan/src/jobs/generator.rs); this module parses the flags and prints.
 
+use crate::cmd_compile::{SplitModeArg, split_options};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use ggplan::jobs::buckets::DEFAULT_MIN_BUCKET;
@@ -17,7 +18,8 @@ use std::process::ExitCode;
 #[derive(Args)]
 #[command(
     after_help = "Examples:\n  ggplan generate --gguf SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"Once upon a time\"\n  \
-    ggplan generate --gguf model.gguf --prompt \"Hello\" --max-tokens 64 --ctx 256 --json"
+    ggplan generate --gguf model.gguf --prompt \"Hello\" --max-tokens 64 --ctx 256 --json\n  \
+    ggplan generate --gguf model.gguf --prompt \"Hello\" --target cpu0+cpu1 --split-mode row"
 )]
 pub struct GenerateArgs {
     /// A llama-family GGUF file (llama, mistral, qwen2).
@@ -49,9 +51,21 @@ pub struct GenerateArgs {
     /// KV cache element type.
     #[arg(long, value_enum, default_value_t = KvArg::F32)]
     pub(crate) kv: KvArg,
-    /// Threads (default: all cores).
+    /// Threads (default: all cores; a multi-device target's devices run
+    /// their own cores).
     #[arg(long)]
     pub(crate) threads: Option<usize>,
+    /// The target plans are compiled for: a preset (cpu, cpu0+cpu1, ...),
+    /// `host` or a target file.
+    #[arg(long, default_value = "cpu")]
+    pub(crate) target: String,
+    /// `row` (alias `tensor`): every large matrix and the KV cache split over
+    /// the target's devices; `layer`: whole blocks per device.
+    #[arg(long, value_enum)]
+    pub(crate) split_mode: Option<SplitModeArg>,
+    /// Proportions per device, in target order (llama.cpp's -ts).
+    #[arg(long, value_name = "P0,P1,...", value_delimiter = ',')]
+    pub(crate) tensor_split: Vec<f64>,
 }
 
 /// `--precision`.
@@ -88,6 +102,21 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         },
         threads: args.threads,
         progress: Some(crate::progress::preparing(&bar)),
+        target: Some(args.target.clone()),
+        compile: {
+            let (layer_split, tensor_split) =
+                split_options(args.split_mode, &[], &args.tensor_split)?;
+            let mut compile = ggplan::CompileOptions {
+                placement: ggplan::PlacementOptions {
+                    layer_split,
+                    ..Default::default()
+                },
+                tensor_split,
+                ..Default::default()
+            };
+            compile.spelled = compile.flags(&args.target);
+            compile
+        },
     };
     let mut generator = Generator::open(&args.gguf, options)?;
     let threads = generator.threads();

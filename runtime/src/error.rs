@@ -73,15 +73,13 @@ pub enum RuntimeError {
     /// The stored tensor a weight shard is cut from has another dtype or
     /// shape than the shard says its source has.
     #[error(
-        "weight shard '{name}' is cut from '{of}' in {file}, which is {found}, but the plan expects {expected}"
+        "weight shard '{name}' is cut from {stored}, which is {found}, but the plan expects {expected}"
     )]
     ShardSourceMismatch {
         /// The shard's name.
         name: String,
-        /// The stored tensor it is cut from.
-        of: String,
-        /// The weights file.
-        file: String,
+        /// The stored tensor it is cut from and its file (`'w' in model.gguf`).
+        stored: String,
         /// What the file stores.
         found: String,
         /// The shard's dtype and its source's full extents.
@@ -164,7 +162,7 @@ pub enum RuntimeError {
     #[error("{reader} on device '{device}' reads '{tensor}' on device '{held_on}': {why}")]
     PeerRead {
         /// The op name, or `fused`.
-        reader: String,
+        reader: &'static str,
         /// The step's device.
         device: String,
         /// The tensor read.

@@ -144,7 +144,7 @@ impl Preparer<'_> {
             let collective = op.is_some_and(|op| op.collective().is_some());
             if let Some(why) = peer_read_refusal(collective, reader.kind, held_dev.kind) {
                 return Err(RuntimeError::PeerRead {
-                    reader: op.map_or("fused", |op| op.name()).to_string(),
+                    reader: op.map_or("fused", |op| op.name()),
                     device: reader.name.clone(),
                     tensor: self.plan.tensors[src as usize].name.clone(),
                     held_on: held_dev.name.clone(),

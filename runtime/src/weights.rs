@@ -137,8 +137,7 @@ fn bind_shard(
             if (stored.dtype, stored.ne) != (dtype, shard.full_ne) {
                 return Err(RuntimeError::ShardSourceMismatch {
                     name: name.to_string(),
-                    of: shard.of.clone(),
-                    file: origin,
+                    stored: format!("'{}' in {origin}", shard.of),
                     found: describe(stored.dtype, &stored.ne),
                     expected: describe(dtype, &shard.full_ne),
                 });

@@ -931,6 +931,22 @@ impl Rewriter<'_> {
                 })?;
                 Ok(Some(Value::Partial(out)))
             }
+            // Row-parallel with a whole input: each device reads its slice of K.
+            (
+                Value::Split {
+                    axis: 0,
+                    extents,
+                    parts,
+                },
+                b,
+            ) if whole(b) => {
+                let (extents, parts, b) = (extents.clone(), parts.clone(), b.clone());
+                let out = self.per_part(id, Op::MulMat, &have(&parts), |rw, d| {
+                    let slice = rw.slice(&b, 0, &extents, d)?;
+                    Ok((vec![parts[d].unwrap(), rw.packed(id, slice)?], None))
+                })?;
+                Ok(Some(Value::Partial(out)))
+            }
             // Heads: batched products split along axis 2 (GQA: `ratio` query
             // heads per KV head, kept on one device).
             (

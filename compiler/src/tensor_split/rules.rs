@@ -7,7 +7,9 @@
 //!   along their output rows; the attention output and FFN down matrices
 //!   along their input (they then produce partial sums); KV caches by heads;
 //!   the output head along its rows (it is found by use: the matrix whose
-//!   product is a graph output). Everything else stays whole.
+//!   product is a graph output); token tables (read by `get_rows`) along
+//!   their columns, and a head that is one (tied embeddings) with them.
+//!   Everything else stays whole.
 //! - `--split REGEX=AXIS`: every weight or state whose name matches is split
 //!   along AXIS in equal units (a dtype block along axis 0, else one).
 //!
@@ -212,7 +214,8 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
             ffn_block.insert(b, t.dtype().block_elems() as i64);
         }
     }
-    let mut out = BTreeMap::new();
+    // Each leaf's axis and its units (KV heads or FFN blocks) of `unit` values.
+    let mut cuts: Vec<(TensorId, u32, bool, usize, i64, i64)> = Vec::new();
     for &(id, part) in &leafs {
         let t = graph.tensor(id);
         let name = &t.name;
@@ -227,29 +230,27 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
             Part::CacheV => 1,
         };
         let extent = t.ne()[axis];
-        let (units, unit) = match part {
-            Part::Q | Part::Kv | Part::AttnOut | Part::CacheK | Part::CacheV => {
-                let h = heads.get(&block).copied().unwrap_or_default();
-                if h.head_dim == 0 || h.q == 0 || h.kv == 0 || h.q % h.kv != 0 {
-                    return Err(split_error(
-                        "--split-mode row",
-                        name,
-                        &format!(
-                            "cannot find block {block}'s heads (Q and K products reshaped to \
-                             [head_dim, heads, tokens]); name the splits with --split REGEX=AXIS"
-                        ),
-                    ));
-                }
-                let per = match part {
-                    Part::Q | Part::AttnOut => h.head_dim * (h.q / h.kv),
-                    _ => h.head_dim,
-                };
-                (h.kv, per)
+        let attention = !matches!(part, Part::FfnIn | Part::FfnOut);
+        let (units, unit) = if attention {
+            let h = heads.get(&block).copied().unwrap_or_default();
+            if h.head_dim == 0 || h.q == 0 || h.kv == 0 || h.q % h.kv != 0 {
+                return Err(split_error(
+                    "--split-mode row",
+                    name,
+                    &format!(
+                        "cannot find block {block}'s heads (Q and K products reshaped to \
+                         [head_dim, heads, tokens]); name the splits with --split REGEX=AXIS"
+                    ),
+                ));
             }
-            Part::FfnIn | Part::FfnOut => {
-                let unit = ffn_block.get(&block).copied().unwrap_or(1);
-                (extent / unit, unit)
-            }
+            let per = match part {
+                Part::Q | Part::AttnOut => h.head_dim * (h.q / h.kv),
+                _ => h.head_dim,
+            };
+            (h.kv, per)
+        } else {
+            let unit = ffn_block.get(&block).copied().unwrap_or(1);
+            (extent / unit, unit)
         };
         if units * unit != extent {
             return Err(split_error(
@@ -258,15 +259,87 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
                 &format!("its extent {extent} along axis {axis} is not {units} units of {unit}"),
             ));
         }
-        let extents = partition(units, shares).iter().map(|u| u * unit).collect();
-        out.insert(id, LeafSplit { axis, extents });
+        cuts.push((id, block, attention, axis, units, unit));
     }
-    if let Some(head) = output_head(graph, &users) {
+    // Per block: attention by KV heads in proportion to the shares; then the
+    // FFN's units so that each device's bytes of the block (weights and
+    // cache) come as close to its share as the units allow (a GQA block of
+    // 3 KV heads over 2 devices gives one device twice the attention; its
+    // FFN part shrinks to make up for it).
+    let mut out = BTreeMap::new();
+    let blocks: std::collections::BTreeSet<u32> = cuts.iter().map(|c| c.1).collect();
+    let total: f64 = shares.iter().sum();
+    for block in blocks {
+        let in_block: Vec<_> = cuts.iter().filter(|c| c.1 == block).collect();
+        let bytes = |id: TensorId| graph.tensor(id).layout.span_bytes() as f64;
+        let mut attn_bytes = vec![0.0; shares.len()];
+        let mut ffn_total = 0.0;
+        for &&(id, _, attention, axis, units, unit) in &in_block {
+            if attention {
+                let split = partition(units, shares);
+                for (d, u) in split.iter().enumerate() {
+                    attn_bytes[d] += bytes(id) * *u as f64 / units as f64;
+                }
+                let extents = split.iter().map(|u| u * unit).collect();
+                out.insert(id, LeafSplit { axis, extents });
+            } else {
+                ffn_total += bytes(id);
+            }
+        }
+        let all = attn_bytes.iter().sum::<f64>() + ffn_total;
+        let mut ffn_shares: Vec<f64> = shares
+            .iter()
+            .zip(&attn_bytes)
+            .map(|(s, a)| (s / total * all - a).max(0.0))
+            .collect();
+        if ffn_shares.iter().all(|s| *s <= 0.0) {
+            ffn_shares = shares.to_vec();
+        }
+        for &&(id, _, attention, axis, units, unit) in &in_block {
+            if !attention {
+                let extents = partition(units, &ffn_shares)
+                    .iter()
+                    .map(|u| u * unit)
+                    .collect();
+                out.insert(id, LeafSplit { axis, extents });
+            }
+        }
+    }
+    // Token tables are cut along their columns (each device gathers its
+    // columns of every row; one all-gather joins them), so no device holds
+    // a whole table. A head that is such a table (tied embeddings) is cut
+    // alike and makes partial logits; another head is cut along its rows.
+    for table in token_tables(graph, &users) {
+        let t = graph.tensor(table);
+        let unit = t.dtype().block_elems() as i64;
+        let extents = partition(t.ne()[0] / unit, shares)
+            .iter()
+            .map(|u| u * unit)
+            .collect();
+        out.insert(table, LeafSplit { axis: 0, extents });
+    }
+    if let Some(head) = output_head(graph, &users).filter(|h| !out.contains_key(h)) {
         let t = graph.tensor(head);
         let extents = partition(t.ne()[1], shares);
         out.insert(head, LeafSplit { axis: 1, extents });
     }
     Ok(out)
+}
+
+/// Weights read as the table of a `get_rows` (token embeddings).
+fn token_tables(graph: &Graph, users: &[Vec<TensorId>]) -> Vec<TensorId> {
+    graph
+        .ids()
+        .filter(|&id| {
+            let t = graph.tensor(id);
+            t.role == Role::Weight
+                && t.ne()[1] > 1
+                && users[id.index()].iter().any(|&u| {
+                    let ut = graph.tensor(u);
+                    ut.op == Some(Op::GetRows) && ut.srcs[0] == id
+                })
+        })
+        .collect()
 }
 
 /// The weight whose product is a graph output (the logits), if one is.

@@ -40,6 +40,11 @@ pub struct GenerateOptions {
     pub threads: Option<usize>,
     /// Sees the prefill plan's kernel preparation (a progress bar).
     pub progress: Option<Progress>,
+    /// The target plans are compiled for (`None`: the `cpu` preset), by
+    /// name (a preset, `host` or a target file).
+    pub target: Option<String>,
+    /// How plans are compiled for it (a tensor split: `--split-mode row`).
+    pub compile: crate::CompileOptions,
 }
 
 impl Default for GenerateOptions {
@@ -51,6 +56,8 @@ impl Default for GenerateOptions {
             kv: DType::F32,
             threads: None,
             progress: None,
+            target: None,
+            compile: crate::CompileOptions::default(),
         }
     }
 }
@@ -157,7 +164,13 @@ impl Generator {
             .map_err(|e| Error::Usage(format!("{}: reading the tokenizer: {e}", path.display())))?;
         let buckets = context_buckets(options.ctx, options.min_bucket)?;
         let weights = Weights::open(&path)?;
-        let session = Session::new(options.threads, options.precision)?;
+        let target = crate::target::resolve(options.target.as_deref().unwrap_or("cpu"))?;
+        let session = Session::for_target(
+            options.threads,
+            options.precision,
+            target,
+            options.compile.clone(),
+        )?;
         Ok(Generator {
             path,
             tokenizer,

@@ -1,9 +1,10 @@
 //! What the runtimes of one job share: one thread pool, one JIT cache (each
 //! distinct kernel compiled once) and one state store (generation's prefill
 //! and decode plans share the KV cache). Graphs are compiled for the `cpu`
-//! preset and loaded through it.
+//! preset, or for the target and options the job names (a tensor split over
+//! core groups: `cpu0+cpu1 --split-mode row`), and loaded through it.
 
-use crate::{Error, Graph, Plan, Result};
+use crate::{CompileOptions, Error, Graph, Plan, Result, Target};
 use runtime::{FastKernels, LoadOptions, Precision, Runtime, StateStore, Weights};
 use std::sync::Arc;
 
@@ -14,11 +15,27 @@ pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
 /// The runtimes of one job: shared pool, kernels and state.
 pub struct Session {
     options: LoadOptions,
+    /// What graphs are compiled for, and how.
+    target: Target,
+    compile: CompileOptions,
 }
 
 impl Session {
     /// A pool of `threads` (all cores when `None`), kernels at `precision`.
     pub fn new(threads: Option<usize>, precision: Precision) -> Result<Session> {
+        let target = crate::target::resolve("cpu")?;
+        Session::for_target(threads, precision, target, CompileOptions::default())
+    }
+
+    /// As [`Session::new`], with graphs compiled for `target` with `compile`
+    /// (a multi-device target's devices each run their own pool; `threads`
+    /// sizes the pool of a one-device plan).
+    pub fn for_target(
+        threads: Option<usize>,
+        precision: Precision,
+        target: Target,
+        compile: CompileOptions,
+    ) -> Result<Session> {
         let threads = threads
             .unwrap_or_else(|| LoadOptions::default().threads)
             .max(1);
@@ -31,6 +48,8 @@ impl Session {
                 precision,
                 ..LoadOptions::default()
             },
+            target,
+            compile,
         })
     }
 
@@ -55,7 +74,7 @@ impl Session {
         weights: &Weights,
         progress: Option<Progress>,
     ) -> Result<Runtime> {
-        let plan = compile_cpu(graph)?;
+        let plan = crate::compile(graph, &self.target, &self.compile)?.plan;
         let mut options = self.options.clone();
         options.on_prepare = progress;
         Runtime::load(Arc::new(plan), weights.clone(), &options).map_err(Error::from)
