@@ -22,11 +22,11 @@
 //! read on other devices are mirrored as their own leafs there (weights as
 //! full-range shards), so no weight is copied per run.
 //!
-//! # Rules per op ([`rewrite`])
+//! # Rules per op (`rewrite.rs`)
 //! Elementwise ops keep a split (a whole operand is sliced by a view); row
 //! ops (norms, soft_max, rope, reductions) keep a split that is not along
 //! their rows; `reshape`, shaped `cont`, `permute` and strided `view`s move
-//! the axis ([`axis`]); `set_rows` writes a split cache part by part;
+//! the axis (`axis.rs`); `set_rows` writes a split cache part by part;
 //! `mul_mat` maps (rows-split weight, mirrored input) to split output rows,
 //! (input-split weight, input split alike) to a partial sum, and heads-split
 //! batched products (GQA: query heads per KV head kept together) to
