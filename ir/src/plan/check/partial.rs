@@ -1,14 +1,16 @@
-//! Family 10, partial sums: the parts of an all-reduce are read by the
-//! all-reduce alone.
+//! Family 10, partial sums: no non-linear op reads one.
 //!
 //! A tensor that is a source of an `all_reduce_sum` participant is a partial
 //! sum: one device's share of a value that exists only once every part is
-//! added up. Anything else that read it would compute on a share as if it were
-//! the value (a `silu` of a part is not a part of the `silu`), so no copy or
-//! step other than an `all_reduce_sum` participant (no other op, no
-//! `all_gather`, no fused kernel) reads bytes of a partial sum: not the tensor
-//! itself, not a view of it, not the tensor whose bytes it views. Copies are
-//! refused as well: participants read the parts in place where they are.
+//! added up. A linear step keeps it partial (`cont` and `cpy` move values,
+//! `scale` without a bias scales them, `add`/`sub` of two partial sums add
+//! shares), so its result is a partial sum in turn; anything else that read
+//! it would compute on a share as if it were the value (a `silu` of a part is
+//! not a part of the `silu`, and a bias added to every part is added once per
+//! device). So no other step (no other op, no `all_gather`, no fused kernel)
+//! reads bytes of a partial sum: not the tensor itself, not a view of it,
+//! not the tensor whose bytes it views. Copies are refused as well:
+//! participants read the parts in place where they are.
 //!
 //! Bytes are compared within their owner (the tensor with the arena
 //! placement), never across owners: two tensors sharing arena bytes at
@@ -63,19 +65,59 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
     if parts.is_empty() {
         return;
     }
+    // In global order, so a linear step's result is known partial before
+    // anything reads it.
     for a in accesses.iter().filter(|a| !a.sums_parts) {
-        let mut reported = BTreeSet::new();
+        let mut read_parts: Vec<(u32, u32, Vec<u32>)> = Vec::new();
+        let mut whole_reads = 0;
         for &r in &a.reads {
             let Some((owner, lo, hi)) = bytes_in_owner(c, r) else {
                 continue;
             };
-            let Some(owned) = parts.get(&owner) else {
-                continue;
-            };
-            for part in owned.iter().filter(|p| p.lo < hi && lo < p.hi) {
-                if reported.insert(part.tensor) {
-                    refuse(c, a, part, r);
+            let hits: Vec<&Part> = parts
+                .get(&owner)
+                .map(|owned| owned.iter().filter(|p| p.lo < hi && lo < p.hi).collect())
+                .unwrap_or_default();
+            match hits.first() {
+                Some(p) => read_parts.push((p.tensor, r, p.groups.clone())),
+                None => whole_reads += 1,
+            }
+        }
+        if read_parts.is_empty() {
+            continue;
+        }
+        let linear = match a.op {
+            Some(Op::Cont | Op::Cpy) => true,
+            Some(Op::Scale { bias, .. }) => bias == 0.0,
+            Some(Op::Add | Op::Sub) => whole_reads == 0,
+            _ => false,
+        };
+        if linear && !a.is_copy {
+            // Its result is a partial sum of the same groups.
+            for &w in &a.writes {
+                if let Some((owner, lo, hi)) = bytes_in_owner(c, w) {
+                    let groups = read_parts[0].2.clone();
+                    let part = Part {
+                        tensor: w,
+                        groups,
+                        lo,
+                        hi,
+                    };
+                    parts.entry(owner).or_default().push(part);
                 }
+            }
+            continue;
+        }
+        let mut reported = BTreeSet::new();
+        for (tensor, r, groups) in read_parts {
+            if reported.insert(tensor) {
+                let part = Part {
+                    tensor,
+                    groups,
+                    lo: 0,
+                    hi: 0,
+                };
+                refuse(c, a, &part, r);
             }
         }
     }

@@ -25,6 +25,8 @@ pub(super) struct Access {
     /// True for an `all_reduce_sum` participant: what it reads are partial
     /// sums, which only such participants may read.
     pub sums_parts: bool,
+    /// The op a step runs (`None` for copies and fused kernels).
+    pub op: Option<Op>,
     /// The fused kernel a step runs.
     pub kernel: Option<u32>,
     /// Tensors read.
@@ -49,6 +51,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                 is_copy: true,
                 reads_peers: false,
                 sums_parts: false,
+                op: None,
                 kernel: None,
                 reads: [copy.src].into_iter().filter(in_range).collect(),
                 writes: [copy.dst].into_iter().filter(in_range).collect(),
@@ -93,6 +96,10 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                         ..
                     }
                 ),
+                op: match step {
+                    Step::Op { op, .. } => Some(*op),
+                    Step::Fused { .. } => None,
+                },
                 kernel: match step {
                     Step::Fused { kernel } => Some(*kernel),
                     Step::Op { .. } => None,
