@@ -325,3 +325,25 @@ fn minilm_split_by_rows_embeds_as_one_device_does() {
         assert!(e <= 1e-10, "MiniLM on {target}: NMSE {e:e}");
     }
 }
+
+#[test]
+fn the_split_plan_says_what_is_cut_how_and_where_each_collective_sits() {
+    // Review with `cargo insta review`: the shards of every split weight and
+    // cache per device, the mirrors, and each all-reduce / all-gather with
+    // its participants, besides the usual splits, copies and events.
+    for (name, target, shares) in [
+        ("llama2l_kv_row_2", "cpu0+cpu1", vec![3.0, 1.0]),
+        ("bert2l_row_4", "cpu0+cpu1+cpu2+cpu3", vec![]),
+    ] {
+        let file = name.split("_row").next().unwrap();
+        let path = example_graph_files()
+            .into_iter()
+            .find(|p| p.file_stem().is_some_and(|s| s == file))
+            .unwrap();
+        let graph = ir::text::read_graph(&path).unwrap();
+        let mut opts = options(row(&shares));
+        opts.spelled = opts.flags(target);
+        let plan = compile_for(&graph, target, &opts).unwrap();
+        ggplan::assert_plan_snapshot!(name, plan);
+    }
+}

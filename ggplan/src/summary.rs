@@ -57,6 +57,7 @@ pub fn summary(plan: &Plan) -> String {
             mib(d.resident_bytes)
         );
     }
+    out += &tensor_split(plan);
     for l in &s.links {
         out += &format!(
             "  copies {} -> {}: {} ({})\n",
@@ -116,6 +117,74 @@ pub fn summary(plan: &Plan) -> String {
             chain.join(" -> "),
             path.us,
             path.serial_us
+        );
+    }
+    out
+}
+
+/// A tensor split's decisions: each stored tensor's slices per device (full
+/// copies marked as mirrors), then each collective with its participants.
+/// Empty for plans without shards or collectives.
+fn tensor_split(plan: &Plan) -> String {
+    use std::collections::BTreeMap;
+    let mut out = String::new();
+    let mut by_source: BTreeMap<&str, Vec<(usize, &ir::WeightShard, i64)>> = BTreeMap::new();
+    for t in &plan.tensors {
+        if let Some(s) = &t.shard {
+            let extent = t.ne.get(s.axis as usize).copied().unwrap_or(0);
+            by_source
+                .entry(s.of.as_str())
+                .or_default()
+                .push((t.device.index(), s, extent));
+        }
+    }
+    if !by_source.is_empty() {
+        out += &format!("  tensor split: {} weights cut or mirrored\n", by_source.len());
+    }
+    for (of, shards) in &by_source {
+        let parts: Vec<String> = shards
+            .iter()
+            .map(|(d, s, extent)| {
+                if s.full_ne.get(s.axis as usize) == Some(extent) {
+                    format!("{} mirror", device(plan, *d))
+                } else {
+                    format!("{} [{}, {})", device(plan, *d), s.start, s.start + extent)
+                }
+            })
+            .collect();
+        let axis = shards.first().map_or(0, |s| s.1.axis);
+        out += &format!("    '{of}' axis {axis}: {}\n", parts.join(", "));
+    }
+    // Collectives: group -> (kind, rank 0's result, devices by rank, parts' devices).
+    type Group = (String, String, BTreeMap<u32, String>, Vec<String>);
+    let mut groups: BTreeMap<u32, Group> = BTreeMap::new();
+    for sp in &plan.splits {
+        for st in &sp.steps {
+            let Step::Op { op, dst, srcs } = st else { continue };
+            let Some(c) = op.collective() else { continue };
+            let name = |i: u32| plan.tensors.get(i as usize).map_or("?", |t| t.name.as_str());
+            let dev = |i: u32| {
+                plan.tensors
+                    .get(i as usize)
+                    .map_or("?".to_string(), |t| device(plan, t.device.index()).to_string())
+            };
+            let entry = groups.entry(c.group).or_default();
+            entry.0 = op.name().to_string();
+            if c.rank == 0 {
+                entry.1 = name(*dst).to_string();
+                entry.3 = srcs.iter().map(|&s| dev(s)).collect();
+            }
+            entry
+                .2
+                .insert(c.rank, device(plan, sp.device.index()).to_string());
+        }
+    }
+    for (g, (kind, first, ranks, parts)) in &groups {
+        let ranks: Vec<&str> = ranks.values().map(String::as_str).collect();
+        out += &format!(
+            "    collective {g}: {kind} '{first}' on {} of parts on {}\n",
+            ranks.join(", "),
+            parts.join(", ")
         );
     }
     out
