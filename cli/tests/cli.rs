@@ -671,3 +671,115 @@ fn a_closed_stdout_ends_the_process_quietly_not_with_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(out.status.code(), Some(101), "{stderr}");
 }
+
+#[test]
+fn compile_splits_tensors_over_core_groups_and_refuses_bad_splits_naming_them() {
+    let dir = scratch_dir("tensor_split");
+    let o = dir.join("p.ron").display().to_string();
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu0+cpu1",
+        "--split-mode",
+        "row",
+        "--tensor-split",
+        "3,1",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("'l0.wq' axis 1: cpu0 [0, 384), cpu1 [384, 512)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("all_reduce_sum 'l0.attn_out.sum#0' on cpu0, cpu1"),
+        "{t}"
+    );
+    assert!(t.contains("--split-mode row --tensor-split 3,1"), "{t}");
+    // `tensor` is llama.cpp's newer name for the same mode.
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu0+cpu1",
+        "--split-mode",
+        "tensor",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // A Q8_0 matrix of one block per row cannot be cut along its rows' blocks
+    // over two devices.
+    let graph = dir.join("q8.ron");
+    std::fs::write(
+        &graph,
+        "(format_version: 1, name: \"q8\", tensors: [\n\
+         (name: \"w\", role: Weight, dtype: Q8_0, ne: [32, 64, 1, 1]),\n\
+         (name: \"x\", role: Input, dtype: F32, ne: [32, 4, 1, 1]),\n\
+         (name: \"y\", role: Output, op: MulMat, src: [\"w\", \"x\"], dtype: F32, ne: [64, 4, 1, 1]),\n\
+         ])\n",
+    )
+    .unwrap();
+    let bad = dir.join("bad.ron");
+    let b = bad.display().to_string();
+    let g = graph.display().to_string();
+    for (args, want) in [
+        (
+            vec!["--split", "no_such=1"],
+            vec!["--split no_such=1", "matches no weight"],
+        ),
+        (
+            vec!["--split", "w=0"],
+            vec![
+                "--split w=0",
+                "tensor 'w'",
+                "1 units of 32 along axis 0, fewer than the 2 devices",
+            ],
+        ),
+        (
+            vec!["--split", "w=5"],
+            vec!["the axis must be 0, 1, 2 or 3"],
+        ),
+        (
+            vec!["--split", "w=1", "--tensor-split", "1,1,1"],
+            vec!["--tensor-split", "3 shares for 2 devices"],
+        ),
+        (
+            vec!["--tensor-split", "1,1"],
+            vec!["--tensor-split needs --split-mode"],
+        ),
+    ] {
+        let mut all = vec![
+            "compile",
+            g.as_str(),
+            "--target",
+            "cpu0+cpu1",
+            "-o",
+            b.as_str(),
+        ];
+        all.extend(args.iter());
+        let out = ggplan(&all);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {t}");
+        for w in want {
+            assert!(t.contains(w), "{args:?}: want '{w}' in {t}");
+        }
+        assert!(!bad.exists(), "{args:?}: no plan file is written on error");
+    }
+    // Only CPU devices share the memory collectives read in place.
+    let t = common::ggplan_error(&[
+        "compile",
+        &g,
+        "--target",
+        "cpu+cuda0",
+        "--split",
+        "w=1",
+        "-o",
+        &b,
+    ]);
+    assert!(t.contains("not a CPU device"), "{t}");
+}

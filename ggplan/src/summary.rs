@@ -139,7 +139,10 @@ fn tensor_split(plan: &Plan) -> String {
         }
     }
     if !by_source.is_empty() {
-        out += &format!("  tensor split: {} weights cut or mirrored\n", by_source.len());
+        out += &format!(
+            "  tensor split: {} weights cut or mirrored\n",
+            by_source.len()
+        );
     }
     for (of, shards) in &by_source {
         let parts: Vec<String> = shards
@@ -160,13 +163,19 @@ fn tensor_split(plan: &Plan) -> String {
     let mut groups: BTreeMap<u32, Group> = BTreeMap::new();
     for sp in &plan.splits {
         for st in &sp.steps {
-            let Step::Op { op, dst, srcs } = st else { continue };
+            let Step::Op { op, dst, srcs } = st else {
+                continue;
+            };
             let Some(c) = op.collective() else { continue };
-            let name = |i: u32| plan.tensors.get(i as usize).map_or("?", |t| t.name.as_str());
-            let dev = |i: u32| {
+            let name = |i: u32| {
                 plan.tensors
                     .get(i as usize)
-                    .map_or("?".to_string(), |t| device(plan, t.device.index()).to_string())
+                    .map_or("?", |t| t.name.as_str())
+            };
+            let dev = |i: u32| {
+                plan.tensors.get(i as usize).map_or("?".to_string(), |t| {
+                    device(plan, t.device.index()).to_string()
+                })
             };
             let entry = groups.entry(c.group).or_default();
             entry.0 = op.name().to_string();
