@@ -215,7 +215,8 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
         }
     }
     // Each leaf's axis and its units (KV heads or FFN blocks) of `unit` values.
-    let mut cuts: Vec<(TensorId, u32, bool, usize, i64, i64)> = Vec::new();
+    // (leaf, axis, units, unit)
+    let mut cuts: Vec<(TensorId, usize, i64, i64)> = Vec::new();
     for &(id, part) in &leafs {
         let t = graph.tensor(id);
         let name = &t.name;
@@ -259,51 +260,19 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
                 &format!("its extent {extent} along axis {axis} is not {units} units of {unit}"),
             ));
         }
-        cuts.push((id, block, attention, axis, units, unit));
+        cuts.push((id, axis, units, unit));
     }
-    // Per block: attention by KV heads in proportion to the shares; then the
-    // FFN's units so that each device's bytes of the block (weights and
-    // cache) come as close to its share as the units allow (a GQA block of
-    // 3 KV heads over 2 devices gives one device twice the attention; its
-    // FFN part shrinks to make up for it).
+    // Attention by KV heads, the FFN by its units, each in proportion to
+    // the shares. Each phase (attention, FFN) ends in an all-reduce that
+    // waits for the slowest device, so each phase is balanced on its own: a
+    // GQA block of 3 KV heads over 2 devices gives one device twice the
+    // attention, and giving it less FFN to even out its bytes would make the
+    // FFN phase wait on the other device instead (measured slower); its
+    // memory is the price (the summary and the tensor_split bench show it).
     let mut out = BTreeMap::new();
-    let blocks: std::collections::BTreeSet<u32> = cuts.iter().map(|c| c.1).collect();
-    let total: f64 = shares.iter().sum();
-    for block in blocks {
-        let in_block: Vec<_> = cuts.iter().filter(|c| c.1 == block).collect();
-        let bytes = |id: TensorId| graph.tensor(id).layout.span_bytes() as f64;
-        let mut attn_bytes = vec![0.0; shares.len()];
-        let mut ffn_total = 0.0;
-        for &&(id, _, attention, axis, units, unit) in &in_block {
-            if attention {
-                let split = partition(units, shares);
-                for (d, u) in split.iter().enumerate() {
-                    attn_bytes[d] += bytes(id) * *u as f64 / units as f64;
-                }
-                let extents = split.iter().map(|u| u * unit).collect();
-                out.insert(id, LeafSplit { axis, extents });
-            } else {
-                ffn_total += bytes(id);
-            }
-        }
-        let all = attn_bytes.iter().sum::<f64>() + ffn_total;
-        let mut ffn_shares: Vec<f64> = shares
-            .iter()
-            .zip(&attn_bytes)
-            .map(|(s, a)| (s / total * all - a).max(0.0))
-            .collect();
-        if ffn_shares.iter().all(|s| *s <= 0.0) {
-            ffn_shares = shares.to_vec();
-        }
-        for &&(id, _, attention, axis, units, unit) in &in_block {
-            if !attention {
-                let extents = partition(units, &ffn_shares)
-                    .iter()
-                    .map(|u| u * unit)
-                    .collect();
-                out.insert(id, LeafSplit { axis, extents });
-            }
-        }
+    for (id, axis, units, unit) in cuts {
+        let extents = partition(units, shares).iter().map(|u| u * unit).collect();
+        out.insert(id, LeafSplit { axis, extents });
     }
     // Token tables are cut along their columns (each device gathers its
     // columns of every row; one all-gather joins them), so no device holds
