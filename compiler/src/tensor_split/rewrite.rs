@@ -732,7 +732,8 @@ impl Rewriter<'_> {
                         extents: be,
                         parts: bp,
                     } if *ba == axis && *be == extents => Other::Parts(bp.clone()), // broadcast elsewhere is fine
-                    v if whole(v) && same_shape => Other::Slice,
+                    // Whole and as long along the split axis: each device its slice.
+                    v if whole(v) && src_ne[1][axis] == src_ne[0][axis] => Other::Slice,
                     v if whole(v) && src_ne[1][axis] == 1 => Other::Whole,
                     _ => return Ok(None),
                 };
