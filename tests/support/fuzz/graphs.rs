@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The setups graphs are compiled for: one CPU, CPU + GPU with half the
-/// layers offloaded, two core groups with a layer split, and that split
-/// pipelined over two micro-batches.
+/// layers offloaded, two core groups with a layer split, that split
+/// pipelined over two micro-batches, and two core groups with every weight
+/// and state split along axis 0, then along axis 1 (tensor parallelism).
 fn setups() -> Vec<(Target, CompileOptions)> {
     let target = |name: &str| Target::preset(name).expect("preset");
     let with = |placement: PlacementOptions, micro_batches: u32| CompileOptions {
@@ -37,7 +38,21 @@ fn setups() -> Vec<(Target, CompileOptions)> {
         (target("cpu+cuda0"), with(offload, 1)),
         (target("cpu0+cpu1"), with(layer.clone(), 1)),
         (target("cpu0+cpu1"), with(layer, 2)),
+        (target("cpu0+cpu1"), tensor_split("=0")),
+        (target("cpu0+cpu1"), tensor_split("=1")),
     ]
+}
+
+/// Every weight and state (rule `.`) split along one axis over the devices.
+fn tensor_split(axis: &str) -> CompileOptions {
+    let rule = compiler::tensor_split::SplitRule::parse(&format!(".{axis}")).expect("a rule");
+    CompileOptions {
+        tensor_split: Some(compiler::tensor_split::TensorSplitOptions {
+            shares: Vec::new(),
+            rules: vec![rule],
+        }),
+        ..CompileOptions::default()
+    }
 }
 
 /// Compiles; a plan must pass the checker, and only an internal error is a
