@@ -29,6 +29,7 @@ fn assignment(g: &Graph, place: impl Fn(TensorId) -> DeviceId) -> Assignment {
     Assignment {
         reason: vec!["by hand".to_string(); device.len()],
         device,
+        parts: Vec::new(),
     }
 }
 
@@ -581,6 +582,7 @@ fn bad_inputs_are_errors() {
     let short = Assignment {
         device: a.device[..3].to_vec(),
         reason: a.reason[..3].to_vec(),
+        parts: Vec::new(),
     };
     assert!(matches!(
         split_and_copy(&g, &short, &input_order(&g)),

@@ -155,7 +155,11 @@ fn assignment(p: &Problem<'_>, dev: &[DeviceId], method: &str) -> Assignment {
         device.push(d);
         reason.push(why);
     }
-    Assignment { device, reason }
+    Assignment {
+        device,
+        reason,
+        parts: Vec::new(),
+    }
 }
 
 /// Why group `g` (its root's reason) is on `d`.

@@ -355,6 +355,7 @@ impl Sched<'_> {
         Ok(Assignment {
             device,
             reason: self.why,
+            parts: Vec::new(),
         })
     }
 }

@@ -53,6 +53,9 @@ pub struct Assignment {
     pub device: Vec<DeviceId>,
     /// Indexed by tensor id: one sentence saying why.
     pub reason: Vec<String>,
+    /// Indexed by tensor id, for tensor-split graphs only (empty otherwise):
+    /// what each tensor holds of the original graph's value.
+    pub parts: Vec<Option<ir::plan::SplitPart>>,
 }
 
 /// Assigns every tensor of `graph` to a device of `target`.

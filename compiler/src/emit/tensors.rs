@@ -53,6 +53,7 @@ impl TensorTable {
                 copy_of: None,
                 init: t.init.clone(),
                 shard: t.shard.clone(),
+                part: a.parts.get(id.index()).cloned().flatten(),
                 reason: a.reason[id.index()].clone(),
             });
             table.owner.push(at.root.0);
@@ -81,6 +82,7 @@ impl TensorTable {
             copy_of: Some(root.0),
             init: None,
             shard: None,
+            part: self.tensors[root.index()].part.clone(),
             reason: format!("copy of '{}' from {from} for readers on {to}", t.name),
         });
         self.owner.push(id);
@@ -124,6 +126,7 @@ impl TensorTable {
             copy_of: Some(t.0),
             init: None,
             shard: None,
+            part: None,
             reason: format!("view '{}' re-created over the copy on {d}", src.name),
         });
         self.owner.push(root_copy);

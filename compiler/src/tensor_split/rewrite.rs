@@ -13,7 +13,7 @@ use super::rules::{LeafSplit, split_error};
 use crate::Error;
 use crate::assign::Assignment;
 use crate::target::Target;
-use ir::plan::DeviceId;
+use ir::plan::{DeviceId, SplitPart};
 use ir::{DType, Graph, GraphBuilder, Layout, Op, Role, TensorId, WeightShard};
 use std::collections::BTreeMap;
 
@@ -43,6 +43,8 @@ struct Rewriter<'g> {
     /// root's at the end) and why.
     device: Vec<DeviceId>,
     reason: Vec<String>,
+    /// Per new tensor: what it holds of the original value (plan annotation).
+    parts: Vec<Option<SplitPart>>,
     /// Per old tensor, once rewritten.
     values: Vec<Option<Value>>,
     /// Old tensors made whole on every device (by a collective), once each.
@@ -50,6 +52,8 @@ struct Rewriter<'g> {
     /// Mirrors of whole leafs and slices of whole values, made once each.
     mirrors: BTreeMap<(TensorId, usize), TensorId>,
     slices: BTreeMap<(TensorId, usize, i64, i64), TensorId>,
+    /// Packed copies of strided tensors, made once each.
+    packs: BTreeMap<TensorId, TensorId>,
     groups: u32,
 }
 
@@ -67,10 +71,12 @@ pub(super) fn rewrite(
         n: target.devices.len(),
         device: vec![],
         reason: vec![],
+        parts: vec![],
         values: vec![None; old.len()],
         whole: BTreeMap::new(),
         mirrors: BTreeMap::new(),
         slices: BTreeMap::new(),
+        packs: BTreeMap::new(),
         groups: 0,
     };
     for id in old.ids() {
@@ -96,6 +102,7 @@ pub(super) fn rewrite(
         b,
         mut device,
         reason,
+        parts,
         ..
     } = rw;
     let graph = b.finish().map_err(|e| Error::Internal {
@@ -109,7 +116,11 @@ pub(super) fn rewrite(
     }
     Ok(super::Sharded {
         graph,
-        assignment: Assignment { device, reason },
+        assignment: Assignment {
+            device,
+            reason,
+            parts,
+        },
     })
 }
 
@@ -137,7 +148,21 @@ impl Rewriter<'_> {
         debug_assert_eq!(t.index(), self.device.len());
         self.device.push(DeviceId(d as u32));
         self.reason.push(why);
+        self.parts.push(None);
         t
+    }
+
+    /// Annotates new tensor `t` with what it holds of an original value.
+    fn mark(&mut self, t: TensorId, part: SplitPart) {
+        self.parts[t.index()] = Some(part);
+    }
+
+    fn slice_of(&self, old: TensorId, axis: usize, start: i64) -> SplitPart {
+        SplitPart::Slice {
+            of: self.old.tensor(old).name.clone(),
+            axis: axis as u8,
+            start,
+        }
     }
 
     #[allow(clippy::too_many_arguments)] // a node: what, where and why, in one call
@@ -199,7 +224,10 @@ impl Rewriter<'_> {
                 t.name,
                 split.axis
             );
-            parts[d] = Some(self.placed(new, d, why));
+            let new = self.placed(new, d, why);
+            let part = self.slice_of(id, split.axis, start);
+            self.mark(new, part);
+            parts[d] = Some(new);
             start += e;
         }
         Ok(Value::Split {
@@ -270,6 +298,7 @@ impl Rewriter<'_> {
             problem: format!("mirroring '{of}': {e}"),
         })?;
         let m = self.placed(m, d, format!("mirror of '{of}'"));
+        self.mark(m, SplitPart::Mirror { of: of.clone() });
         self.mirrors.insert((t, d), m);
         Ok(m)
     }
@@ -336,14 +365,7 @@ impl Rewriter<'_> {
                     &format!("its parts are {}; collectives join f32 parts", pt.dtype()),
                 ));
             }
-            if pt.layout.is_contiguous() {
-                parts.push(p);
-            } else {
-                let d = self.device[self.root(p).index()].index();
-                let name = format!("{}.packed", pt.name);
-                let why = format!("part of '{old_name}' packed for a collective");
-                parts.push(self.add_node(id, name, Op::Cont, &[p], None, d, why)?);
-            }
+            parts.push(self.packed(id, p)?);
         }
         let group = self.groups;
         self.groups += 1;
@@ -369,7 +391,16 @@ impl Rewriter<'_> {
                 name.to_string()
             };
             let why = format!("{kind} of '{old_name}' (group {group}, rank {rank} of {ranks})");
-            out.push(self.add_node(id, name, op, &parts, None, d, why)?);
+            let t = self.add_node(id, name, op, &parts, None, d, why)?;
+            if ranks > 1 {
+                self.mark(
+                    t,
+                    SplitPart::Mirror {
+                        of: old_name.clone(),
+                    },
+                );
+            }
+            out.push(t);
         }
         Ok(out)
     }
@@ -456,7 +487,9 @@ impl Rewriter<'_> {
                 format!("{name}#{d}")
             };
             let why = "mirrored: computed on every device".to_string();
-            ts.push(self.add_node(id, nm, op, &srcs, Some(layout), d, why)?);
+            let t = self.add_node(id, nm, op, &srcs, Some(layout), d, why)?;
+            self.mark(t, SplitPart::Mirror { of: name.clone() });
+            ts.push(t);
         }
         Ok(Value::Mirrored(ts))
     }
@@ -494,6 +527,16 @@ impl Rewriter<'_> {
                 problem: format!("slicing: {e}"),
             })?;
         let s = self.placed(s, d, format!("device {d}'s slice along axis {axis}"));
+        let of = self.b.tensor(t).name.clone();
+        let axis_u8 = axis as u8;
+        self.mark(
+            s,
+            SplitPart::Slice {
+                of,
+                axis: axis_u8,
+                start,
+            },
+        );
         self.slices.insert(key, s);
         Ok(s)
     }
@@ -520,7 +563,7 @@ impl Rewriter<'_> {
     /// A split result, checked: each part has the original's extents but
     /// `extents[d]` along `axis`.
     fn split_result(
-        &self,
+        &mut self,
         id: TensorId,
         axis: usize,
         extents: Vec<i64>,
@@ -529,6 +572,9 @@ impl Rewriter<'_> {
         let want = self.old.tensor(id).ne();
         for (d, p) in parts.iter().enumerate() {
             if let Some(p) = p {
+                let start = extents[..d].iter().sum();
+                let part = self.slice_of(id, axis, start);
+                self.mark(*p, part);
                 let mut ne = want;
                 ne[axis] = extents[d];
                 if self.b.tensor(*p).ne() != ne {
@@ -550,14 +596,30 @@ impl Rewriter<'_> {
         })
     }
 
+    /// A partial result: each part annotated as a partial sum of `id`.
+    fn partial_result(&mut self, id: TensorId, parts: Vec<Option<TensorId>>) -> Value {
+        let of = self.old.tensor(id).name.clone();
+        for p in parts.iter().flatten() {
+            self.mark(*p, SplitPart::Partial { of: of.clone() });
+        }
+        Value::Partial(parts)
+    }
+
     /// A part as a packed tensor (a `cont` on its device when strided).
+    /// Made once per tensor: several readers may want the same part packed.
     fn packed(&mut self, id: TensorId, p: TensorId) -> R<TensorId> {
         if self.b.tensor(p).layout.is_contiguous() {
             return Ok(p);
         }
+        if let Some(&done) = self.packs.get(&p) {
+            return Ok(done);
+        }
         let d = self.device[self.root(p).index()].index();
         let name = format!("{}.packed", self.b.tensor(p).name);
-        self.add_node(id, name, Op::Cont, &[p], None, d, "part packed".into())
+        let packed = self.add_node(id, name, Op::Cont, &[p], None, d, "packed".into())?;
+        self.parts[packed.index()] = self.parts[p.index()].clone();
+        self.packs.insert(p, packed);
+        Ok(packed)
     }
 
     /// The op-specific rule keeping a split, or `None` to make operands whole.
@@ -591,7 +653,7 @@ impl Rewriter<'_> {
                 let out = self.per_part(id, op, &have(&parts), |_, d| {
                     Ok((vec![parts[d].unwrap()], None))
                 })?;
-                Ok(Some(Value::Partial(out)))
+                Ok(Some(self.partial_result(id, out)))
             }
             // Re-arrangements move the axis; a partial sum stays partial.
             (
@@ -609,7 +671,7 @@ impl Rewriter<'_> {
                     };
                     Ok((vec![p], Some(layout)))
                 })?;
-                Ok(Some(Value::Partial(out)))
+                Ok(Some(self.partial_result(id, out)))
             }
             (
                 Op::Reshape | Op::Cont,
@@ -775,7 +837,7 @@ impl Rewriter<'_> {
                 let out = self.per_part(id, op, &have(&pa), |_, d| {
                     Ok((vec![pa[d].unwrap(), pb[d].unwrap()], None))
                 })?;
-                Ok(Some(Value::Partial(out)))
+                Ok(Some(self.partial_result(id, out)))
             }
             // Row ops: any split but along the rows they reduce or rotate.
             (
@@ -930,7 +992,7 @@ impl Rewriter<'_> {
                     let y = rw.packed(id, pb[d].ok_or_else(|| rw.mismatch(id))?)?;
                     Ok((vec![pa[d].unwrap(), y], None))
                 })?;
-                Ok(Some(Value::Partial(out)))
+                Ok(Some(self.partial_result(id, out)))
             }
             // Row-parallel with a whole input: each device reads its slice of K.
             (
@@ -946,7 +1008,7 @@ impl Rewriter<'_> {
                     let slice = rw.slice(&b, 0, &extents, d)?;
                     Ok((vec![parts[d].unwrap(), rw.packed(id, slice)?], None))
                 })?;
-                Ok(Some(Value::Partial(out)))
+                Ok(Some(self.partial_result(id, out)))
             }
             // Heads: batched products split along axis 2 (GQA: `ratio` query
             // heads per KV head, kept on one device).

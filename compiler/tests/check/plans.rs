@@ -69,6 +69,7 @@ pub fn at(
         copy_of,
         init,
         shard: None,
+        part: None,
         reason,
     }
 }

@@ -50,6 +50,7 @@ fn assignment(g: &Graph, devices: &[(TensorId, u32)]) -> Assignment {
     Assignment {
         device,
         reason: vec![String::new(); g.len()],
+        parts: Vec::new(),
     }
 }
 

@@ -187,8 +187,38 @@ pub struct PlanTensor {
     /// parallelism): which tensor and which slice the loader binds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<crate::shard::WeightShard>,
+    /// In a tensor-split plan: what this tensor holds of a value of the
+    /// original graph (a slice, a full copy, or a partial sum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<SplitPart>,
     /// Why it is on this device (the assign pass's words).
     pub reason: String,
+}
+
+/// What one device's tensor holds of a value `of` of the original graph when
+/// the compiler split the graph over devices (tensor parallelism).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SplitPart {
+    /// Values `[start, start + ne[axis])` along `axis` of `of`.
+    Slice {
+        /// The original value.
+        of: String,
+        /// The axis it is cut along.
+        axis: u8,
+        /// First index of the slice.
+        start: i64,
+    },
+    /// All of `of`: this device's own copy (computed here, or a mirror).
+    Mirror {
+        /// The original value.
+        of: String,
+    },
+    /// One device's partial sum: the sum of every part of `of` (an
+    /// all-reduce) is `of`. Only linear steps and all-reduces may read it.
+    Partial {
+        /// The original value.
+        of: String,
+    },
 }
 
 /// One arena: a buffer of one device for one usage.

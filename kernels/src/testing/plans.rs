@@ -223,6 +223,7 @@ fn tensor(
         copy_of: None,
         init: None,
         shard,
+        part: None,
         reason: "by hand".to_string(),
     }
 }

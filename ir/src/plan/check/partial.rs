@@ -1,10 +1,11 @@
 //! Family 10, partial sums: no non-linear op reads one.
 //!
-//! A tensor that is a source of an `all_reduce_sum` participant is a partial
-//! sum: one device's share of a value that exists only once every part is
-//! added up. A linear step keeps it partial (`cont` and `cpy` move values,
-//! `scale` without a bias scales them, `add`/`sub` of two partial sums add
-//! shares), so its result is a partial sum in turn; anything else that read
+//! A tensor that is a source of an `all_reduce_sum` participant, or that the
+//! plan marks `SplitPart::Partial`, is a partial sum: one device's share of
+//! a value that exists only once every part is added up. A linear step keeps
+//! it partial (`cont` and `cpy` move values, `scale` without a bias scales
+//! them, `add`/`sub` of two partial sums add shares) when the plan marks its
+//! result partial too; anything else that read
 //! it would compute on a share as if it were the value (a `silu` of a part is
 //! not a part of the `silu`, and a bias added to every part is added once per
 //! device). So no other step (no other op, no `all_gather`, no fused kernel)
@@ -20,7 +21,7 @@ use super::ViolationKind::Collective;
 use super::trace::Access;
 use super::{Checker, span_of};
 use crate::Op;
-use crate::plan::{Placement, Step};
+use crate::plan::{Placement, SplitPart, Step};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A partial sum's bytes inside its owner.
@@ -47,6 +48,11 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
             for &s in srcs {
                 groups.entry(s).or_default().insert(*group);
             }
+        }
+    }
+    for (i, t) in c.plan.tensors.iter().enumerate() {
+        if matches!(t.part, Some(SplitPart::Partial { .. })) {
+            groups.entry(i as u32).or_default();
         }
     }
     let mut parts: BTreeMap<u32, Vec<Part>> = BTreeMap::new();
@@ -86,12 +92,19 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
         if read_parts.is_empty() {
             continue;
         }
-        let linear = match a.op {
-            Some(Op::Cont | Op::Cpy) => true,
-            Some(Op::Scale { bias, .. }) => bias == 0.0,
-            Some(Op::Add | Op::Sub) => whole_reads == 0,
-            _ => false,
-        };
+        // A linear step whose result the plan marks partial (so its readers
+        // are held to this rule too).
+        let marked_partial = a.writes.iter().all(|&w| {
+            c.tensor(w)
+                .is_some_and(|t| matches!(t.part, Some(SplitPart::Partial { .. })))
+        });
+        let linear = marked_partial
+            && match a.op {
+                Some(Op::Cont | Op::Cpy) => true,
+                Some(Op::Scale { bias, .. }) => bias == 0.0,
+                Some(Op::Add | Op::Sub) => whole_reads == 0,
+                _ => false,
+            };
         if linear && !a.is_copy {
             // Its result is a partial sum of the same groups.
             for &w in &a.writes {
