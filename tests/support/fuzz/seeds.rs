@@ -84,7 +84,9 @@ fn graph_texts() -> Vec<(String, String)> {
 }
 
 /// Base plans: the mlp example and a random graph on one CPU, on two core
-/// groups with a layer split, and on CPU + GPU (refused by a CPU runtime).
+/// groups with a layer split, on two core groups with every weight split
+/// along axis 0 (shards, partial sums, an all-reduce), and on CPU + GPU
+/// (refused by a CPU runtime).
 pub fn plans() -> Vec<(String, ir::plan::Plan)> {
     let mlp = ir::text::read_graph(&workspace_root().join("examples/graphs/mlp.ron"))
         .expect("examples/graphs/mlp.ron");
@@ -96,19 +98,27 @@ pub fn plans() -> Vec<(String, ir::plan::Plan)> {
         },
         ..Default::default()
     };
+    let tensor_split = CompileOptions {
+        tensor_split: Some(compiler::tensor_split::TensorSplitOptions {
+            shares: Vec::new(),
+            rules: vec![compiler::tensor_split::SplitRule::parse(".=0").expect("a rule")],
+        }),
+        ..Default::default()
+    };
     let setups = [
-        ("cpu", CompileOptions::default()),
-        ("cpu0+cpu1", layer),
-        ("cpu+cuda0", CompileOptions::default()),
+        ("cpu", "cpu", CompileOptions::default()),
+        ("cpu0+cpu1", "cpu0+cpu1", layer),
+        ("cpu0+cpu1", "cpu0+cpu1.split", tensor_split),
+        ("cpu+cuda0", "cpu+cuda0", CompileOptions::default()),
     ];
     let mut plans = Vec::new();
     for graph in [&mlp, &random] {
-        for (target, options) in &setups {
+        for (target, label, options) in &setups {
             let t = Target::preset(target).expect("preset");
             let plan = compile(graph, &t, options)
-                .unwrap_or_else(|e| panic!("{target}: {e}"))
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
                 .plan;
-            plans.push((format!("{}.{target}", graph.name), plan));
+            plans.push((format!("{}.{label}", graph.name), plan));
         }
     }
     plans
