@@ -7,16 +7,11 @@ use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::PlacementOptions;
 use compiler::target::Target;
+use ggplan_tests::outputs::nmse;
 use ggplan_tests::random_graph::random_graph;
 use ggplan_tests::{TestRng, workspace_root};
 use kernels::evaluate::{Bindings, Weights, evaluate, evaluate_plan};
 use std::collections::BTreeMap;
-
-fn nmse(a: &[f64], b: &[f64]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
-    let den: f64 = a.iter().map(|x| x * x).sum();
-    if den == 0.0 { num } else { num / den }
-}
 
 #[test]
 fn random_graphs_compile_check_and_compute_the_same_outputs() {

@@ -11,6 +11,7 @@ use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
 use compiler::tensor_split::{SplitRule, TensorSplitOptions};
 use ggplan_tests::example_graph_files;
+use ggplan_tests::outputs::{bits, nmse_f32 as nmse, outputs};
 use ir::plan::{Plan, Step};
 use runtime::{LoadOptions, Runtime, Weights};
 use std::collections::BTreeMap;
@@ -44,31 +45,6 @@ fn load(plan: Plan, threads: usize, delays: Option<u64>) -> Runtime {
         ..LoadOptions::default()
     };
     Runtime::load(Arc::new(plan), Weights::Random { seed: 3 }, &options).unwrap()
-}
-
-fn outputs(rt: &mut Runtime) -> BTreeMap<String, Vec<f32>> {
-    for name in rt.input_names() {
-        rt.set_random_input(&name, 4).unwrap();
-    }
-    rt.run().unwrap();
-    let plan = rt.plan().clone();
-    plan.tensors[..plan.n_graph_tensors as usize]
-        .iter()
-        .filter(|t| t.role == ir::Role::Output)
-        .map(|t| (t.name.clone(), rt.output_f32(&t.name).unwrap()))
-        .collect()
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-    let den: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum();
-    num / den.max(f64::MIN_POSITIVE)
-}
-
-fn bits(v: &BTreeMap<String, Vec<f32>>) -> Vec<Vec<u32>> {
-    v.values()
-        .map(|x| x.iter().map(|f| f.to_bits()).collect())
-        .collect()
 }
 
 /// Collective participants per op name.

@@ -8,15 +8,10 @@ use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
 use compiler::tensor_split::{SplitRule, TensorSplitOptions};
 use ggplan_tests::TestRng;
+use ggplan_tests::outputs::nmse;
 use ggplan_tests::random_graph::random_graph;
 use kernels::evaluate::{Bindings, Weights, evaluate, evaluate_plan};
 use std::collections::BTreeMap;
-
-fn nmse(a: &[f64], b: &[f64]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
-    let den: f64 = a.iter().map(|x| x * x).sum();
-    if den == 0.0 { num } else { num / den }
-}
 
 #[test]
 fn random_graphs_split_by_random_rules_check_and_compute_the_same_outputs() {

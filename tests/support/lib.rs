@@ -5,6 +5,7 @@ pub mod fuzz;
 pub mod generation;
 pub mod gguf_writer;
 pub mod models;
+pub mod outputs;
 pub mod random_graph;
 pub mod references;
 
