@@ -28,7 +28,8 @@
 //! their rows; `reshape`, shaped `cont`, `permute` and strided `view`s move
 //! the axis (`axis.rs`); `set_rows` writes a split cache part by part;
 //! `mul_mat` maps (rows-split weight, mirrored input) to split output rows,
-//! (input-split weight, input split alike) to a partial sum, and heads-split
+//! (input-split weight, input split alike or whole and sliced) to a partial
+//! sum, and heads-split
 //! batched products (GQA: query heads per KV head kept together) to
 //! heads-split results. Anything else first makes its operands whole on
 //! every device: a partial sum by an **all-reduce** (one `all_reduce_sum`
@@ -36,6 +37,10 @@
 //! **all-gather**; then the op runs on every device (mirrored), or once when
 //! all its operands are whole. A graph output is made whole on device 0 under
 //! its own name (a one-participant gather or reduce when it was split).
+//!
+//! Every new tensor is annotated with what it holds of the original value
+//! (`ir::plan::SplitPart`: a slice, a mirror, a partial sum), which the plan
+//! records and the checker's partial-sum rule reads.
 //!
 //! **Invariants** of the result: a verified graph computing the original's
 //! outputs under their names from the same inputs; every original leaf that
