@@ -22,7 +22,7 @@
 //! read on other devices are mirrored as their own leafs there (weights as
 //! full-range shards), so no weight is copied per run.
 //!
-//! # Rules per op (`rewrite.rs`)
+//! # Rules per op (`rewrite/`)
 //! Elementwise ops keep a split (a whole operand is sliced by a view); row
 //! ops (norms, soft_max, rope, reductions) keep a split that is not along
 //! their rows; `reshape`, shaped `cont`, `permute` and strided `view`s move

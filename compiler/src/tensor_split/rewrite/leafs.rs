@@ -1,0 +1,137 @@
+//! Leafs: split weights and state become per-device shards and parts; whole
+//! ones stay one tensor, with per-device mirrors of small weights and
+//! constants read elsewhere.
+
+use super::{R, Rewriter, Value};
+use crate::Error;
+use ir::plan::SplitPart;
+use ir::{Role, TensorId, WeightShard};
+
+impl Rewriter<'_> {
+    pub(super) fn leaf(&mut self, id: TensorId) -> R<Value> {
+        let t = self.old.tensor(id);
+        let Some(split) = self.leafs.get(&id).cloned() else {
+            let new = self.whole_leaf(id)?;
+            return Ok(Value::Whole(new));
+        };
+        let mut parts = vec![None; self.n];
+        let mut start = 0;
+        for (d, &e) in split.extents.iter().enumerate() {
+            if e == 0 {
+                continue;
+            }
+            let mut ne = t.ne();
+            ne[split.axis] = e;
+            let name = format!("{}#{d}", t.name);
+            let new = match t.role {
+                Role::Weight => {
+                    let shard = WeightShard {
+                        of: t.name.clone(),
+                        full_ne: t.ne(),
+                        axis: split.axis as u8,
+                        start,
+                    };
+                    self.b.weight_shard(name, t.dtype(), ne, shard)
+                }
+                _ => self.b.state(name, t.dtype(), ne),
+            }
+            .map_err(|e| self.internal(id, e))?;
+            let why = format!(
+                "{} [{start}, {}) of '{}' along axis {}",
+                if t.role == Role::Weight {
+                    "shard"
+                } else {
+                    "state part"
+                },
+                start + e,
+                t.name,
+                split.axis
+            );
+            let new = self.placed(new, d, why);
+            let part = self.slice_of(id, split.axis, start);
+            self.mark(new, part);
+            parts[d] = Some(new);
+            start += e;
+        }
+        Ok(Value::Split {
+            axis: split.axis,
+            extents: split.extents,
+            parts,
+        })
+    }
+
+    /// The original leaf, unchanged, on device 0.
+    pub(super) fn whole_leaf(&mut self, id: TensorId) -> R<TensorId> {
+        let t = self.old.tensor(id);
+        let name = t.name.clone();
+        let new = match t.role {
+            Role::Weight => self.b.weight(name, t.dtype(), t.ne()),
+            Role::Input => self.b.input(name, t.dtype(), t.ne()),
+            Role::State => self.b.state(name, t.dtype(), t.ne()),
+            Role::Constant => {
+                let init = t.init.clone().expect("a verified constant has an init");
+                self.b.constant(name, t.dtype(), t.ne(), init)
+            }
+            Role::Intermediate | Role::Output => unreachable!("leafs have leaf roles"),
+        }
+        .map_err(|e| self.internal(id, e))?;
+        Ok(self.placed(new, 0, "whole, on the first device".into()))
+    }
+
+    /// `t` as read on device `d`: a whole weight or constant gets its own
+    /// mirror there (so it is never copied per run); anything else is read
+    /// where it is.
+    pub(super) fn at(&mut self, t: TensorId, d: usize) -> R<TensorId> {
+        if self.device[t.index()].index() == d {
+            return Ok(t);
+        }
+        let tt = self.b.tensor(t);
+        let mirrorable =
+            tt.is_leaf() && matches!(tt.role, Role::Weight | Role::Constant) && tt.shard.is_none();
+        if !mirrorable {
+            return Ok(t);
+        }
+        if let Some(&m) = self.mirrors.get(&(t, d)) {
+            return Ok(m);
+        }
+        let (name, dtype, ne, role, init) = (
+            format!("{}.mirror#{d}", tt.name),
+            tt.dtype(),
+            tt.ne(),
+            tt.role,
+            tt.init.clone(),
+        );
+        let of = tt.name.clone();
+        let m = match role {
+            Role::Weight => {
+                let shard = WeightShard {
+                    of: of.clone(),
+                    full_ne: ne,
+                    axis: 0,
+                    start: 0,
+                };
+                self.b.weight_shard(name, dtype, ne, shard)
+            }
+            _ => self
+                .b
+                .constant(name, dtype, ne, init.expect("a constant has an init")),
+        }
+        .map_err(|e| Error::Internal {
+            pass: "tensor-split",
+            problem: format!("mirroring '{of}': {e}"),
+        })?;
+        let m = self.placed(m, d, format!("mirror of '{of}'"));
+        self.mark(m, SplitPart::Mirror { of: of.clone() });
+        self.mirrors.insert((t, d), m);
+        Ok(m)
+    }
+
+    /// A whole or mirrored value as read on device `d`.
+    pub(super) fn on(&mut self, v: &Value, d: usize) -> R<TensorId> {
+        match v {
+            Value::Whole(t) => self.at(*t, d),
+            Value::Mirrored(ts) => Ok(ts[d]),
+            Value::Split { .. } | Value::Partial(_) => unreachable!("made whole first"),
+        }
+    }
+}
