@@ -24,7 +24,7 @@
 use crate::RuntimeError;
 use crate::cpu::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use crate::cpu::{CpuKernel, RawTensor, ThreadCtx};
-use ir::plan::{DeviceKind, FusedKernel, Plan, Step};
+use ir::plan::{FusedKernel, Plan, Step, peer_read_refusal};
 use ir::{Op, Role};
 
 /// A step ready to run, with the figures a profile prints.
@@ -232,24 +232,6 @@ impl Preparer<'_> {
             )),
             Err(e) => Err(e),
         }
-    }
-}
-
-/// Why a step on a `reader` device may not read a tensor held on another
-/// (`held`) device, or `None` when it may: only a collective's participant
-/// reads across devices, and only where both are CPU devices (one host's
-/// memory, so the part's address is valid on the reader's threads).
-pub(crate) fn peer_read_refusal(
-    collective: bool,
-    reader: DeviceKind,
-    held: DeviceKind,
-) -> Option<&'static str> {
-    if !collective {
-        Some("only collectives read tensors on other devices (others need a copy)")
-    } else if !(reader.is_cpu() && held.is_cpu()) {
-        Some("collectives read parts in place only between CPU devices (one host's memory)")
-    } else {
-        None
     }
 }
 

@@ -59,6 +59,28 @@ impl std::fmt::Display for DeviceId {
     }
 }
 
+/// Why a step that `collective`ly reads or not (a collective's participant,
+/// or any other step) on a device of kind `reader` may not read bytes held
+/// on another device of kind `held`; `None` when it may. Only a collective's
+/// participant reads across devices, and only where both are CPU devices
+/// (one host's memory, so the part's address is valid on the reader's
+/// threads); every other cross-device read needs a copy. The runtime and
+/// the reference plan evaluator both refuse by this rule (the checker proves
+/// it on its own, family 3).
+pub fn peer_read_refusal(
+    collective: bool,
+    reader: DeviceKind,
+    held: DeviceKind,
+) -> Option<&'static str> {
+    if !collective {
+        Some("only collectives read tensors on other devices (others need a copy)")
+    } else if !(reader.is_cpu() && held.is_cpu()) {
+        Some("collectives read parts in place only between CPU devices (one host's memory)")
+    } else {
+        None
+    }
+}
+
 /// What kind of device, and which one of its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DeviceKind {

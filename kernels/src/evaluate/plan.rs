@@ -122,20 +122,21 @@ fn check_reads(plan: &Plan, device: u32, op: Option<&Op>, srcs: &[u32]) -> Resul
             .get(plan.owner(t) as usize)
             .map(|pt| pt.device.0)
     };
-    let is_cpu = |d: u32| {
-        plan.devices
-            .get(d as usize)
-            .is_some_and(|pd| pd.kind.is_cpu())
-    };
+    let kind = |d: u32| plan.devices.get(d as usize).map(|pd| pd.kind);
     let reader = op.map_or("a fused kernel", |op| op.name());
     for &src in srcs {
         let Some(held) = device_of(src).filter(|&held| held != device) else {
             continue;
         };
-        let why = match op.and_then(Op::collective) {
-            None => "only collectives read tensors on other devices",
-            Some(_) if is_cpu(device) && is_cpu(held) => continue,
-            Some(_) => "collectives read parts in place only between CPU devices",
+        let collective = op.and_then(Op::collective).is_some();
+        let why = match (kind(device), kind(held)) {
+            (Some(reader), Some(held)) => {
+                match ir::plan::peer_read_refusal(collective, reader, held) {
+                    Some(why) => why,
+                    None => continue,
+                }
+            }
+            _ => "the device is not in the plan",
         };
         let name = |d: u32| {
             plan.devices

@@ -195,7 +195,7 @@ fn the_plan_evaluator_refuses_reads_real_devices_cannot_make() {
     assert_eq!(
         err,
         "the plan is inconsistent: all_reduce_sum on 'cuda0' reads 'p.0' on 'cpu0': \
-         collectives read parts in place only between CPU devices"
+         collectives read parts in place only between CPU devices (one host's memory)"
     );
     // The same read by an op that is not a collective needs a copy.
     let mut plan = collective_pair(None);
@@ -207,6 +207,6 @@ fn the_plan_evaluator_refuses_reads_real_devices_cannot_make() {
     assert_eq!(
         err,
         "the plan is inconsistent: add on 'cpu0' reads 'p.1' on 'cpu1': \
-         only collectives read tensors on other devices"
+         only collectives read tensors on other devices (others need a copy)"
     );
 }

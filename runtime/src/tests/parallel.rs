@@ -174,8 +174,8 @@ fn reads_across_devices_are_refused_unless_a_collective_reads_cpu_memory() {
 
 #[test]
 fn collectives_read_in_place_between_any_cpu_kinds_and_nothing_else_does() {
-    use crate::steps::peer_read_refusal;
     use ir::plan::DeviceKind::{Cpu, CpuCores, CpuNode, Cuda};
+    use ir::plan::peer_read_refusal;
     let cpus = [
         Cpu,
         CpuCores {
