@@ -56,6 +56,11 @@ fn collectives(plan: &Plan) -> usize {
         .count()
 }
 
+/// An example graph by name (`examples/graphs/NAME.ron`).
+fn example(name: &str) -> ir::Graph {
+    ir::text::read_graph(&examples::graph_path(name)).unwrap()
+}
+
 /// The example graphs with transformer blocks (mlp has none to split by role).
 fn block_graphs() -> Vec<ir::Graph> {
     example_graph_files()
@@ -115,9 +120,7 @@ fn row_split_plans_evaluate_like_the_graph_in_the_reference_evaluator() {
                 &reference.read(out).data,
                 &run.read_name(name).unwrap().data,
             );
-            let num: f64 = w.iter().zip(g).map(|(x, y)| (x - y) * (x - y)).sum();
-            let den: f64 = w.iter().map(|x| x * x).sum();
-            let e = num / den.max(f64::MIN_POSITIVE);
+            let e = ggplan_tests::outputs::nmse(w, g);
             assert!(e <= 1e-10, "{}: '{name}' NMSE {e:e}", graph.name);
         }
     }
@@ -140,13 +143,7 @@ fn compiling_a_split_twice_gives_the_same_bytes() {
 
 #[test]
 fn shares_set_each_devices_slice_of_every_split_weight() {
-    let graph = ir::text::read_graph(
-        example_graph_files()
-            .iter()
-            .find(|p| p.ends_with("llama2l.ron"))
-            .unwrap(),
-    )
-    .unwrap();
+    let graph = example("llama2l");
     let plan = compile_for(&graph, "cpu0+cpu1", &options(row(&[3.0, 1.0]))).unwrap();
     let shard = |name: &str| plan.tensors.iter().find(|t| t.name == name).unwrap();
     // FFN rows: 1536 = 3 * 512 on cpu0 and 512 on cpu1 (f32: units of one row).
@@ -161,13 +158,7 @@ fn shares_set_each_devices_slice_of_every_split_weight() {
 
 #[test]
 fn explicit_rules_split_what_they_name() {
-    let graph = ir::text::read_graph(
-        example_graph_files()
-            .iter()
-            .find(|p| p.ends_with("mlp.ron"))
-            .unwrap(),
-    )
-    .unwrap();
+    let graph = example("mlp");
     let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
     let want = outputs(&mut load(single, 1, None));
     let weights: Vec<&ir::Tensor> = graph
@@ -192,13 +183,7 @@ fn explicit_rules_split_what_they_name() {
 
 #[test]
 fn bad_splits_are_refused_naming_the_rule_and_tensor() {
-    let graph = ir::text::read_graph(
-        example_graph_files()
-            .iter()
-            .find(|p| p.ends_with("llama2l.ron"))
-            .unwrap(),
-    )
-    .unwrap();
+    let graph = example("llama2l");
     let refuse = |target: &str, split: TensorSplitOptions| {
         compile_for(&graph, target, &options(split)).unwrap_err()
     };
@@ -312,11 +297,7 @@ fn the_split_plan_says_what_is_cut_how_and_where_each_collective_sits() {
         ("bert2l_row_4", "cpu0+cpu1+cpu2+cpu3", vec![]),
     ] {
         let file = name.split("_row").next().unwrap();
-        let path = example_graph_files()
-            .into_iter()
-            .find(|p| p.file_stem().is_some_and(|s| s == file))
-            .unwrap();
-        let graph = ir::text::read_graph(&path).unwrap();
+        let graph = example(file);
         let mut opts = options(row(&shares));
         opts.spelled = opts.flags(target);
         let plan = compile_for(&graph, target, &opts).unwrap();
