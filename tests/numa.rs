@@ -39,7 +39,10 @@ fn logits(rt: &mut Runtime) -> Vec<f32> {
 #[test]
 fn a_node_0_plan_runs_bound_to_its_node_and_equals_the_cpu_plan() {
     let mut on_node = load(plan("numa0")).unwrap();
-    assert_eq!(on_node.devices()[0].node(), Some(0));
+    assert_eq!(
+        on_node.cpu_devices()[0].as_ref().and_then(|d| d.node()),
+        Some(0)
+    );
     let page = numa::page_size();
     let probe = AlignedBuffer::zeroed(page, page).unwrap();
     let binding_works = numa::bind(probe.as_ptr(), page, 0).is_ok();

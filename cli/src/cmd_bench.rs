@@ -30,6 +30,8 @@ pub struct BenchArgs {
     /// Timed runs (after one warm-up run).
     #[arg(long, default_value_t = 10)]
     runs: usize,
+    #[command(flatten)]
+    rpc: crate::cmd_run::RpcArgs,
 }
 
 #[derive(Default)]
@@ -54,7 +56,7 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let ceilings = runtime::ceiling::measure();
     println!("{ceilings}");
-    let (plan, _weights, mut rt) = load(&args.plan, &args.source, args.threads)?;
+    let (plan, _weights, mut rt) = load(&args.plan, &args.source, args.threads, &args.rpc)?;
     set_inputs(
         &mut rt,
         &args.inputs,

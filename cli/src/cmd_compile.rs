@@ -50,7 +50,7 @@ pub struct CompileArgs {
     /// The graph file (.ron).
     graph: PathBuf,
     /// A preset (cpu, cuda0, cpu+cuda0, cpu+cuda0+cuda1, cpu0+cpu1,
-    /// cpu0+cpu1+cpu2+cpu3), `host` (this machine: its devices, memory and
+    /// cpu0+cpu1+cpu2+cpu3, numa0, numa0+numa1, cpu+rpc0, cpu+rpc0+rpc1), `host` (this machine: its devices, memory and
     /// calibrated speed, cached) or a target file (.ron).
     #[arg(long, default_value = "cpu")]
     target: String,
@@ -84,6 +84,11 @@ pub struct CompileArgs {
     /// (ggml's pipeline parallelism). The graph must attend over a KV cache.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pipeline: u32,
+    /// ggml RPC servers (llama.cpp's `ggml-rpc-server`) to add to `--target
+    /// host` as devices rpc0, rpc1, ... (llama.cpp's `--rpc`): their memory
+    /// from each server, their links measured now.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    rpc: Vec<String>,
     /// Where to write the plan.
     #[arg(short, long, value_name = "PLAN.ron")]
     output: PathBuf,
@@ -122,7 +127,18 @@ pub(crate) fn split_options(
 /// Runs `ggplan compile`.
 pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let graph = ir::text::read_graph(&args.graph)?;
-    let target = ggplan::target::resolve_with_notes(&args.target, &mut |note| eprintln!("{note}"))?;
+    let mut target =
+        ggplan::target::resolve_with_notes(&args.target, &mut |note| eprintln!("{note}"))?;
+    if !args.rpc.is_empty() {
+        if args.target != ggplan::target::HOST {
+            anyhow::bail!(
+                "--rpc adds remote devices to --target host; for a plan made without the \
+                 servers, use a preset (cpu+rpc0, cpu+rpc0+rpc1) or a target file with \
+                 Remote devices"
+            );
+        }
+        ggplan::target::add_remote_devices(&mut target, &args.rpc, &mut |n| eprintln!("{n}"))?;
+    }
     let pins = args
         .pins
         .iter()

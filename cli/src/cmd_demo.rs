@@ -144,6 +144,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             target: "cpu".into(),
             split_mode: None,
             tensor_split: Vec::new(),
+            rpc: Vec::new(),
         })?;
     } else {
         println!(

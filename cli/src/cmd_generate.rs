@@ -66,6 +66,10 @@ pub struct GenerateArgs {
     /// Proportions per device, in target order (llama.cpp's -ts).
     #[arg(long, value_name = "P0,P1,...", value_delimiter = ',')]
     pub(crate) tensor_split: Vec<f64>,
+    /// ggml RPC servers for the target's remote devices (rpc0, rpc1, ...;
+    /// llama.cpp's `--rpc`); with `--target host` they become its devices.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub(crate) rpc: Vec<String>,
 }
 
 /// `--precision`.
@@ -117,6 +121,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
             compile.spelled = compile.flags(&args.target);
             compile
         },
+        rpc: args.rpc.clone(),
     };
     let mut generator = Generator::open(&args.gguf, options)?;
     let threads = generator.threads();

@@ -44,6 +44,31 @@ pub struct RunArgs {
     /// per device stream, every step, copy and event wait.
     #[arg(long, value_name = "FILE.json", conflicts_with = "check")]
     trace: Option<PathBuf>,
+    #[command(flatten)]
+    rpc: RpcArgs,
+}
+
+/// Remote devices (shared with `ggplan bench`).
+#[derive(Args)]
+pub struct RpcArgs {
+    /// ggml RPC servers (llama.cpp's `ggml-rpc-server`) for the plan's remote
+    /// devices, in order: `rpc0` is the first (llama.cpp's `--rpc`).
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub rpc: Vec<String>,
+}
+
+impl RpcArgs {
+    /// The servers connected, or `None` when none is given.
+    pub fn connect(&self) -> Result<Option<Arc<runtime::device::rpc::RemoteServers>>> {
+        if self.rpc.is_empty() {
+            return Ok(None);
+        }
+        let servers = runtime::device::rpc::RemoteServers::connect(
+            &self.rpc,
+            runtime::device::rpc::device::DEFAULT_TIMEOUT,
+        )?;
+        Ok(Some(Arc::new(servers)))
+    }
 }
 
 /// Where weights come from (shared with `ggplan bench`).
@@ -77,10 +102,14 @@ pub fn load(
     path: &Path,
     source: &WeightArgs,
     threads: Option<usize>,
+    rpc: &RpcArgs,
 ) -> Result<(Arc<Plan>, Weights, Runtime)> {
     let plan = Arc::new(ir::plan::read_plan(path)?);
     let weights = source.weights(&plan, path)?;
-    let mut options = LoadOptions::default();
+    let mut options = LoadOptions {
+        rpc: rpc.connect()?,
+        ..LoadOptions::default()
+    };
     if let Some(n) = threads {
         options.threads = n.max(1);
     }
@@ -90,8 +119,15 @@ pub fn load(
             .with_context(|| format!("loading {}", path.display()))
     })?;
     let r = rt.load_report();
+    let uploaded = match r.weight_bytes_uploaded {
+        0 => String::new(),
+        b => format!(
+            " + {:.1} MiB uploaded to remote devices",
+            b as f64 / 1048576.0
+        ),
+    };
     println!(
-        "loaded plan '{}' ({} steps) on {} threads in {:.1} ms: weights {:.1} MiB in place + {:.1} MiB copied ({:.1} ms), kernels prepared in {:.1} ms ({:.1} MiB of weights repacked)",
+        "loaded plan '{}' ({} steps) on {} threads in {:.1} ms: weights {:.1} MiB in place + {:.1} MiB copied{uploaded} ({:.1} ms), kernels prepared in {:.1} ms ({:.1} MiB of weights repacked)",
         plan.graph_name,
         rt.steps().len(),
         rt.threads(),
@@ -150,7 +186,7 @@ pub fn set_inputs(
 
 /// Runs `ggplan run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let (plan, weights, mut rt) = load(&args.plan, &args.source, args.threads)?;
+    let (plan, weights, mut rt) = load(&args.plan, &args.source, args.threads, &args.rpc)?;
     let inputs = set_inputs(&mut rt, &args.inputs, args.source.random_weights)?;
     let mut worst_ok = true;
     if args.check == Some(CheckMode::All) {

@@ -15,7 +15,7 @@ use crate::target::Target;
 use crate::tensor_split::{TensorSplitOptions, split_tensors};
 use crate::{Error, check, fuse, micro_batch, schedule, split, sync};
 use ir::Graph;
-use ir::plan::Plan;
+use ir::plan::{DeviceId, Plan};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -218,7 +218,8 @@ pub fn compile(
     timed("split", t);
 
     let t = Instant::now();
-    let fusion = fuse::fuse_elementwise(graph, &assignment, &schedule.order);
+    let fusable = |d: DeviceId| target.get(d).is_some_and(|dev| !dev.kind.is_remote());
+    let fusion = fuse::fuse_elementwise_where(graph, &assignment, &schedule.order, &fusable);
     timed("fuse", t);
 
     let t = Instant::now();

@@ -11,7 +11,7 @@
 use crate::Result;
 
 #[cfg(feature = "jit")]
-pub use crate::host::{HOST, cache_path, host_target};
+pub use crate::host::{HOST, add_remote_devices, cache_path, host_target};
 pub use compiler::target::{Device, DeviceKind, Link, MatmulGflops, Target, Throughput};
 
 /// A target by name: a preset, a RON target file, or (feature `jit`)

@@ -38,6 +38,19 @@ pub enum RuntimeError {
         /// Why it is not available.
         why: String,
     },
+    /// A remote device (ggml's RPC server) failed a call, refused it, or
+    /// stopped answering.
+    #[error("remote device {device} at {endpoint}: {what} failed: {detail}")]
+    Remote {
+        /// The plan's device name (`rpc0`), or the endpoint when there is none yet.
+        device: String,
+        /// The server's `host:port`.
+        endpoint: String,
+        /// The call (`hello`, `alloc_buffer`, `set_tensor 'l0.wq'`, ...).
+        what: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// The arenas do not fit in the memory available.
     #[error(
         "the plan's arenas need {needed} bytes ({needed_mib:.1} MiB) but only {available} bytes ({available_mib:.1} MiB) are available",

@@ -6,7 +6,6 @@
 //! share a state store never run at the same time (its run lock).
 
 use crate::RuntimeError;
-use crate::device::Device;
 use crate::executor::trace::{SpanKind, Trace, TraceSpan};
 use crate::runtime::{Runtime, describe, layout_of};
 use crate::steps::PreparedStep;
@@ -67,7 +66,7 @@ impl Runtime {
     /// Runs every step once and returns when each step, copy and event wait
     /// ran on which stream, and when (for `ggplan run --trace`).
     pub fn run_traced(&mut self) -> Result<Trace, RuntimeError> {
-        if self.executor.is_sequential() {
+        if self.sequential {
             self.run_inner(true)?;
             let stream = self.plan.splits.first().map_or(0, |s| s.stream);
             let mut t = 0;
@@ -90,11 +89,12 @@ impl Runtime {
         let mut trace = Trace::default();
         self.executor
             .run(&self.steps, &self.devices, Some(&mut trace));
+        self.take_remote_failure()?;
         Ok(trace)
     }
 
     fn run_inner(&mut self, profile: bool) -> Result<(), RuntimeError> {
-        if !self.executor.is_sequential() {
+        if !self.sequential {
             let trace = self.run_traced()?;
             if profile {
                 self.last_profile.fill(0);
@@ -171,6 +171,7 @@ impl Runtime {
                 index: i,
                 step: &self.steps[i],
             };
+            self.take_remote_failure()?;
             if observer.after(self, &info) == Flow::Stop {
                 return Ok(i + 1);
             }
@@ -182,11 +183,25 @@ impl Runtime {
     pub fn reset_state(&mut self) {
         if let Some(store) = &self.state {
             store.clear();
+            for r in self.remote.iter().flatten() {
+                // A dead server is reported by the next run.
+                if let Err(e) = r.server().clear_states() {
+                    r.fail(e);
+                }
+            }
             return;
         }
         for (t, pt) in self.plan.tensors.iter().enumerate() {
             if pt.role == Role::State && matches!(pt.placement, Placement::Arena { .. }) {
                 let span = layout_of(&self.plan, t as u32).span_bytes() as usize;
+                let device = pt.device.index();
+                if let Some(r) = &self.remote[device] {
+                    // A dead server is reported by the next run.
+                    if let Err(e) = r.write(self.addr[t] as u64, &vec![0; span], "reset_state") {
+                        r.fail(e);
+                    }
+                    continue;
+                }
                 // SAFETY: the tensor's bytes hold its span; no kernel runs.
                 unsafe { std::ptr::write_bytes(self.addr[t], 0, span) };
             }

@@ -19,9 +19,10 @@ use crate::RuntimeError;
 use crate::addresses::resolve;
 use crate::cpu::ThreadPool;
 use crate::cpu::matmul::Precision;
-use crate::device::Device;
 use crate::device::cpu::CpuDevice;
 use crate::device::registry::Registry;
+use crate::device::rpc::{RemoteDevice, RemoteServers};
+use crate::device::{Device, TensorBytes};
 use crate::executor::Executor;
 use crate::fast::FastKernels;
 use crate::memory::{AlignedBuffer, available_bytes};
@@ -59,6 +60,9 @@ pub struct LoadOptions {
     /// step (or copy) panics instead of running it, to prove that a failing
     /// stream stops the others and the panic reaches the caller.
     pub fault_panic_at: Option<usize>,
+    /// The remote servers (`--rpc`), connected once and shared by every
+    /// runtime of a job: plan device `Remote { server: i }` runs on server `i`.
+    pub rpc: Option<Arc<RemoteServers>>,
 }
 
 impl Default for LoadOptions {
@@ -72,6 +76,7 @@ impl Default for LoadOptions {
             on_prepare: None,
             fault_injection: None,
             fault_panic_at: None,
+            rpc: None,
         }
     }
 }
@@ -83,6 +88,8 @@ pub struct LoadReport {
     pub weight_bytes_in_place: u64,
     /// Weight bytes copied into the weights arena.
     pub weight_bytes_copied: u64,
+    /// Weight bytes uploaded to remote devices (once, at load).
+    pub weight_bytes_uploaded: u64,
     /// Bytes of repacked weight copies held by the kernels of this runtime
     /// and of every other runtime loaded with the same [`FastKernels`] (each
     /// copy counted once): memory beyond the weights themselves.
@@ -109,7 +116,13 @@ pub struct Runtime {
     pub(crate) scratch: AlignedBuffer,
     pub(crate) pool: Arc<ThreadPool>,
     /// The plan's devices, by device id.
-    pub(crate) devices: Vec<Arc<CpuDevice>>,
+    pub(crate) devices: Vec<Arc<dyn Device>>,
+    /// The plan's CPU devices, by device id (`None` for a remote one).
+    pub(crate) cpu_devices: Vec<Option<Arc<CpuDevice>>>,
+    /// The plan's remote devices, by device id (`None` for a CPU one).
+    pub(crate) remote: Vec<Option<Arc<RemoteDevice>>>,
+    /// One stream and no events on host devices: the single-pool fast path.
+    pub(crate) sequential: bool,
     /// Streams, segments and events of the plan.
     pub(crate) executor: Executor,
     pub(crate) kernels: Arc<FastKernels>,
@@ -168,42 +181,67 @@ impl Runtime {
                 violations,
             });
         }
-        let (devices, warnings) =
+        let (host_devices, warnings) =
             Registry::enumerate().open(&plan.devices, options.threads, options.pool.as_ref())?;
-        let needed: u64 = plan.arenas.iter().map(|a| a.size).sum();
+        let remote = open_remote(&plan, options.rpc.as_deref())?;
+        let mut host_devices = host_devices.into_iter();
+        let cpu_devices: Vec<Option<Arc<CpuDevice>>> = (remote.iter())
+            .map(|r| {
+                if r.is_some() {
+                    None
+                } else {
+                    host_devices.next()
+                }
+            })
+            .collect();
+        let devices: Vec<Arc<dyn Device>> = (cpu_devices.iter().zip(&remote))
+            .map(|pair| match pair {
+                (Some(cpu), _) => Arc::clone(cpu) as Arc<dyn Device>,
+                (None, Some(r)) => Arc::clone(r) as Arc<dyn Device>,
+                (None, None) => unreachable!("every plan device was opened"),
+            })
+            .collect();
+        let needed: u64 = (plan.arenas.iter())
+            .filter(|a| remote[a.device.index()].is_none())
+            .map(|a| a.size)
+            .sum();
         if let Some(available) = available_bytes()
             && needed > available
         {
             return Err(RuntimeError::OutOfMemory { needed, available });
         }
-        let arenas = plan
-            .arenas
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let dev = &plan.devices[a.device.index()];
-                let usage = format!("{:?}", a.usage);
-                devices[a.device.index()]
-                    .alloc(a.size, dev.alignment, &usage)
-                    .map_err(|e| match e {
-                        RuntimeError::Alloc {
-                            bytes,
-                            usage,
-                            device,
-                            ..
-                        } => RuntimeError::Alloc {
-                            arena: i,
-                            bytes,
-                            usage,
-                            device,
-                        },
-                        other => other,
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let bases: Vec<*mut u8> = arenas.iter().map(AlignedBuffer::as_ptr).collect();
+        // A remote arena's base is the server's address of its buffer
+        // (never dereferenced here: see `device::rpc`).
+        let mut bases: Vec<*mut u8> = Vec::with_capacity(plan.arenas.len());
+        let mut arenas = Vec::new();
+        for (i, a) in plan.arenas.iter().enumerate() {
+            let dev = &plan.devices[a.device.index()];
+            let usage = format!("{:?}", a.usage);
+            if let Some(r) = &remote[a.device.index()] {
+                bases.push(r.alloc_remote(a.size, &usage)? as usize as *mut u8);
+                continue;
+            }
+            let buffer = devices[a.device.index()]
+                .alloc(a.size, dev.alignment, &usage)
+                .map_err(|e| match e {
+                    RuntimeError::Alloc {
+                        bytes,
+                        usage,
+                        device,
+                        ..
+                    } => RuntimeError::Alloc {
+                        arena: i,
+                        bytes,
+                        usage,
+                        device,
+                    },
+                    other => other,
+                })?;
+            bases.push(buffer.as_ptr());
+            arenas.push(buffer);
+        }
         let mut warnings = warnings;
-        warnings.extend(devices.iter().flat_map(|d| d.take_notes()));
+        warnings.extend(cpu_devices.iter().flatten().flat_map(|d| d.take_notes()));
 
         // Weights in place and shared state replace their arena addresses.
         let mut report = LoadReport {
@@ -219,7 +257,28 @@ impl Runtime {
                 continue;
             }
             let layout = layout_of(&plan, t as u32);
+            let on_remote = remote[pt.device.index()].is_some();
             match pt.role {
+                Role::Weight if on_remote => {
+                    // Uploaded once, at load: a remote device never reads the file.
+                    let bound = bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())?;
+                    let bytes = match bound {
+                        BoundWeight::InPlace(b) => std::borrow::Cow::Borrowed(b),
+                        BoundWeight::Copy(b) => b,
+                    };
+                    report.weight_bytes_uploaded += bytes.len() as u64;
+                    copies.push((t as u32, bytes));
+                }
+                Role::State if on_remote => {
+                    // Shared state stays on its server, by name, for every
+                    // runtime of the job (a remote StateStore).
+                    if options.state.is_some()
+                        && let Some(r) = &remote[pt.device.index()]
+                    {
+                        let at = r.server().bind_state(&pt.name, &layout)?;
+                        overrides[t] = Some(at as usize as *mut u8);
+                    }
+                }
                 Role::Weight => {
                     match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
                         BoundWeight::InPlace(bytes) => {
@@ -241,23 +300,27 @@ impl Runtime {
             }
         }
         let addr = resolve(&plan, &bases, &overrides);
-        for (t, bytes) in copies {
-            // SAFETY: the tensor's arena slot holds its span (checker), which
-            // equals the stored bytes (binding checked dtype and extents).
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr[t as usize], bytes.len()) };
-        }
         for (t, pt) in plan.tensors[..n_graph].iter().enumerate() {
             if let (Role::Constant, Some(init), Placement::Arena { .. }) =
                 (pt.role, &pt.init, pt.placement)
             {
                 let bytes = kernels::evaluate::constant_leaf(init, &layout_of(&plan, t as u32));
-                // SAFETY: as for weights: the slot holds the packed span.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr[t], bytes.len()) };
+                copies.push((t as u32, std::borrow::Cow::Owned(bytes)));
             }
+        }
+        for (t, bytes) in copies {
+            // SAFETY: the tensor's arena slot holds its span (checker), which
+            // equals the stored bytes (binding checked dtype and extents).
+            let tensor = unsafe { TensorBytes::new(addr[t as usize], bytes.len()) };
+            devices[plan.tensors[t as usize].device.index()].set_tensor(tensor, 0, &bytes)?;
         }
         report.weights_time = t0.elapsed();
 
-        let pool = Arc::clone(devices[0].pool());
+        let pool = match cpu_devices.iter().flatten().next() {
+            Some(cpu) => Arc::clone(cpu.pool()),
+            // Only remote devices: their steps are calls, one thread drives them.
+            None => Arc::new(ThreadPool::new(1)),
+        };
         let kernels = match &options.kernels {
             Some(k) => Arc::clone(k),
             None => Arc::new(FastKernels::new(options.precision)?),
@@ -268,6 +331,7 @@ impl Runtime {
             addr: &addr,
             fast: &kernels,
             on_prepare: options.on_prepare.as_deref(),
+            remote: &remote,
         }
         .prepare_all()?;
         report.prepare_time = t1.elapsed();
@@ -289,7 +353,8 @@ impl Runtime {
             .max()
             .unwrap_or(0);
         if devices.len() > 1 {
-            for (d, device) in devices.iter().enumerate() {
+            for (d, device) in cpu_devices.iter().enumerate() {
+                let Some(device) = device else { continue };
                 let on_device = |s: &&crate::steps::PreparedStep| {
                     plan.splits[s.split].device.index() == d && s.kind != "copy"
                 };
@@ -301,6 +366,7 @@ impl Runtime {
             }
         }
         let executor = Executor::new(&plan, options.fault_injection, options.fault_panic_at);
+        let sequential = executor.is_sequential() && remote.iter().all(Option::is_none);
         let scratch = AlignedBuffer::zeroed(scratch_bytes, 64).ok_or(RuntimeError::Alloc {
             arena: usize::MAX,
             bytes: scratch_bytes as u64,
@@ -326,6 +392,9 @@ impl Runtime {
             scratch,
             pool,
             devices,
+            cpu_devices,
+            remote,
+            sequential,
             executor,
             kernels,
             inputs,
@@ -359,12 +428,32 @@ impl Runtime {
 
     /// Threads over every device of the plan.
     pub fn threads(&self) -> usize {
-        self.devices.iter().map(|d| d.pool().n_threads()).sum()
+        (self.cpu_devices.iter().flatten())
+            .map(|d| d.pool().n_threads())
+            .sum::<usize>()
+            .max(1)
     }
 
     /// The plan's devices, by device id.
-    pub fn devices(&self) -> &[Arc<CpuDevice>] {
+    pub fn devices(&self) -> &[Arc<dyn Device>] {
         &self.devices
+    }
+
+    /// The plan's CPU devices, by device id (`None` for a remote device).
+    pub fn cpu_devices(&self) -> &[Option<Arc<CpuDevice>>] {
+        &self.cpu_devices
+    }
+
+    /// The first failure of the last run on a remote device, taken (so a
+    /// later run starts clean).
+    pub(crate) fn take_remote_failure(&self) -> Result<(), RuntimeError> {
+        let mut first = None;
+        for r in self.remote.iter().flatten() {
+            if let Some(e) = r.take_failure() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// The thread pool of the first device.
@@ -398,4 +487,33 @@ impl Runtime {
         let t = self.tensor_id(name).ok()?;
         self.index_bounds.get(&t).map(|&(b, _)| b)
     }
+}
+
+/// The plan's remote devices, by device id: each opened on its server from
+/// `rpc` (refused by name when the plan needs a server `rpc` does not list).
+fn open_remote(
+    plan: &Plan,
+    rpc: Option<&RemoteServers>,
+) -> Result<Vec<Option<Arc<RemoteDevice>>>, RuntimeError> {
+    let mut out = Vec::with_capacity(plan.devices.len());
+    for dev in &plan.devices {
+        let ir::plan::DeviceKind::Remote { server } = dev.kind else {
+            out.push(None);
+            continue;
+        };
+        let Some(endpoint) = rpc.and_then(|r| r.get(server)) else {
+            let given = rpc.map_or(0, RemoteServers::len);
+            return Err(RuntimeError::NoDevice {
+                device: dev.name.clone(),
+                kind: format!("remote server {server}"),
+                why: format!(
+                    "{given} server(s) given; pass --rpc HOST:PORT,... listing at least {}",
+                    server + 1
+                ),
+            });
+        };
+        let device = RemoteDevice::open(&dev.name, Arc::clone(endpoint), dev.alignment)?;
+        out.push(Some(Arc::new(device)));
+    }
+    Ok(out)
 }

@@ -5,7 +5,7 @@
 //! they index before any byte is written.
 
 use crate::RuntimeError;
-use crate::device::{Device, TensorBytes};
+use crate::device::TensorBytes;
 use crate::runtime::{Runtime, describe, layout_of};
 use ir::{DType, Role};
 

@@ -24,8 +24,13 @@
 use crate::RuntimeError;
 use crate::cpu::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use crate::cpu::{CpuKernel, RawTensor, ThreadCtx};
+use crate::device::Device;
+use crate::device::rpc::RemoteDevice;
+use crate::device::rpc::ggml::{StepGraph, step_records};
+use crate::device::rpc::kernels::{End, RemoteCopy, RemoteStep};
 use ir::plan::{FusedKernel, Plan, Step, peer_read_refusal};
 use ir::{Op, Role};
+use std::sync::Arc;
 
 /// A step ready to run, with the figures a profile prints.
 pub struct PreparedStep {
@@ -50,6 +55,9 @@ pub struct PreparedStep {
     pub flops: u64,
     /// True when the reference fallback runs it.
     pub fallback: bool,
+    /// For a step a remote device computes: its node, which the device sends
+    /// with the rest of its segment as one graph.
+    pub remote: Option<Arc<StepGraph>>,
 }
 
 /// What the preparation needs: the plan, tensor addresses and the fast kernels.
@@ -58,6 +66,8 @@ pub(crate) struct Preparer<'a> {
     pub addr: &'a [*mut u8],
     pub fast: &'a crate::FastKernels,
     pub on_prepare: Option<&'a (dyn Fn(usize, usize) + Send + Sync)>,
+    /// Per plan device: the remote device, for a remote one.
+    pub remote: &'a [Option<Arc<RemoteDevice>>],
 }
 
 impl Preparer<'_> {
@@ -87,11 +97,7 @@ impl Preparer<'_> {
         for (s, split) in self.plan.splits.iter().enumerate() {
             for c in &split.copies {
                 out.push(PreparedStep {
-                    kernel: Box::new(CopyKernel {
-                        src: self.addr[c.src as usize],
-                        dst: self.addr[c.dst as usize],
-                        bytes: c.bytes as usize,
-                    }),
+                    kernel: self.copy_kernel(c.src, c.dst, c.bytes as usize),
                     split: s,
                     kind: "copy",
                     op: None,
@@ -101,11 +107,12 @@ impl Preparer<'_> {
                     bytes: 2 * c.bytes,
                     flops: 0,
                     fallback: false,
+                    remote: None,
                 });
             }
             for step in &split.steps {
                 let index = out.len();
-                let prepared = self.prepare(s, step).map_err(|e| {
+                let prepared = self.prepare(s, index, step).map_err(|e| {
                     let dst = match step {
                         Step::Op { dst, .. } => *dst,
                         Step::Fused { kernel } => self
@@ -155,7 +162,83 @@ impl Preparer<'_> {
         Ok(())
     }
 
-    fn prepare(&self, split: usize, step: &Step) -> Result<PreparedStep, RuntimeError> {
+    /// The kernel of a copy from `src` to `dst`: a memcpy between host
+    /// arenas, or calls to the server(s) of a remote end.
+    fn copy_kernel(&self, src: u32, dst: u32, bytes: usize) -> Box<dyn CpuKernel> {
+        let end = |t: u32| {
+            let device = self.plan.tensors[t as usize].device.index();
+            match self.remote.get(device).and_then(Option::as_ref) {
+                Some(dev) => End::Remote(Arc::clone(dev), self.addr[t as usize] as u64),
+                None => End::Host(self.addr[t as usize]),
+            }
+        };
+        match (end(src), end(dst)) {
+            (End::Host(src), End::Host(dst)) => Box::new(CopyKernel { src, dst, bytes }),
+            (from, to) => Box::new(RemoteCopy { from, to, bytes }),
+        }
+    }
+
+    /// A step of split `split` on a remote device: its node for the server.
+    fn prepare_remote(
+        &self,
+        split: usize,
+        index: usize,
+        step: &Step,
+        device: &Arc<RemoteDevice>,
+    ) -> Result<PreparedStep, RuntimeError> {
+        let Step::Op { op, dst, srcs } = step else {
+            return Err(RuntimeError::Unsupported {
+                op: "fused".to_string(),
+                detail: format!(
+                    "a fused kernel on remote device '{}' (ggml runs ops one by one; \
+                     the compiler does not fuse there)",
+                    self.plan.devices[self.plan.splits[split].device.index()].name
+                ),
+            });
+        };
+        self.check_reads(split, Some(op), srcs)?;
+        let locate = |t: u32| device.locate(self.addr[t as usize] as u64, self.span(t));
+        let graph = step_records(self.plan, index, op, *dst, srcs, &locate).map_err(|e| {
+            RuntimeError::Unsupported {
+                op: op.name().to_string(),
+                detail: format!("on remote device '{}': {e}", device.info().name),
+            }
+        })?;
+        let graph = Arc::new(graph);
+        let bytes = self.span(*dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
+        let d = self.raw(*dst);
+        let flops = match op {
+            Op::MulMat => 2 * self.raw(srcs[0]).ne[0] as u64 * d.n_elements() as u64,
+            _ => d.n_elements() as u64,
+        };
+        Ok(PreparedStep {
+            kernel: Box::new(RemoteStep {
+                device: Arc::clone(device),
+                graph: Arc::clone(&graph),
+            }),
+            split,
+            kind: op.name(),
+            op: Some(*op),
+            fused_kernel: None,
+            dst: *dst,
+            srcs: srcs.clone(),
+            bytes,
+            flops,
+            fallback: false,
+            remote: Some(graph),
+        })
+    }
+
+    fn prepare(
+        &self,
+        split: usize,
+        index: usize,
+        step: &Step,
+    ) -> Result<PreparedStep, RuntimeError> {
+        let device = self.plan.splits[split].device.index();
+        if let Some(remote) = self.remote.get(device).and_then(Option::as_ref) {
+            return self.prepare_remote(split, index, step, remote);
+        }
         match step {
             Step::Op { op, dst, srcs } => {
                 self.check_reads(split, Some(op), srcs)?;
@@ -183,6 +266,7 @@ impl Preparer<'_> {
                     bytes,
                     flops,
                     fallback,
+                    remote: None,
                 })
             }
             Step::Fused { kernel: index } => {
@@ -212,6 +296,7 @@ impl Preparer<'_> {
                     bytes,
                     flops: out.n_elements() as u64 * k.body.len() as u64,
                     fallback,
+                    remote: None,
                 })
             }
         }

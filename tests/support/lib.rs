@@ -8,6 +8,7 @@ pub mod models;
 pub mod outputs;
 pub mod random_graph;
 pub mod references;
+pub mod rpc_server;
 
 use std::path::PathBuf;
 

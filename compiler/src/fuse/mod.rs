@@ -18,7 +18,8 @@
 //!    input: the norm-then-mul pattern `mul(rms_norm(x), w)`);
 //! 2. every member is F32, packed (contiguous) and has the same extents (those
 //!    of the group output);
-//! 3. every member runs on the same device (`assignment.device`);
+//! 3. every member runs on the same device (`assignment.device`), one that
+//!    runs fused kernels (not a remote RPC server: [`fuse_elementwise_where`]);
 //! 4. every member but the last has exactly one reader node in the graph, and
 //!    that reader is the next member; it is not a graph output (its role is
 //!    `Intermediate`), and no tensor is a view of it or writes into it. So the
@@ -168,7 +169,19 @@ impl Member {
 /// are not nodes of `graph`, or that repeat, are skipped rather than trusted, and
 /// a tensor without a device in `assignment` never fuses.
 pub fn fuse_elementwise(graph: &Graph, assignment: &Assignment, order: &[TensorId]) -> Fusion {
-    let ctx = Context::new(graph, assignment, order);
+    fuse_elementwise_where(graph, assignment, order, &|_| true)
+}
+
+/// [`fuse_elementwise`] for a target whose devices do not all run fused
+/// kernels: a node on a device `fusable` refuses never joins a group (a
+/// remote RPC server runs ggml's ops one by one, not our kernels).
+pub fn fuse_elementwise_where(
+    graph: &Graph,
+    assignment: &Assignment,
+    order: &[TensorId],
+    fusable: &dyn Fn(crate::target::DeviceId) -> bool,
+) -> Fusion {
+    let ctx = Context::new(graph, assignment, order, fusable);
     let mut taken = vec![false; graph.len()];
     let mut groups = Vec::new();
     for (p, &start) in order.iter().enumerate() {
@@ -207,10 +220,17 @@ struct Context<'a> {
     aliased: Vec<bool>,
     /// (position, root written) of every write-into node in `order`.
     writes: Vec<(usize, TensorId)>,
+    /// Whether a device runs fused kernels.
+    fusable: &'a dyn Fn(crate::target::DeviceId) -> bool,
 }
 
 impl<'a> Context<'a> {
-    fn new(graph: &'a Graph, assignment: &'a Assignment, order: &[TensorId]) -> Context<'a> {
+    fn new(
+        graph: &'a Graph,
+        assignment: &'a Assignment,
+        order: &[TensorId],
+        fusable: &'a dyn Fn(crate::target::DeviceId) -> bool,
+    ) -> Context<'a> {
         let n = graph.len();
         let mut pos = vec![None; n];
         for (p, &id) in order.iter().enumerate() {
@@ -254,6 +274,7 @@ impl<'a> Context<'a> {
             readers,
             aliased,
             writes,
+            fusable,
         }
     }
 
@@ -265,7 +286,7 @@ impl<'a> Context<'a> {
             && t.view.is_none()
             && t.layout.dtype == DType::F32
             && t.layout.is_contiguous()
-            && self.device(id).is_some()
+            && self.device(id).is_some_and(|d| (self.fusable)(d))
             && t.srcs.iter().all(|s| s.index() < self.graph.len());
         (ok && self.sources_fit(t, kind)).then_some(kind)
     }

@@ -17,7 +17,8 @@
 //! - the host is either one `Cpu` device or `CpuCores` groups `0..groups`,
 //!   each once (all with the same `groups`), never both; CPU devices are
 //!   host-visible; CUDA ordinals unique; a target may have no CPU (`cuda0`
-//!   alone);
+//!   alone); remote servers unique, never host-visible, and never running
+//!   collectives;
 //! - alignment a power of two; `0 < max_buffer_bytes <= memory_bytes`;
 //! - every device supports something; throughput rates finite and positive;
 //! - links are symmetric (one entry serves both directions) and there is
@@ -178,7 +179,7 @@ impl Target {
     }
 
     /// The names of the built-in presets, in the order [`Target::preset`] knows them.
-    pub const PRESETS: [&'static str; 8] = presets::NAMES;
+    pub const PRESETS: [&'static str; 10] = presets::NAMES;
 
     /// The built-in target called `name` (one of [`Target::PRESETS`]).
     pub fn preset(name: &str) -> Option<Target> {

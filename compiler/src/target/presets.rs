@@ -2,7 +2,9 @@
 //! host cut into core groups, `cpu0+cpu1` and `cpu0+cpu1+cpu2+cpu3` (how
 //! multi-device plans run on a machine without a GPU), and NUMA nodes:
 //! `numa0` (node 0 alone, which every Linux host has) and `numa0+numa1`
-//! (a two-socket host, one device per socket).
+//! (a two-socket host, one device per socket); and remote RPC servers
+//! (`cpu+rpc0`, `cpu+rpc0+rpc1`: llama.cpp's `--rpc`, servers first as
+//! llama.cpp lists them before the local CPU).
 //!
 //! Invariant: `examples/targets/{name}.ron` is byte for byte
 //! [`Target::to_ron`] of [`preset`]`(name)` for every name of [`NAMES`]
@@ -59,7 +61,7 @@ use super::{
 use ir::DType;
 
 /// The preset names.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 10] = [
     "cpu",
     "cuda0",
     "cpu+cuda0",
@@ -68,6 +70,8 @@ pub const NAMES: [&str; 8] = [
     "cpu0+cpu1+cpu2+cpu3",
     "numa0",
     "numa0+numa1",
+    "cpu+rpc0",
+    "cpu+rpc0+rpc1",
 ];
 
 const GIB: u64 = 1 << 30;
@@ -92,6 +96,15 @@ pub fn preset(name: &str) -> Option<Target> {
         "cpu0+cpu1+cpu2+cpu3" => cpu_groups(4),
         "numa0" => numa_nodes(1),
         "numa0+numa1" => numa_nodes(2),
+        "cpu+rpc0" => (vec![remote(0), cpu()], vec![network("rpc0", "cpu")]),
+        "cpu+rpc0+rpc1" => (
+            vec![remote(0), remote(1), cpu()],
+            vec![
+                network("rpc0", "cpu"),
+                network("rpc1", "cpu"),
+                through_host("rpc0", "rpc1"),
+            ],
+        ),
         _ => return None,
     };
     Some(Target {
@@ -237,5 +250,53 @@ pub fn pcie(from: &str, to: &str) -> Link {
         to: to.to_string(),
         bandwidth_gbps: 25.0,
         latency_us: 10.0,
+    }
+}
+
+/// The first device of remote RPC server `server`, named `rpc{server}`: a
+/// host of this machine class running llama.cpp's `ggml-rpc-server` (ggml's
+/// CPU backend). Estimates: the preset CPU's memory; ggml's matmul rates
+/// (below ours: 240 GFLOP/s f32, 200 f16, 60 quantized, half of the preset
+/// CPU's); alignment 64 (ggml's CPU buffers align to 32; a multiple keeps
+/// every offset valid there). It runs every op but the collectives, on any
+/// dtype; `--target host --rpc` asks each server instead.
+pub fn remote(server: u32) -> Device {
+    let ops = OpKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, OpKind::AllReduceSum | OpKind::AllGather))
+        .collect();
+    let mut d = cpu();
+    d.name = format!("rpc{server}");
+    d.kind = DeviceKind::Remote { server };
+    d.host_visible = false;
+    d.supports = vec![OpSupport {
+        ops: OpSet::Only(ops),
+        src0: DTypeSet::All,
+    }];
+    let m = &mut d.throughput.matmul_gflops;
+    (m.f32, m.f16, m.quantized) = (m.f32 / 2.0, m.f16 / 2.0, m.quantized / 2.0);
+    d
+}
+
+/// A network link between the host and a remote server: 10 GbE, 1.25 GB/s,
+/// and 100 µs per copy (one request and its answer over a LAN); estimates,
+/// which `--target host --rpc` replaces with figures measured at connect time.
+pub fn network(from: &str, to: &str) -> Link {
+    Link {
+        from: from.to_string(),
+        to: to.to_string(),
+        bandwidth_gbps: 1.25,
+        latency_us: 100.0,
+    }
+}
+
+/// Two remote servers: the protocol has no server-to-server copy, so bytes
+/// go through the host, two network hops: half the bandwidth, twice the
+/// latency of [`network`].
+pub fn through_host(from: &str, to: &str) -> Link {
+    Link {
+        bandwidth_gbps: 0.625,
+        latency_us: 200.0,
+        ..network(from, to)
     }
 }

@@ -1,7 +1,7 @@
 //! Every rule a target must keep (listed in the `target` module doc), checked
 //! together: the result names every problem, in device then link order.
 
-use super::{DTypeSet, DeviceKind, OpSet, Target};
+use super::{DTypeSet, DeviceKind, OpKind, OpSet, Target};
 use std::collections::BTreeMap;
 
 /// Every problem with `t`; empty when it is valid.
@@ -18,6 +18,7 @@ pub(super) fn problems(t: &Target) -> Vec<String> {
 fn devices(t: &Target, out: &mut Vec<String>) {
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     let mut ordinals: BTreeMap<u32, &str> = BTreeMap::new();
+    let mut servers: BTreeMap<u32, &str> = BTreeMap::new();
     let mut cpus = Vec::new();
     for (i, d) in t.devices.iter().enumerate() {
         let who = format!("device {i} '{}'", d.name);
@@ -37,6 +38,25 @@ fn devices(t: &Target, out: &mut Vec<String>) {
                 if let Some(other) = ordinals.insert(ordinal, d.name.as_str()) {
                     out.push(format!(
                         "{who}: CUDA ordinal {ordinal} is also device '{other}'"
+                    ));
+                }
+            }
+            DeviceKind::Remote { server } => {
+                if let Some(other) = servers.insert(server, d.name.as_str()) {
+                    out.push(format!(
+                        "{who}: remote server {server} is also device '{other}'"
+                    ));
+                }
+                if d.host_visible {
+                    out.push(format!(
+                        "{who}: a remote device cannot be host_visible (its memory is on another host)"
+                    ));
+                }
+                if d.supports.iter().any(|s| {
+                    s.ops.contains(OpKind::AllReduceSum) || s.ops.contains(OpKind::AllGather)
+                }) {
+                    out.push(format!(
+                        "{who}: a remote device cannot run collectives (they read parts in place)"
                     ));
                 }
             }

@@ -7,6 +7,8 @@
 //! - CUDA devices the driver reports: the preset's description of a CUDA
 //!   device with the memory the driver reports (their throughputs are the
 //!   preset's until the CUDA backend can calibrate them), linked by PCIe.
+//! - Remote RPC servers (`--rpc`, [`add_remote_devices`]): each server's
+//!   memory and a link measured at connect time.
 //!
 //! The cache is one RON file, `calibration.ron`, in `$GGPLAN_CACHE_DIR`, else
 //! `$XDG_CACHE_HOME/ggplan`, else `~/.cache/ggplan`. It is keyed by what the
@@ -21,6 +23,9 @@
 //! the target as a file to compile against.
 
 mod calibrate;
+mod remote;
+
+pub use remote::add_remote_devices;
 
 use crate::{Error, Result};
 use calibrate::calibrate;

@@ -45,6 +45,9 @@ pub struct GenerateOptions {
     pub target: Option<String>,
     /// How plans are compiled for it (a tensor split: `--split-mode row`).
     pub compile: crate::CompileOptions,
+    /// ggml RPC servers for the target's remote devices (`rpc0`, ...), in
+    /// order; with the `host` target they are added to it as devices.
+    pub rpc: Vec<String>,
 }
 
 impl Default for GenerateOptions {
@@ -58,6 +61,7 @@ impl Default for GenerateOptions {
             progress: None,
             target: None,
             compile: crate::CompileOptions::default(),
+            rpc: Vec::new(),
         }
     }
 }
@@ -164,13 +168,20 @@ impl Generator {
             .map_err(|e| Error::Usage(format!("{}: reading the tokenizer: {e}", path.display())))?;
         let buckets = context_buckets(options.ctx, options.min_bucket)?;
         let weights = Weights::open(&path)?;
-        let target = crate::target::resolve(options.target.as_deref().unwrap_or("cpu"))?;
+        let target_name = options.target.as_deref().unwrap_or("cpu");
+        let mut target = crate::target::resolve(target_name)?;
+        if target_name == crate::target::HOST && !options.rpc.is_empty() {
+            crate::target::add_remote_devices(&mut target, &options.rpc, &mut |n| {
+                tracing::info!("{n}")
+            })?;
+        }
         let session = Session::for_target(
             options.threads,
             options.precision,
             target,
             options.compile.clone(),
-        )?;
+        )?
+        .with_rpc(&options.rpc)?;
         Ok(Generator {
             path,
             tokenizer,

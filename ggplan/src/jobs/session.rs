@@ -53,6 +53,20 @@ impl Session {
         })
     }
 
+    /// This session with the ggml RPC servers `endpoints` for the target's
+    /// remote devices (connected now, once for every plan of the job: a
+    /// server serves one connection at a time); none given, unchanged.
+    pub fn with_rpc(mut self, endpoints: &[String]) -> Result<Session> {
+        if !endpoints.is_empty() {
+            let servers = runtime::device::rpc::RemoteServers::connect(
+                endpoints,
+                runtime::device::rpc::device::DEFAULT_TIMEOUT,
+            )?;
+            self.options.rpc = Some(Arc::new(servers));
+        }
+        Ok(self)
+    }
+
     /// Threads in the pool.
     pub fn threads(&self) -> usize {
         self.options.threads

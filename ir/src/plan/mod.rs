@@ -109,6 +109,17 @@ pub enum DeviceKind {
         /// The CUDA device ordinal (`cudaSetDevice` number).
         ordinal: u32,
     },
+    /// The first device of a remote host's ggml RPC server (llama.cpp's
+    /// `ggml-rpc-server`): server `server` of the endpoints the runtime is
+    /// given at load (`--rpc host:port,...`, in that order). A plan names no
+    /// address, so one plan serves any servers. Its memory is the server's and
+    /// shares nothing with the host: every byte it reads or hands back
+    /// crosses the link as a copy, and it runs whole ops only (no fused
+    /// kernels, no collectives).
+    Remote {
+        /// Index into the endpoints given at load.
+        server: u32,
+    },
 }
 
 impl DeviceKind {
@@ -118,6 +129,11 @@ impl DeviceKind {
             self,
             DeviceKind::Cpu | DeviceKind::CpuCores { .. } | DeviceKind::CpuNode { .. }
         )
+    }
+
+    /// True for a device of a remote RPC server.
+    pub fn is_remote(self) -> bool {
+        matches!(self, DeviceKind::Remote { .. })
     }
 }
 

@@ -8,7 +8,8 @@
 //! (`crate::executor`): a device never decides order, it only runs what the
 //! executor hands it, in the order handed. One folder per device kind:
 //! `cpu/` (the host or a group of its cores), `cuda/` (the driver probe; the
-//! backend comes in its own issue); `host` describes the machine.
+//! backend comes in its own issue), `rpc/` (a remote host's ggml RPC server);
+//! `host` describes the machine.
 //!
 //! Invariants: a device's buffers never move while the device lives (kernels
 //! hold their addresses); `run_steps` returns only when every step is done.
@@ -17,6 +18,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod host;
 pub mod registry;
+pub mod rpc;
 
 use crate::RuntimeError;
 use crate::executor::event::Event;
@@ -168,4 +170,11 @@ pub trait Device: Send + Sync {
     /// Returns once everything queued on the device's streams is done
     /// (ggml `synchronize`).
     fn synchronize(&self);
+
+    /// Pins the thread that drives this device's compute stream to the
+    /// device's cores for a run (restored when the guard drops); `None` for a
+    /// device with no cores of its own (a remote one: its thread only waits).
+    fn pin_stream_thread(&self) -> Option<cpu::Pinned> {
+        None
+    }
 }

@@ -179,6 +179,8 @@ impl Registry {
                         ),
                     });
                 }
+                // Opened by the runtime on its server (`rpc/`), not here.
+                DeviceKind::Remote { .. } => continue,
                 DeviceKind::Cpu => plans.push((dev, self.cores.clone(), threads)),
                 DeviceKind::CpuCores { group, groups } => {
                     if groups as usize > self.cores.len() {

@@ -40,7 +40,6 @@ pub mod trace;
 
 use crate::cpu::ThreadPool;
 use crate::device::Device;
-use crate::device::cpu::CpuDevice;
 use crate::steps::PreparedStep;
 use claims::CopyProgress;
 use event::{Aborted, Event};
@@ -56,7 +55,7 @@ use trace::{Trace, TraceSpan};
 #[derive(Clone, Copy)]
 struct RunCtx<'a> {
     steps: &'a [PreparedStep],
-    devices: &'a [Arc<CpuDevice>],
+    devices: &'a [Arc<dyn Device>],
     /// Fault injection: this run's seed.
     run_seed: Option<u64>,
     start: Instant,
@@ -141,7 +140,7 @@ impl Executor {
     pub fn run(
         &self,
         steps: &[PreparedStep],
-        devices: &[Arc<CpuDevice>],
+        devices: &[Arc<dyn Device>],
         trace: Option<&mut Trace>,
     ) {
         for e in &self.events {
@@ -327,7 +326,7 @@ impl Executor {
     ) -> Result<(), Aborted> {
         let program = &self.programs[p];
         let device = &ctx.devices[program.device];
-        let _pinned = (ctx.devices.len() > 1).then(|| device.pin_caller());
+        let _pinned = (ctx.devices.len() > 1).then(|| device.pin_stream_thread());
         let mut rng = (ctx.run_seed).map(|s| s ^ (u64::from(program.stream) + 1) << 32 | 1);
         let mut delay = || {
             if let Some(state) = &mut rng {

@@ -145,6 +145,7 @@ fn prepare(plan: &ir::plan::Plan) -> Result<usize, crate::RuntimeError> {
         addr: &addr,
         fast: &fast,
         on_prepare: None,
+        remote: &[],
     }
     .prepare_all()?;
     Ok(steps.len())

@@ -154,6 +154,10 @@ impl Device for CpuDevice {
         });
     }
 
+    fn pin_stream_thread(&self) -> Option<Pinned> {
+        Some(self.pin_caller())
+    }
+
     fn copy(&self, copy: &PreparedStep) {
         // SAFETY: as in run_steps; a copy kernel runs on one thread.
         ThreadCtx::single(|ctx| unsafe { copy.kernel.run(ctx, std::ptr::null_mut()) });

@@ -1,0 +1,22 @@
+//! Remote devices: ggml's RPC server (`ggml-rpc-server` of llama.cpp) driven
+//! as one more device of a plan.
+//!
+//! - `tensor.rs`: [`tensor::RpcTensor`], the protocol's tensor record;
+//! - `wire.rs`: commands, message framing and the fixed-size requests and
+//!   responses, as pure encode/decode functions (fuzzed);
+//! - `client.rs`: [`client::RpcClient`], one TCP connection with a timeout on
+//!   every call;
+//! - `ggml.rs`: plan steps as ggml graph nodes (op numbers and parameters);
+//! - `device.rs`: [`RemoteServers`] (the `--rpc` list, connected once per
+//!   job) and [`RemoteDevice`] (a plan device's buffers on one server);
+//! - `kernels.rs`: prepared steps a remote device computes, and copies with
+//!   a remote end.
+
+pub mod client;
+pub mod device;
+pub mod ggml;
+pub mod kernels;
+pub mod tensor;
+pub mod wire;
+
+pub use device::{RemoteDevice, RemoteServer, RemoteServers};
