@@ -170,8 +170,19 @@ fn smollm2_split_over_two_servers_predicts_the_fp64_reference() {
         ..LoadOptions::default()
     };
     let weights = Weights::open(&path).unwrap();
-    let mut rt = Runtime::load(Arc::new(plan), weights, &options).unwrap();
-    assert!(rt.load_report().weight_bytes_uploaded > 0);
+    let plan = Arc::new(plan);
+    let mut rt = Runtime::load(Arc::clone(&plan), weights.clone(), &options).unwrap();
+    let uploaded = rt.load_report().weight_bytes_uploaded;
+    assert!(uploaded > 0);
+    // A second runtime of the job (as generation loads one per context
+    // bucket) finds every weight on its server: nothing is uploaded again.
+    let again = Runtime::load(plan, weights, &options).unwrap();
+    let report = again.load_report();
+    assert_eq!(
+        (report.weight_bytes_uploaded, report.weight_bytes_cached),
+        (0, uploaded)
+    );
+    drop(again);
     rt.set_input_i32(models::llama::TOKENS, &tokens).unwrap();
     rt.run().unwrap();
     let logits = rt.output_f32(models::llama::LOGITS).unwrap();
@@ -251,4 +262,32 @@ fn smollm2_generates_with_its_kv_cache_on_two_servers() {
             got.generated_ids
         );
     }
+}
+
+#[test]
+fn an_arena_larger_than_the_servers_free_memory_is_refused_naming_it() {
+    // A target that believes rpc0 has 1 TiB; the server (this host) has less
+    // free: refused at load, naming the server, the arena and both sizes.
+    let mut b = ir::GraphBuilder::new("big");
+    let x = b
+        .input("x", ir::DType::F32, [1 << 20, 1 << 16, 1, 1])
+        .unwrap();
+    let y = b.scale("y", x, 2.0).unwrap();
+    b.mark_output(y).unwrap();
+    let graph = b.finish().unwrap();
+    let mut target = Target::preset("cpu+rpc0").unwrap();
+    target.devices[0].memory_bytes = 1 << 40;
+    target.devices[0].max_buffer_bytes = 1 << 40;
+    let plan = compile(&graph, &target, &CompileOptions::default())
+        .unwrap()
+        .plan;
+    let servers = servers(1);
+    let err = load(plan, Some(connect(&servers)))
+        .err()
+        .expect("256 GiB do not fit")
+        .to_string();
+    assert!(
+        err.contains(servers[0].endpoint()) && err.contains("bytes free"),
+        "{err}"
+    );
 }

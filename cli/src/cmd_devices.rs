@@ -28,6 +28,32 @@ pub struct DevicesArgs {
     /// file, to compile against elsewhere with `--target FILE`.
     #[arg(long, value_name = "TARGET.ron")]
     write_target: Option<std::path::PathBuf>,
+    /// Also ask these ggml RPC servers (llama.cpp's `ggml-rpc-server`) what
+    /// they offer: devices rpc0, rpc1, ... of `--rpc`.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    rpc: Vec<String>,
+}
+
+/// What `--rpc` servers say of themselves, as JSON (an unreachable server
+/// or another protocol version is an error naming it).
+fn remote_json(endpoints: &[String]) -> Result<Vec<Value>> {
+    let timeout = runtime::device::rpc::device::DEFAULT_TIMEOUT;
+    endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, endpoint)| {
+            let mut c = runtime::device::rpc::client::RpcClient::connect(endpoint, timeout)?;
+            let (major, minor, patch) = c.server_version();
+            let (free, total) = c.memory(0)?;
+            Ok(json!({
+                "name": format!("rpc{i}"), "endpoint": endpoint,
+                "protocol": format!("{major}.{minor}.{patch}"),
+                "server_devices": c.device_count()?,
+                "memory_total": total, "memory_free": free,
+                "alignment": c.alignment(0)?, "max_buffer_bytes": c.max_size(0)?,
+            }))
+        })
+        .collect()
 }
 
 /// `--calibrate` / `--write-target`: the host target, measured or cached.
@@ -127,9 +153,11 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
             })
         })
         .collect();
+    let remote = remote_json(&args.rpc)?;
     if args.json {
         let doc = json!({
             "cpu": host_json(host), "devices": devices, "cuda": cuda_json(&cuda),
+            "remote": remote,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
@@ -175,6 +203,17 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
             gib(Some(d.memory_free)),
             d.alignment,
             flags.join(" ")
+        );
+    }
+    for r in &remote {
+        println!(
+            "  {:<6} ggml RPC server at {} (protocol {}), {} free of {}, alignment {}",
+            r["name"].as_str().unwrap_or("?"),
+            r["endpoint"].as_str().unwrap_or("?"),
+            r["protocol"].as_str().unwrap_or("?"),
+            gib(r["memory_free"].as_u64()),
+            gib(r["memory_total"].as_u64()),
+            r["alignment"]
         );
     }
     match &cuda {

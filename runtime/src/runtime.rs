@@ -90,6 +90,9 @@ pub struct LoadReport {
     pub weight_bytes_copied: u64,
     /// Weight bytes uploaded to remote devices (once, at load).
     pub weight_bytes_uploaded: u64,
+    /// Weight bytes a remote server already held for this job (uploaded by
+    /// an earlier runtime sharing its servers).
+    pub weight_bytes_cached: u64,
     /// Bytes of repacked weight copies held by the kernels of this runtime
     /// and of every other runtime loaded with the same [`FastKernels`] (each
     /// copy counted once): memory beyond the weights themselves.
@@ -218,7 +221,16 @@ impl Runtime {
             let dev = &plan.devices[a.device.index()];
             let usage = format!("{:?}", a.usage);
             if let Some(r) = &remote[a.device.index()] {
-                bases.push(r.alloc_remote(a.size, &usage)? as usize as *mut u8);
+                // With servers shared by a job, weights read in place live in
+                // the server's weight cache; their arena is allocated below
+                // only if some weight still needs it.
+                let cached = a.usage == ir::plan::Usage::Weights && options.rpc.is_some();
+                let base = if cached {
+                    0
+                } else {
+                    r.alloc_remote(a.size, &usage)?
+                };
+                bases.push(base as usize as *mut u8);
                 continue;
             }
             let buffer = devices[a.device.index()]
@@ -260,14 +272,29 @@ impl Runtime {
             let on_remote = remote[pt.device.index()].is_some();
             match pt.role {
                 Role::Weight if on_remote => {
-                    // Uploaded once, at load: a remote device never reads the file.
-                    let bound = bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())?;
-                    let bytes = match bound {
-                        BoundWeight::InPlace(b) => std::borrow::Cow::Borrowed(b),
-                        BoundWeight::Copy(b) => b,
-                    };
-                    report.weight_bytes_uploaded += bytes.len() as u64;
-                    copies.push((t as u32, bytes));
+                    // Uploaded at load (a remote device never reads the file):
+                    // bytes read in place once per job, through the server's
+                    // weight cache; converted or sliced bytes per runtime.
+                    let r = remote[pt.device.index()].as_ref().expect("on_remote");
+                    match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
+                        BoundWeight::InPlace(b) if options.rpc.is_some() => {
+                            let (at, uploaded) = r.server().bind_weight(&pt.name, b, &weights)?;
+                            overrides[t] = Some(at as usize as *mut u8);
+                            if uploaded {
+                                report.weight_bytes_uploaded += b.len() as u64;
+                            } else {
+                                report.weight_bytes_cached += b.len() as u64;
+                            }
+                        }
+                        BoundWeight::InPlace(b) => {
+                            report.weight_bytes_uploaded += b.len() as u64;
+                            copies.push((t as u32, std::borrow::Cow::Borrowed(b)));
+                        }
+                        BoundWeight::Copy(b) => {
+                            report.weight_bytes_uploaded += b.len() as u64;
+                            copies.push((t as u32, b));
+                        }
+                    }
                 }
                 Role::State if on_remote => {
                     // Shared state stays on its server, by name, for every
@@ -297,6 +324,22 @@ impl Runtime {
                     }
                 }
                 _ => {}
+            }
+        }
+        // A remote weights arena some weight still needs (a converted or
+        // sliced one) is allocated now.
+        for (i, a) in plan.arenas.iter().enumerate() {
+            let Some(r) = &remote[a.device.index()] else {
+                continue;
+            };
+            let needed = || {
+                (plan.tensors[..n_graph].iter().enumerate()).any(|(t, pt)| {
+                    overrides[t].is_none()
+                        && matches!(pt.placement, Placement::Arena { arena, .. } if arena as usize == i)
+                })
+            };
+            if bases[i].is_null() && needed() {
+                bases[i] = r.alloc_remote(a.size, "Weights")? as usize as *mut u8;
             }
         }
         let addr = resolve(&plan, &bases, &overrides);

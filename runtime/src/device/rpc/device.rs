@@ -32,6 +32,7 @@ use crate::device::{Caps, Device, DeviceInfo, TensorBytes};
 use crate::executor::event::Event;
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
+use crate::weights::Weights;
 use ir::layout::fmt_ne;
 use ir::{DType, Layout};
 use std::collections::BTreeMap;
@@ -51,6 +52,18 @@ pub struct RemoteServer {
     /// State tensors (KV caches) kept on this server for every runtime of
     /// the job, by name: the remote side of a [`crate::StateStore`].
     states: Mutex<BTreeMap<String, RemoteState>>,
+    /// Weights uploaded once for every runtime of the job, by the mapped
+    /// file bytes they were read from.
+    weights: Mutex<Vec<CachedWeight>>,
+}
+
+/// A weight uploaded to a server: the file bytes it came from (address and
+/// length in the mapping, which `_source` keeps mapped, so the address
+/// cannot be reused for other bytes) and where it lives on the server.
+struct CachedWeight {
+    from: (usize, usize),
+    buffer: RemoteBuffer,
+    _source: Weights,
 }
 
 /// One state tensor kept on a server.
@@ -68,7 +81,53 @@ impl RemoteServer {
             endpoint: endpoint.to_string(),
             client: Mutex::new(client),
             states: Mutex::new(BTreeMap::new()),
+            weights: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The server address of weight `name` read in place from `source`'s
+    /// mapped file at `bytes`: uploaded into a buffer of its own on first
+    /// use, found again by every later runtime of the job (prefill and each
+    /// decode bucket), so a session uploads each weight once. Returns the
+    /// address and whether this call uploaded it.
+    pub fn bind_weight(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        source: &Weights,
+    ) -> Result<(u64, bool), RuntimeError> {
+        let from = (bytes.as_ptr() as usize, bytes.len());
+        let mut weights = self.weights.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = weights.iter().find(|w| w.from == from) {
+            return Ok((w.buffer.base, false));
+        }
+        let mut c = self.client();
+        let (handle, size) = c.alloc_buffer(0, bytes.len().max(1) as u64)?;
+        let base = c.buffer_base(handle)?;
+        let n = u32::try_from(bytes.len().max(1)).map_err(|_| RuntimeError::Remote {
+            device: String::new(),
+            endpoint: self.endpoint.clone(),
+            what: format!("set_tensor '{name}'"),
+            detail: format!("{} bytes exceed one call's 4 GiB", bytes.len()),
+        })?;
+        let record = RpcTensor {
+            id: 1,
+            dtype: GGML_I8,
+            buffer: handle,
+            ne: [n, 1, 1, 1],
+            nb: [1, n, n, n],
+            data: base,
+            name: name.to_string(),
+            ..RpcTensor::default()
+        };
+        c.set_tensor(&record, 0, bytes)?;
+        let buffer = RemoteBuffer { handle, base, size };
+        weights.push(CachedWeight {
+            from,
+            buffer,
+            _source: source.clone(),
+        });
+        Ok((base, true))
     }
 
     /// The server address of state tensor `name` with `layout`, allocated
@@ -115,12 +174,12 @@ impl RemoteServer {
         Ok(())
     }
 
-    /// The state buffer holding `addr..end`, if one does.
-    fn locate_state(&self, addr: u64, end: u64) -> Option<RemoteAddr> {
+    /// The state or weight buffer holding `addr..end`, if one does.
+    fn locate_shared(&self, addr: u64, end: u64) -> Option<RemoteAddr> {
         let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        states
-            .values()
-            .map(|s| s.buffer)
+        let weights = self.weights.lock().unwrap_or_else(|e| e.into_inner());
+        (states.values().map(|s| s.buffer))
+            .chain(weights.iter().map(|w| w.buffer))
             .find(|b| addr >= b.base && end <= b.base + b.size)
             .map(|b| RemoteAddr {
                 buffer: b.handle,
@@ -131,6 +190,12 @@ impl RemoteServer {
     /// `host:port`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// Bytes and calls on this connection so far (benchmarks: bytes and
+    /// round trips per token).
+    pub fn stats(&self) -> super::client::RpcStats {
+        self.client().stats()
     }
 
     /// The connection, locked for one or more calls.
@@ -316,7 +381,7 @@ impl RemoteDevice {
                 buffer: b.handle,
                 data: addr,
             });
-        own.or_else(|| self.server.locate_state(addr, end))
+        own.or_else(|| self.server.locate_shared(addr, end))
     }
 
     /// A record of `len` bytes at server address `addr` (a row of bytes), for
