@@ -291,3 +291,29 @@ fn an_arena_larger_than_the_servers_free_memory_is_refused_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn injected_delays_do_not_change_what_the_servers_compute() {
+    // Random delays before every segment and copy (the executor's test hook)
+    // reorder the local stream against the servers' work: 20 runs give the
+    // bits of the first.
+    let graph = ir::text::read_graph(&examples::graph_path("llama2l_kv")).unwrap();
+    let plan = plan_for(&graph, "cpu+rpc0+rpc1", true);
+    let servers = servers(2);
+    let rpc = connect(&servers);
+    let want = ggplan_tests::outputs::bits(&outputs(
+        &mut load(plan.clone(), Some(Arc::clone(&rpc))).unwrap(),
+    ));
+    let options = LoadOptions {
+        threads: 1,
+        rpc: Some(rpc),
+        fault_injection: Some(11),
+        ..LoadOptions::default()
+    };
+    let mut rt = Runtime::load(Arc::new(plan), Weights::Random { seed: 3 }, &options).unwrap();
+    for run in 0..20 {
+        rt.reset_state();
+        let got = ggplan_tests::outputs::bits(&outputs(&mut rt));
+        assert!(got == want, "run {run} differs");
+    }
+}
