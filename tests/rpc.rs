@@ -214,16 +214,8 @@ fn smollm2_generates_with_its_kv_cache_on_two_servers() {
     let Some(path) = ggplan_tests::models::smollm2_gguf() else {
         panic!("SmolLM2 GGUF not installed: run scripts/setup.sh");
     };
-    let refs = ggplan_tests::workspace_root().join("../shared/references/smollm2");
-    let text = std::fs::read_to_string(refs.join("greedy32_llamacpp_f32.json")).unwrap();
-    let greedy: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let want: Vec<u32> = greedy["generated_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    let prompt = "Once upon a time, in a small village by the sea, there lived a";
+    let want = ggplan_tests::references::smollm2_greedy32();
+    let prompt = ggplan_tests::references::SMOLLM2_PROMPT;
     let servers = servers(2);
     for (target, layer_split) in [("cpu+rpc0+rpc1", true), ("cpu+rpc0", false)] {
         let mut compile = compiler::pipeline::CompileOptions {

@@ -224,16 +224,8 @@ fn smollm2_split_by_rows_continues_the_prompt_as_llama_cpp_does() {
         eprintln!("skipped: SmolLM2 GGUF not installed (scripts/setup.sh installs it)");
         return;
     };
-    let refs = ggplan_tests::workspace_root().join("../shared/references/smollm2");
-    let text = std::fs::read_to_string(refs.join("greedy32_llamacpp_f32.json")).unwrap();
-    let greedy: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let want: Vec<u32> = greedy["generated_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    let prompt = "Once upon a time, in a small village by the sea, there lived a";
+    let want = ggplan_tests::references::smollm2_greedy32();
+    let prompt = ggplan_tests::references::SMOLLM2_PROMPT;
     for (target, shares) in [("cpu0+cpu1", vec![]), ("cpu0+cpu1+cpu2+cpu3", vec![])] {
         let mut compile = CompileOptions {
             tensor_split: Some(row(&shares)),

@@ -162,6 +162,19 @@ impl Preparer<'_> {
         Ok(())
     }
 
+    /// Bytes an op step reads and writes (each operand's span once) and its
+    /// floating-point operations (2 per multiply-add for mul_mat; one per
+    /// output element for the rest).
+    fn op_costs(&self, op: &Op, dst: u32, srcs: &[u32]) -> (u64, u64) {
+        let bytes = self.span(dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
+        let out = self.raw(dst).n_elements() as u64;
+        let flops = match (op, srcs.first()) {
+            (Op::MulMat, Some(&src0)) => 2 * self.raw(src0).ne[0] as u64 * out,
+            _ => out,
+        };
+        (bytes, flops)
+    }
+
     /// The kernel of a copy from `src` to `dst`: a memcpy between host
     /// arenas, or calls to the server(s) of a remote end.
     fn copy_kernel(&self, src: u32, dst: u32, bytes: usize) -> Box<dyn CpuKernel> {
@@ -205,12 +218,7 @@ impl Preparer<'_> {
             }
         })?;
         let graph = Arc::new(graph);
-        let bytes = self.span(*dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
-        let d = self.raw(*dst);
-        let flops = match op {
-            Op::MulMat => 2 * self.raw(srcs[0]).ne[0] as u64 * d.n_elements() as u64,
-            _ => d.n_elements() as u64,
-        };
+        let (bytes, flops) = self.op_costs(op, *dst, srcs);
         Ok(PreparedStep {
             kernel: Box::new(RemoteStep {
                 device: Arc::clone(device),
@@ -250,11 +258,7 @@ impl Preparer<'_> {
                     self.plan.tensors[self.plan.owner(t) as usize].role == Role::Weight
                 });
                 let (kernel, fallback) = self.op_kernel(op, d, &s, src0_is_weight)?;
-                let bytes = self.span(*dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
-                let flops = match op {
-                    Op::MulMat => 2 * s[0].ne[0] as u64 * d.n_elements() as u64,
-                    _ => d.n_elements() as u64,
-                };
+                let (bytes, flops) = self.op_costs(op, *dst, srcs);
                 Ok(PreparedStep {
                     kernel,
                     split,

@@ -28,6 +28,19 @@ pub fn read_npy_f64(path: &Path) -> (Vec<u64>, Vec<f64>) {
     (a.shape, values)
 }
 
+/// The prompt of llama.cpp's SmolLM2 greedy reference run.
+pub const SMOLLM2_PROMPT: &str = "Once upon a time, in a small village by the sea, there lived a";
+
+/// llama.cpp's 32-token greedy continuation of [`SMOLLM2_PROMPT`] on
+/// SmolLM2's dequantized F32 weights (`smollm2/greedy32_llamacpp_f32.json`).
+pub fn smollm2_greedy32() -> Vec<u32> {
+    let greedy = read_json(&references().join("smollm2/greedy32_llamacpp_f32.json"));
+    token_ids(&greedy["generated_ids"])
+        .into_iter()
+        .map(|t| t as u32)
+        .collect()
+}
+
 /// A JSON array of token ids.
 pub fn token_ids(v: &Value) -> Vec<i64> {
     v.as_array()

@@ -148,24 +148,34 @@ pub trait Device: Send + Sync {
     /// Queues the write on the copy stream and records `done` once it landed
     /// (ggml `set_tensor_async` then `event_record`); `data` must stay
     /// unchanged until then. A device without asynchronous copies
-    /// ([`Caps::asynchronous`] false) writes before returning.
+    /// ([`Caps::asynchronous`] false, the default here) writes before
+    /// returning.
     fn set_tensor_async(
         &self,
         tensor: TensorBytes,
         offset: usize,
         data: &[u8],
         done: &Event,
-    ) -> Result<(), RuntimeError>;
+    ) -> Result<(), RuntimeError> {
+        self.set_tensor(tensor, offset, data)?;
+        done.record();
+        Ok(())
+    }
 
     /// Queues the read on the copy stream and records `done` once `out` holds
-    /// the bytes (ggml `get_tensor_async` then `event_record`).
+    /// the bytes (ggml `get_tensor_async` then `event_record`); by default,
+    /// read before returning.
     fn get_tensor_async(
         &self,
         tensor: TensorBytes,
         offset: usize,
         out: &mut [u8],
         done: &Event,
-    ) -> Result<(), RuntimeError>;
+    ) -> Result<(), RuntimeError> {
+        self.get_tensor(tensor, offset, out)?;
+        done.record();
+        Ok(())
+    }
 
     /// Returns once everything queued on the device's streams is done
     /// (ggml `synchronize`).

@@ -10,7 +10,6 @@ use super::{Caps, Device, DeviceInfo, TensorBytes};
 use crate::RuntimeError;
 use crate::cpu::{ThreadCtx, ThreadPool};
 use crate::execute::ScratchPtr;
-use crate::executor::event::Event;
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -185,31 +184,6 @@ impl Device for CpuDevice {
         let src = tensor.range(&self.info.name, "get_tensor", offset, out.len())?;
         // SAFETY: as in set_tensor.
         unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
-        Ok(())
-    }
-
-    fn set_tensor_async(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        data: &[u8],
-        done: &Event,
-    ) -> Result<(), RuntimeError> {
-        // Host memory: the write is a memcpy, done before returning.
-        self.set_tensor(tensor, offset, data)?;
-        done.record();
-        Ok(())
-    }
-
-    fn get_tensor_async(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        out: &mut [u8],
-        done: &Event,
-    ) -> Result<(), RuntimeError> {
-        self.get_tensor(tensor, offset, out)?;
-        done.record();
         Ok(())
     }
 

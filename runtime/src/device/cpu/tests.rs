@@ -1,4 +1,5 @@
 use super::*;
+use crate::executor::event::Event;
 use std::sync::atomic::AtomicBool;
 
 fn device() -> CpuDevice {

@@ -29,7 +29,6 @@ use super::tensor::RpcTensor;
 use crate::RuntimeError;
 use crate::cpu::ThreadCtx;
 use crate::device::{Caps, Device, DeviceInfo, TensorBytes};
-use crate::executor::event::Event;
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
 use crate::weights::Weights;
@@ -543,30 +542,6 @@ impl Device for RemoteDevice {
     ) -> Result<(), RuntimeError> {
         let at = tensor.range(&self.info.name, "get_tensor", offset, out.len())?;
         self.read(at as u64, out, "get_tensor")
-    }
-
-    fn set_tensor_async(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        data: &[u8],
-        done: &Event,
-    ) -> Result<(), RuntimeError> {
-        self.set_tensor(tensor, offset, data)?;
-        done.record();
-        Ok(())
-    }
-
-    fn get_tensor_async(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        out: &mut [u8],
-        done: &Event,
-    ) -> Result<(), RuntimeError> {
-        self.get_tensor(tensor, offset, out)?;
-        done.record();
-        Ok(())
     }
 
     fn synchronize(&self) {
