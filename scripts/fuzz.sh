@@ -5,10 +5,11 @@
 #   scripts/fuzz.sh summary                    totals per target from fuzz/runs.tsv
 #
 # Targets (bodies in tests/support/fuzz/): graph_text plan_text plan_edit gguf
-# hf_folder npy tokenizer differential. Each run starts from the in-tree seeds
-# (fuzz/seeds/TARGET) plus the corpus grown by earlier runs (fuzz/corpus/TARGET,
-# git-ignored), and appends one line of libFuzzer's final statistics to
-# fuzz/runs.tsv (committed: the totals in README.md's "Reliability" come from it).
+# hf_folder npy tokenizer differential rpc_answers. Each run starts from the
+# in-tree seeds (fuzz/seeds/TARGET) plus the corpus grown by earlier runs
+# (fuzz/corpus/TARGET, git-ignored), and appends one line of libFuzzer's final
+# statistics to fuzz/runs.tsv (committed: the totals in README.md's
+# "Reliability" come from it).
 # A failing input is saved under fuzz/artifacts/TARGET/; the script then exits 1
 # and prints how to reproduce it. Fix the bug and copy the input to
 # tests/fuzz_regressions/TARGET/ so `cargo test` keeps checking it.
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 # Pinned so a fuzz build is reproducible; the date's nightly must have the
 # sanitizers (every tier-1 Linux nightly does).
 nightly=nightly-2026-10-29
-all_targets=(graph_text plan_text plan_edit gguf hf_folder npy tokenizer differential)
+all_targets=(graph_text plan_text plan_edit gguf hf_folder npy tokenizer differential rpc_answers)
 
 if [ "${1:-}" = summary ]; then
   # One markdown row per target: runs, minutes, executions, coverage reached.

@@ -14,11 +14,13 @@
 mod graphs;
 mod plans;
 mod readers;
+mod rpc;
 pub mod seeds;
 
 pub use graphs::{differential, graph_text};
 pub use plans::{PlanOutcome, edited_plan, plan_edit, plan_edit_outcome, plan_text};
 pub use readers::{gguf, hf_folder, npy, tokenizer};
+pub use rpc::rpc_answers;
 
 use std::path::PathBuf;
 
@@ -35,6 +37,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("npy", npy),
     ("tokenizer", tokenizer),
     ("differential", differential),
+    ("rpc_answers", rpc_answers),
 ];
 
 /// A file or folder under tmpfs (or the temp dir) unique to this process and

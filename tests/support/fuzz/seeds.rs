@@ -65,6 +65,47 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
         add("plan_edit", format!("choices{i}.bin"), bytes.clone());
         add("differential", format!("choices{i}.bin"), bytes);
     }
+    for (name, bytes) in rpc_answer_seeds() {
+        add("rpc_answers", format!("{name}.bin"), bytes);
+    }
+    seeds
+}
+
+/// A 7.0.0 server's correct answers to the `rpc_answers` script (read whole,
+/// and a few bytes at a time), a 7.1.0 server's, a refused allocation, a
+/// `GET_TENSOR` answer declaring 2^64 - 1 bytes, and the correct answers cut
+/// short in the handshake, in a header, in `GET_TENSOR`'s data and before
+/// the last byte.
+fn rpc_answer_seeds() -> Vec<(String, Vec<u8>)> {
+    use super::rpc::{PREFIX_BYTES, script_answers, script_input};
+    let answers = script_answers([7, 0, 0], 64);
+    let correct = script_input(64, 0, &answers);
+    let mut refused = answers.clone();
+    refused[5][8..16].fill(0);
+    let mut huge = answers.clone();
+    huge[7] = u64::MAX.to_le_bytes().to_vec();
+    let mut seeds = vec![
+        ("7.0.0".to_owned(), correct.clone()),
+        (
+            "7.0.3-chunked".to_owned(),
+            script_input(300, 5, &script_answers([7, 0, 3], 300)),
+        ),
+        (
+            "7.1.0".to_owned(),
+            script_input(64, 0, &script_answers([7, 1, 0], 64)),
+        ),
+        ("alloc-refused".to_owned(), script_input(64, 0, &refused)),
+        ("get-huge".to_owned(), script_input(64, 0, &huge)),
+    ];
+    let at = |calls: usize| PREFIX_BYTES + answers[..calls].iter().map(Vec::len).sum::<usize>();
+    for cut in [
+        PREFIX_BYTES + 20,
+        at(1) + 4,
+        at(7) + 8 + 30,
+        correct.len() - 1,
+    ] {
+        seeds.push((format!("truncated-{cut}"), correct[..cut].to_vec()));
+    }
     seeds
 }
 

@@ -1,5 +1,7 @@
 //! [`RpcClient`]: one TCP connection to a `ggml-rpc-server`, one call at a
-//! time, every read and write bounded by a timeout.
+//! time, every read and write bounded by a timeout. The same client runs over
+//! any byte stream ([`RpcClient::over`]), so tests and the `rpc_answers` fuzz
+//! target drive it with in-memory servers.
 //!
 //! Invariants:
 //! - the connection starts with `HELLO`, and a server whose protocol version
@@ -45,10 +47,11 @@ pub struct RpcStats {
     pub round_trips: u64,
 }
 
-/// A connection to one `ggml-rpc-server` (protocol 7.0).
+/// A connection to one `ggml-rpc-server` (protocol 7.0), over TCP (`S`
+/// is [`TcpStream`] unless made by [`RpcClient::over`]).
 #[derive(Debug)]
-pub struct RpcClient {
-    stream: TcpStream,
+pub struct RpcClient<S = TcpStream> {
+    stream: S,
     endpoint: String,
     device: String,
     timeout: Duration,
@@ -142,6 +145,36 @@ impl RpcClient {
         if let Err(e) = setup {
             return Err(error(format!("cannot set up the socket: {e}")));
         }
+        RpcClient::over(stream, endpoint, timeout)
+    }
+
+    /// Changes the timeout of every later read and write (e.g. around a
+    /// long graph computation).
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), RuntimeError> {
+        let what = "set_timeout";
+        if timeout.is_zero() {
+            return Err(self.error(what, "the timeout must be longer than zero".to_string()));
+        }
+        let set = self
+            .stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| self.stream.set_write_timeout(Some(timeout)));
+        match set {
+            Ok(()) => {
+                self.timeout = timeout;
+                Ok(())
+            }
+            Err(e) => Err(self.error(what, format!("cannot set the socket's timeout: {e}"))),
+        }
+    }
+}
+
+impl<S: Read + Write> RpcClient<S> {
+    /// Shakes hands over `stream`, an open connection to the server at
+    /// `endpoint` (which errors name). `timeout` is the one the stream's
+    /// own reads and writes obey, named in errors; an in-memory stream
+    /// (tests, fuzzing) needs none and ends in end-of-file.
+    pub fn over(stream: S, endpoint: &str, timeout: Duration) -> Result<Self, RuntimeError> {
         let mut client = RpcClient {
             stream,
             endpoint: endpoint.to_string(),
@@ -157,7 +190,7 @@ impl RpcClient {
     }
 
     /// Names the plan device in every later error (the endpoint until then).
-    pub fn with_device_name(mut self, name: &str) -> RpcClient {
+    pub fn with_device_name(mut self, name: &str) -> Self {
         self.device = name.to_string();
         self
     }
@@ -180,26 +213,6 @@ impl RpcClient {
     /// The first failure's text, once the connection has failed.
     pub fn failure(&self) -> Option<&str> {
         self.failure.as_deref()
-    }
-
-    /// Changes the timeout of every later read and write (e.g. around a
-    /// long graph computation).
-    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), RuntimeError> {
-        let what = "set_timeout";
-        if timeout.is_zero() {
-            return Err(self.error(what, "the timeout must be longer than zero".to_string()));
-        }
-        let set = self
-            .stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| self.stream.set_write_timeout(Some(timeout)));
-        match set {
-            Ok(()) => {
-                self.timeout = timeout;
-                Ok(())
-            }
-            Err(e) => Err(self.error(what, format!("cannot set the socket's timeout: {e}"))),
-        }
     }
 
     /// How many devices the server offers.

@@ -5,7 +5,7 @@
 //! - `wire.rs`: commands, message framing and the fixed-size requests and
 //!   responses, as pure encode/decode functions (fuzzed);
 //! - `client.rs`: [`client::RpcClient`], one TCP connection with a timeout on
-//!   every call;
+//!   every call (or any byte stream, `RpcClient::over`: the fuzz target's);
 //! - `ggml.rs`: plan steps as ggml graph nodes (op numbers and parameters);
 //! - `device.rs`: [`RemoteServers`] (the `--rpc` list, connected once per
 //!   job) and [`RemoteDevice`] (a plan device's buffers on one server);
