@@ -44,7 +44,7 @@ pub const GGML_OP_SET_ROWS: u32 = 42;
 pub const GGML_OP_DIAG_MASK_INF: u32 = 44;
 /// `GGML_OP_SOFT_MAX` (params: scale, max_bias).
 pub const GGML_OP_SOFT_MAX: u32 = 46;
-/// `GGML_OP_ROPE` (params: see [`node_op`]).
+/// `GGML_OP_ROPE` (params: see [`super::node_op`]).
 pub const GGML_OP_ROPE: u32 = 48;
 /// `GGML_OP_UNARY` (params: the unary op).
 pub const GGML_OP_UNARY: u32 = 91;
