@@ -6,7 +6,8 @@
 //!   responses, as pure encode/decode functions (fuzzed);
 //! - `client.rs`: [`client::RpcClient`], one TCP connection with a timeout on
 //!   every call (or any byte stream, `RpcClient::over`: the fuzz target's);
-//! - `ggml.rs`: plan steps as ggml graph nodes (op numbers and parameters);
+//! - `ggml/`: plan steps as ggml graph nodes (`numbers.rs`: ggml's op numbers;
+//!   `ops.rs`: op parameters and refusals; `mod.rs`: records and payload);
 //! - `device.rs`: [`RemoteServers`] (the `--rpc` list, connected once per
 //!   job) and [`RemoteDevice`] (a plan device's buffers on one server);
 //! - `kernels.rs`: prepared steps a remote device computes, and copies with
