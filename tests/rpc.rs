@@ -298,14 +298,25 @@ fn injected_delays_do_not_change_what_the_servers_compute() {
     ));
     let options = LoadOptions {
         threads: 1,
-        rpc: Some(rpc),
+        rpc: Some(Arc::clone(&rpc)),
         fault_injection: Some(11),
         ..LoadOptions::default()
     };
     let mut rt = Runtime::load(Arc::new(plan), Weights::Random { seed: 3 }, &options).unwrap();
+    let sent = || rpc.get(0).unwrap().stats().bytes_sent;
+    let mut per_run = Vec::new();
     for run in 0..20 {
         rt.reset_state();
+        let before = sent();
         let got = ggplan_tests::outputs::bits(&outputs(&mut rt));
+        per_run.push(sent() - before);
         assert!(got == want, "run {run} differs");
     }
+    // The first run sends rpc0 its graph; later runs ask it to compute the
+    // graph it holds again (the inputs, the zeroed cache and the activations
+    // still travel): fewer bytes, the same every run.
+    assert!(
+        per_run[1] < per_run[0] && per_run[1..].iter().all(|&b| b == per_run[1]),
+        "bytes sent to rpc0 per run: {per_run:?}"
+    );
 }

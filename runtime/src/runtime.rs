@@ -487,11 +487,17 @@ impl Runtime {
         &self.cpu_devices
     }
 
-    /// The first failure of the last run on a remote device, taken (so a
-    /// later run starts clean).
+    /// Waits for what the remote devices still compute, then takes the
+    /// first failure of the last run on one (so a later run starts clean).
     pub(crate) fn take_remote_failure(&self) -> Result<(), RuntimeError> {
         let mut first = None;
         for r in self.remote.iter().flatten() {
+            // A graph nothing read after is waited for here.
+            if !r.failed()
+                && let Err(e) = r.server().finish()
+            {
+                r.fail(e);
+            }
             if let Some(e) = r.take_failure() {
                 first.get_or_insert(e);
             }

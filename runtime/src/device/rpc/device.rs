@@ -17,8 +17,12 @@
 //!
 //! Invariants: one connection per server per process, used under a lock, so
 //! each call (request and answer) is atomic and calls reach the server in
-//! the order the executor's events impose; `run_steps` returns only after the
-//! server finished every step it was sent (a round trip after the graph); after
+//! the order the executor's events impose. Every access to a server's memory
+//! is a call on that one connection, which the server serves in order, so
+//! `run_steps` returns once the graph is sent: a call made after the
+//! executor's event for it (a copy out, an output read, a write into bytes
+//! the graph read) is served after the graph; the runtime waits for a
+//! graph nothing read after ([`RemoteServer::finish`]) before a run returns. After
 //! the first failure a device does no more I/O in that run and the runtime
 //! reports the failure (naming the server) when the run ends, so a dead
 //! server costs at most one call's timeout, never a hang.
@@ -54,6 +58,21 @@ pub struct RemoteServer {
     /// Weights uploaded once for every runtime of the job, by the mapped
     /// file bytes they were read from.
     weights: Mutex<Vec<CachedWeight>>,
+    /// What the server last computed, locked after `client`.
+    graph: Mutex<GraphState>,
+}
+
+/// The server keeps the last graph it computed, so the same graph again
+/// (decode: one segment per token) is a 9-byte `GRAPH_RECOMPUTE` instead of
+/// every record again; and a graph's end is waited for only when nothing
+/// read from the server after it (every answered call comes after it).
+#[derive(Default)]
+struct GraphState {
+    /// The payload of the graph the server holds, while it holds it (a freed
+    /// buffer forgets it: the server refuses to recompute after that).
+    last: Option<Vec<u8>>,
+    /// The client's round-trip count when a graph was last sent.
+    sent_at: Option<u64>,
 }
 
 /// A weight uploaded to a server: the file bytes it came from (address and
@@ -81,7 +100,40 @@ impl RemoteServer {
             client: Mutex::new(client),
             states: Mutex::new(BTreeMap::new()),
             weights: Mutex::new(Vec::new()),
+            graph: Mutex::new(GraphState::default()),
         })
+    }
+
+    fn graph_state(&self) -> MutexGuard<'_, GraphState> {
+        self.graph.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends a graph to compute on the server's first device, or asks it to
+    /// compute the graph it holds when `payload` is that graph; returns
+    /// without waiting (the server computes requests in order, so every
+    /// later call on the connection sees the result).
+    fn compute(&self, payload: Vec<u8>) -> Result<(), RuntimeError> {
+        let mut c = self.client();
+        let mut g = self.graph_state();
+        if g.last.as_ref() == Some(&payload) {
+            c.graph_recompute(0)?;
+        } else {
+            g.last = None;
+            c.graph_compute(&payload)?;
+            g.last = Some(payload);
+        }
+        g.sent_at = Some(c.stats().round_trips);
+        Ok(())
+    }
+
+    /// Waits for the last graph sent, unless a call answered since did.
+    pub fn finish(&self) -> Result<(), RuntimeError> {
+        let mut c = self.client();
+        let mut g = self.graph_state();
+        if g.sent_at.take() == Some(c.stats().round_trips) {
+            c.sync()?;
+        }
+        Ok(())
     }
 
     /// The server address of weight `name` read in place from `source`'s
@@ -460,15 +512,13 @@ impl RemoteDevice {
             .take()
     }
 
-    /// Sends `graphs` as one graph and waits until the server computed it.
+    /// Sends `graphs` as one graph to compute; every later call to the
+    /// server sees its results ([`RemoteServer::finish`] waits for them).
     pub fn compute(&self, graphs: &[&StepGraph]) -> Result<(), RuntimeError> {
         if graphs.is_empty() {
             return Ok(());
         }
-        let payload = graph_payload(0, graphs);
-        let mut c = self.server.client();
-        c.graph_compute(&payload)?;
-        c.sync()
+        self.server.compute(graph_payload(0, graphs))
     }
 }
 
@@ -479,6 +529,8 @@ impl Drop for RemoteDevice {
             return;
         }
         let mut c = self.server.client();
+        // The server drops the graph it holds when a buffer is freed.
+        self.server.graph_state().last = None;
         for b in buffers {
             // A dead server has freed everything already; nothing to report.
             let _ = c.free_buffer(b.handle);
