@@ -30,6 +30,11 @@ pub struct FastKernels {
 }
 
 impl FastKernels {
+    /// How quantized products are computed.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
     /// Sets up the kernel families (LLVM for the host CPU).
     pub fn new(precision: Precision) -> Result<FastKernels, RuntimeError> {
         Ok(FastKernels {

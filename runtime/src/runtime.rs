@@ -126,6 +126,10 @@ pub struct Runtime {
     pub(crate) remote: Vec<Option<Arc<RemoteDevice>>>,
     /// One stream and no events on host devices: the single-pool fast path.
     pub(crate) sequential: bool,
+    /// Weights a remote device holds as F32 copies: their file bytes on the
+    /// host (address, length in the mapping `_weights` keeps), which
+    /// [`Runtime::tensor_bytes`] reads instead of the server's values.
+    pub(crate) f32_weight_sources: BTreeMap<u32, (usize, usize)>,
     /// Streams, segments and events of the plan.
     pub(crate) executor: Executor,
     pub(crate) kernels: Arc<FastKernels>,
@@ -264,6 +268,13 @@ impl Runtime {
         let n_graph = plan.n_graph_tensors as usize;
         let mut overrides: Vec<Option<*mut u8>> = vec![None; plan.tensors.len()];
         let mut copies: Vec<(u32, std::borrow::Cow<'_, [u8]>)> = Vec::new();
+        let exact = options
+            .kernels
+            .as_ref()
+            .map_or(options.precision, |k| k.precision())
+            == Precision::Exact;
+        let f32_copies = remote_f32_weights(&plan);
+        let mut f32_weight_sources = BTreeMap::new();
         for (t, pt) in plan.tensors[..n_graph].iter().enumerate() {
             if !matches!(pt.placement, Placement::Arena { .. }) {
                 continue;
@@ -278,7 +289,12 @@ impl Runtime {
                     let r = remote[pt.device.index()].as_ref().expect("on_remote");
                     match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
                         BoundWeight::InPlace(b) if options.rpc.is_some() => {
-                            let (at, uploaded) = r.server().bind_weight(&pt.name, b, &weights)?;
+                            let as_f32 = (exact && f32_copies[t]).then_some(pt.dtype);
+                            let (at, uploaded) =
+                                r.server().bind_weight(&pt.name, b, &weights, as_f32)?;
+                            if as_f32.is_some() {
+                                f32_weight_sources.insert(t as u32, (b.as_ptr() as usize, b.len()));
+                            }
                             overrides[t] = Some(at as usize as *mut u8);
                             if uploaded {
                                 report.weight_bytes_uploaded += b.len() as u64;
@@ -438,6 +454,7 @@ impl Runtime {
             cpu_devices,
             remote,
             sequential,
+            f32_weight_sources,
             executor,
             kernels,
             inputs,
@@ -565,4 +582,52 @@ fn open_remote(
         out.push(Some(Arc::new(device)));
     }
     Ok(out)
+}
+
+/// Per plan tensor: a block-quantized weight that a remote device may hold as
+/// a dequantized F32 copy in exact precision, because every step reading it
+/// is a `mul_mat` or `get_rows` taking it whole as src0 (where F32 values
+/// compute what our exact kernels compute from the blocks), and nothing
+/// views it or copies its bytes elsewhere.
+fn remote_f32_weights(plan: &Plan) -> Vec<bool> {
+    let mut ok: Vec<bool> = (plan.tensors.iter())
+        .map(|t| t.role == Role::Weight && t.dtype.block_elems() > 1)
+        .collect();
+    let mut refuse = |t: u32| {
+        if let Some(x) = ok.get_mut(t as usize) {
+            *x = false;
+        }
+    };
+    for pt in &plan.tensors {
+        if let Placement::View { of, .. } = pt.placement {
+            refuse(of);
+        }
+    }
+    for split in &plan.splits {
+        for c in &split.copies {
+            refuse(c.src);
+        }
+        for step in &split.steps {
+            match step {
+                ir::plan::Step::Op { op, srcs, .. } => {
+                    let whole_src0 = matches!(op, ir::Op::MulMat | ir::Op::GetRows);
+                    for (i, &s) in srcs.iter().enumerate() {
+                        if !(whole_src0 && i == 0) {
+                            refuse(s);
+                        }
+                    }
+                }
+                ir::plan::Step::Fused { kernel } => {
+                    for &s in plan
+                        .kernels
+                        .get(*kernel as usize)
+                        .map_or(&[][..], |k| &k.inputs)
+                    {
+                        refuse(s);
+                    }
+                }
+            }
+        }
+    }
+    ok
 }

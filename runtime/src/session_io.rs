@@ -122,6 +122,12 @@ impl Runtime {
             return None;
         }
         let span = layout_of(&self.plan, t).span_bytes() as usize;
+        if let Some(&(at, len)) = self.f32_weight_sources.get(&t) {
+            // SAFETY: mapped file bytes of this weight (its span), which the
+            // runtime's weights keep mapped.
+            let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+            return Some(bytes[..span.min(len)].to_vec());
+        }
         // SAFETY: a tensor's address is valid for its span (checker + load),
         // in a buffer of its device that lives as long as the runtime.
         let tensor = unsafe { TensorBytes::new(a, span) };

@@ -80,6 +80,8 @@ struct GraphState {
 /// cannot be reused for other bytes) and where it lives on the server.
 struct CachedWeight {
     from: (usize, usize),
+    /// Held as a dequantized F32 copy (exact precision), not its file bytes.
+    as_f32: bool,
     buffer: RemoteBuffer,
     _source: Weights,
 }
@@ -141,17 +143,43 @@ impl RemoteServer {
     /// use, found again by every later runtime of the job (prefill and each
     /// decode bucket), so a session uploads each weight once. Returns the
     /// address and whether this call uploaded it.
+    ///
+    /// With `as_f32` (a block-quantized `dtype`), the server gets the
+    /// weight's values dequantized to packed F32 instead, and ggml's kernels
+    /// multiply in f32 as our exact precision does, not with 8-bit
+    /// activations; the records of its readers say F32 ([`RemoteAddr`]).
     pub fn bind_weight(
         &self,
         name: &str,
         bytes: &[u8],
         source: &Weights,
+        as_f32: Option<DType>,
     ) -> Result<(u64, bool), RuntimeError> {
         let from = (bytes.as_ptr() as usize, bytes.len());
         let mut weights = self.weights.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(w) = weights.iter().find(|w| w.from == from) {
+        let found = weights
+            .iter()
+            .find(|w| w.from == from && w.as_f32 == as_f32.is_some());
+        if let Some(w) = found {
             return Ok((w.buffer.base, false));
         }
+        let dequantized;
+        let bytes = match as_f32 {
+            Some(dtype) => {
+                let mut values = vec![
+                    0f32;
+                    bytes.len() / dtype.block_bytes() as usize
+                        * dtype.block_elems() as usize
+                ];
+                kernels::quant::dequantize_row(dtype, bytes, &mut values);
+                dequantized = values
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<u8>>();
+                &dequantized[..]
+            }
+            None => bytes,
+        };
         let mut c = self.client();
         let (handle, size) = c.alloc_buffer(0, bytes.len().max(1) as u64)?;
         let base = c.buffer_base(handle)?;
@@ -175,6 +203,7 @@ impl RemoteServer {
         let buffer = RemoteBuffer { handle, base, size };
         weights.push(CachedWeight {
             from,
+            as_f32: as_f32.is_some(),
             buffer,
             _source: source.clone(),
         });
@@ -229,12 +258,13 @@ impl RemoteServer {
     fn locate_shared(&self, addr: u64, end: u64) -> Option<RemoteAddr> {
         let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
         let weights = self.weights.lock().unwrap_or_else(|e| e.into_inner());
-        (states.values().map(|s| s.buffer))
-            .chain(weights.iter().map(|w| w.buffer))
-            .find(|b| addr >= b.base && end <= b.base + b.size)
-            .map(|b| RemoteAddr {
+        (states.values().map(|s| (s.buffer, false)))
+            .chain(weights.iter().map(|w| (w.buffer, w.as_f32)))
+            .find(|(b, _)| addr >= b.base && end <= b.base + b.size)
+            .map(|(b, as_f32)| RemoteAddr {
                 buffer: b.handle,
                 data: addr,
+                as_f32,
             })
     }
 
@@ -431,6 +461,7 @@ impl RemoteDevice {
             .map(|b| RemoteAddr {
                 buffer: b.handle,
                 data: addr,
+                as_f32: false,
             });
         own.or_else(|| self.server.locate_shared(addr, end))
     }

@@ -146,6 +146,10 @@ pub struct RemoteAddr {
     pub buffer: u64,
     /// The server address of the first byte (inside that buffer).
     pub data: u64,
+    /// The server holds the tensor's values as packed F32: a dequantized
+    /// copy of a block-quantized weight (exact precision), which its record
+    /// describes as F32 with packed strides.
+    pub as_f32: bool,
 }
 
 /// One step's records: its node and its sources' leafs.
@@ -338,9 +342,26 @@ fn record(op: &Op, t: &PlanTensor, id: u64, addr: RemoteAddr) -> Result<RpcTenso
             )
         })?;
     }
+    let dtype = if addr.as_f32 {
+        // Packed F32 strides over the same extents (which fit u32, above).
+        nb[0] = 4;
+        for i in 1..4 {
+            nb[i] = (u64::from(nb[i - 1]) * u64::from(ne[i - 1]))
+                .try_into()
+                .map_err(|_| {
+                    Unsupported::new(
+                        op,
+                        format!("'{}' as F32 exceeds a record's strides", t.name),
+                    )
+                })?;
+        }
+        DType::F32
+    } else {
+        t.dtype
+    };
     Ok(RpcTensor {
         id,
-        dtype: ggml_type(t.dtype),
+        dtype: ggml_type(dtype),
         buffer: addr.buffer,
         ne,
         nb,

@@ -239,6 +239,7 @@ fn plan(tensors: Vec<PlanTensor>) -> Plan {
 /// Tensor `t` lives at 0x1000 + 0x100 t in buffer 7.
 fn locate(t: u32) -> Option<RemoteAddr> {
     Some(RemoteAddr {
+        as_f32: false,
         buffer: 7,
         data: 0x1000 + 0x100 * u64::from(t),
     })
