@@ -40,7 +40,6 @@ use ir::plan::Plan;
 use ir::{Graph, Role};
 use models::llama::{CacheConfig, LlamaConfig, build_cached_attending};
 use runtime::device::rpc::client::RpcClient;
-use runtime::device::rpc::tensor::RpcTensor;
 use runtime::device::rpc::{RemoteServer, RemoteServers};
 use runtime::{LoadOptions, Runtime, Weights};
 use std::io::{BufRead, BufReader, Read};
@@ -256,37 +255,8 @@ fn race(rts: &mut [Runtime], rpc: &RemoteServers, per_block: usize) -> Vec<(f64,
 /// uploads of 32 MiB, each followed by a round trip, GB/s) of one link.
 fn measure_link(endpoint: &str) -> Result<(f64, f64), runtime::RuntimeError> {
     let mut c = RpcClient::connect(endpoint, CALL_TIMEOUT)?;
-    let mut us = Vec::new();
-    for _ in 0..200 {
-        let t = Instant::now();
-        c.sync()?;
-        us.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    let bytes = 32usize << 20;
-    let (handle, _) = c.alloc_buffer(0, bytes as u64)?;
-    let base = c.buffer_base(handle)?;
-    let n = bytes as u32;
-    let record = RpcTensor {
-        id: 1,
-        dtype: 24, // GGML_TYPE_I8: a row of bytes
-        buffer: handle,
-        ne: [n, 1, 1, 1],
-        nb: [1, n, n, n],
-        data: base,
-        name: "upload".to_string(),
-        ..RpcTensor::default()
-    };
-    let data = vec![7u8; bytes];
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let t = Instant::now();
-        c.set_tensor_uncached(&record, 0, &data)?;
-        c.sync()?;
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    c.free_buffer(handle)?;
-    c.sync()?;
-    Ok((median(us), bytes as f64 / best / 1e9))
+    let link = runtime::device::rpc::link::measure(&mut c, 200, 5, 32 << 20)?;
+    Ok((link.latency_us, link.upload_gbps))
 }
 
 /// `scripts/rpc-proxy.py` over some servers; stopped on drop.

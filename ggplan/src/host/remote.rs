@@ -19,8 +19,7 @@ use crate::{Error, Result};
 use compiler::target::presets::remote;
 use compiler::target::{Link, Target};
 use runtime::device::rpc::client::RpcClient;
-use runtime::device::rpc::tensor::RpcTensor;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What one server says of itself and its link.
 struct Measured {
@@ -108,45 +107,13 @@ fn measure(endpoint: &str) -> Result<Measured> {
     let (_, total) = c.memory(0)?;
     let max_buffer = c.max_size(0)?;
     let alignment = c.alignment(0)?;
-    let mut trips: Vec<f64> = (0..32)
-        .map(|_| {
-            let t = Instant::now();
-            c.sync().map(|()| t.elapsed().as_secs_f64() * 1e6)
-        })
-        .collect::<std::result::Result<_, _>>()?;
-    trips.sort_by(f64::total_cmp);
-    let latency_us = trips[trips.len() / 2];
-    let (handle, _) = c.alloc_buffer(0, PROBE_BYTES as u64)?;
-    let base = c.buffer_base(handle)?;
-    let record = RpcTensor {
-        id: 1,
-        dtype: 24, // ggml's I8: a row of bytes
-        buffer: handle,
-        ne: [PROBE_BYTES as u32, 1, 1, 1],
-        nb: [
-            1,
-            PROBE_BYTES as u32,
-            PROBE_BYTES as u32,
-            PROBE_BYTES as u32,
-        ],
-        data: base,
-        ..RpcTensor::default()
-    };
-    let data = vec![0x5au8; PROBE_BYTES];
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        c.set_tensor(&record, 0, &data)?;
-        c.sync()?;
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    c.free_buffer(handle)?;
+    let link = runtime::device::rpc::link::measure(&mut c, 32, 3, PROBE_BYTES)?;
     Ok(Measured {
         memory: total,
         max_buffer,
         alignment,
-        link_gbps: two_digits(PROBE_BYTES as f64 / best / 1e9),
-        latency_us: two_digits(latency_us),
+        link_gbps: two_digits(link.upload_gbps),
+        latency_us: two_digits(link.latency_us),
     })
 }
 

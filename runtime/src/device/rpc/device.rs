@@ -42,9 +42,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// ggml's `GGML_TYPE_I8`: remote bytes are addressed as a row of bytes.
-const GGML_I8: u32 = 24;
-
 /// How long one call may take before the server counts as gone.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -183,22 +180,14 @@ impl RemoteServer {
         let mut c = self.client();
         let (handle, size) = c.alloc_buffer(0, bytes.len().max(1) as u64)?;
         let base = c.buffer_base(handle)?;
-        let n = u32::try_from(bytes.len().max(1)).map_err(|_| RuntimeError::Remote {
-            device: String::new(),
-            endpoint: self.endpoint.clone(),
-            what: format!("set_tensor '{name}'"),
-            detail: format!("{} bytes exceed one call's 4 GiB", bytes.len()),
-        })?;
-        let record = RpcTensor {
-            id: 1,
-            dtype: GGML_I8,
-            buffer: handle,
-            ne: [n, 1, 1, 1],
-            nb: [1, n, n, n],
-            data: base,
-            name: name.to_string(),
-            ..RpcTensor::default()
-        };
+        let mut record =
+            RpcTensor::bytes(handle, base, bytes.len()).ok_or_else(|| RuntimeError::Remote {
+                device: String::new(),
+                endpoint: self.endpoint.clone(),
+                what: format!("set_tensor '{name}'"),
+                detail: format!("{} bytes exceed one call's 4 GiB", bytes.len()),
+            })?;
+        record.name = name.to_string();
         c.set_tensor(&record, 0, bytes)?;
         let buffer = RemoteBuffer { handle, base, size };
         weights.push(CachedWeight {
@@ -469,20 +458,11 @@ impl RemoteDevice {
     /// A record of `len` bytes at server address `addr` (a row of bytes), for
     /// set/get/copy; refused when no buffer of this device holds them.
     fn bytes_record(&self, addr: u64, len: usize, what: &str) -> Result<RpcTensor, RuntimeError> {
-        let n = u32::try_from(len.max(1))
-            .map_err(|_| self.error(what, format!("{len} bytes exceed one call's 4 GiB")))?;
         let at = self
             .locate(addr, len as u64)
             .ok_or_else(|| self.error(what, format!("no buffer holds {len} bytes at {addr:#x}")))?;
-        Ok(RpcTensor {
-            id: 1,
-            dtype: GGML_I8,
-            buffer: at.buffer,
-            ne: [n, 1, 1, 1],
-            nb: [1, n, n, n],
-            data: at.data,
-            ..RpcTensor::default()
-        })
+        RpcTensor::bytes(at.buffer, at.data, len)
+            .ok_or_else(|| self.error(what, format!("{len} bytes exceed one call's 4 GiB")))
     }
 
     /// Writes `data` at server address `addr` (inside one of its buffers).

@@ -11,12 +11,14 @@
 //! - `device.rs`: [`RemoteServers`] (the `--rpc` list, connected once per
 //!   job) and [`RemoteDevice`] (a plan device's buffers on one server);
 //! - `kernels.rs`: prepared steps a remote device computes, and copies with
-//!   a remote end.
+//!   a remote end;
+//! - `link.rs`: the link's latency and upload bandwidth, measured.
 
 pub mod client;
 pub mod device;
 pub mod ggml;
 pub mod kernels;
+pub mod link;
 pub mod tensor;
 pub mod wire;
 

@@ -81,6 +81,22 @@ impl Default for RpcTensor {
 }
 
 impl RpcTensor {
+    /// `len` bytes at server address `data` in buffer `buffer`, as one row of
+    /// ggml's I8 (type 24): how set, get and copy address raw bytes. `None`
+    /// when `len` does not fit a record's u32 extent.
+    pub fn bytes(buffer: u64, data: u64, len: usize) -> Option<RpcTensor> {
+        let n = u32::try_from(len.max(1)).ok()?;
+        Some(RpcTensor {
+            id: 1,
+            dtype: 24,
+            buffer,
+            ne: [n, 1, 1, 1],
+            nb: [1, n, n, n],
+            data,
+            ..RpcTensor::default()
+        })
+    }
+
     /// Size of one encoded record.
     pub const BYTES: usize = 8
         + 4
