@@ -162,7 +162,7 @@ impl Embedded {
     }
 
     /// [`Embedded::plan`], then loads it on the runtime.
-    #[cfg(feature = "jit")]
+    #[cfg(feature = "runtime")]
     pub fn load(
         &self,
         expected: &PlanKey,
@@ -180,7 +180,7 @@ impl Embedded {
 }
 
 /// An embedded plan, loaded.
-#[cfg(feature = "jit")]
+#[cfg(feature = "runtime")]
 pub struct Loaded {
     /// The runtime, ready for inputs (its `load_report` says what loading did).
     pub runtime: crate::Runtime,

@@ -23,7 +23,7 @@ pub enum Error {
     #[error(transparent)]
     Tokenizer(#[from] models::TokenizerError),
     /// The runtime refused the plan, its weights or inputs, or failed a run.
-    #[cfg(feature = "jit")]
+    #[cfg(feature = "runtime")]
     #[error(transparent)]
     Runtime(#[from] runtime::RuntimeError),
     /// The plan failed the checker.

@@ -13,7 +13,7 @@
 //!  target::resolve("cpu+cuda0") ─▶ Target ─┘              │
 //!                                                         ├─ plan::verify / Gates / PlanKey
 //!                                                         └─ Runtime::load ─▶ set inputs ─▶ run ─▶ outputs
-//!                                                             (feature `jit`)
+//!                                                             (feature `runtime`)
 //! ```
 //!
 //! Inside [`compile`]: verify the graph, cut micro-batches (`--pipeline N`),
@@ -30,7 +30,7 @@
 //! let target = ggplan::target::resolve("cpu")?;
 //! let plan = ggplan::compile(&graph, &target, &ggplan::CompileOptions::default())?.plan;
 //! print!("{}", ggplan::plan::summary(&plan)); // splits, copies, memory against the bound
-//! # #[cfg(feature = "jit")] {
+//! # #[cfg(feature = "runtime")] {
 //! let mut runtime = ggplan::Runtime::load(Arc::new(plan), ggplan::Weights::Random { seed: 7 }, &Default::default())?;
 //! runtime.set_input_f32("x", &vec![0.5; 64 * 16])?;
 //! runtime.run()?;
@@ -45,19 +45,22 @@
 //!   key ([`PlanKey`]) checked at load.
 //! - `testing` (feature `testing`): snapshot tests of your model's plan
 //!   with insta, and quality [`Gates`].
-//! - [`target`]: presets, target files and (feature `jit`) `host`, this
+//! - [`target`]: presets, target files and (feature `runtime`) `host`, this
 //!   machine measured.
-//! - `jobs` (feature `jit`): `Generator` (greedy generation with a
+//! - `jobs` (feature `runtime`): `Generator` (greedy generation with a
 //!   llama-family GGUF) and `Embedder` (sentence embeddings with a BERT
 //!   encoder), what `ggplan generate` and `ggplan embed` run.
 //!
 //! ## Features
-//! - `jit` (default): the runtime (LLVM 19 through inkwell, gemm). Without
-//!   it, graphs, compilation, plans, keys and gates build with no LLVM.
-//! - `cuda` (default): the runtime's CUDA driver probe (cudarc, loaded at run
-//!   time; no CUDA toolkit is needed to build), so `host` targets and the
-//!   registry list CUDA devices. The CUDA backend that runs plans is not
-//!   built yet. Without it nothing of cudarc is compiled.
+//! - `jit` (default): the runtime with the LLVM JIT (LLVM 19 through
+//!   inkwell, gemm). Without it, graphs, compilation, plans, keys and gates
+//!   build with no LLVM.
+//! - `runtime`: the runtime without the LLVM JIT (CPU steps take plain-Rust
+//!   kernels), for a GPU host without libLLVM.
+//! - `cuda` (default): CUDA devices (cudarc's driver API and NVRTC, loaded at
+//!   run time; no CUDA toolkit is needed to build): `host` targets and the
+//!   registry list them, and plans for `cuda0` run on them. Without it
+//!   nothing of cudarc is compiled.
 //! - `testing`: the `testing` module and `assert_plan_snapshot!`.
 //!
 //! Every file is untrusted input: readers check sizes before use, the runtime
@@ -71,9 +74,9 @@ mod dot;
 mod error;
 pub mod gates;
 pub mod graph;
-#[cfg(feature = "jit")]
+#[cfg(feature = "runtime")]
 mod host;
-#[cfg(feature = "jit")]
+#[cfg(feature = "runtime")]
 pub mod jobs;
 mod key;
 pub mod plan;
@@ -94,9 +97,9 @@ pub use key::{PlanKey, compile_command};
 pub use plan::Plan;
 pub use target::Target;
 
-#[cfg(feature = "jit")]
+#[cfg(feature = "runtime")]
 pub use jobs::{Embedder, Embedding, GenerateOptions, Generation, Generator};
-#[cfg(feature = "jit")]
+#[cfg(feature = "runtime")]
 pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Precision, Runtime, StepInfo, Weights};
 
 pub use models::{StreamDecoder, Tokenizer};

@@ -10,7 +10,7 @@
 
 use crate::Result;
 
-#[cfg(feature = "jit")]
+#[cfg(feature = "runtime")]
 pub use crate::host::{HOST, add_remote_devices, cache_path, host_target};
 pub use compiler::target::{Device, DeviceKind, Link, MatmulGflops, Target, Throughput};
 
@@ -30,11 +30,11 @@ pub fn resolve(name_or_path: &str) -> Result<Target> {
 /// [`resolve`], with the host calibration's notes ("calibrating this
 /// host...", a stale cache) passed to `note`.
 pub fn resolve_with_notes(name_or_path: &str, note: &mut dyn FnMut(&str)) -> Result<Target> {
-    #[cfg(feature = "jit")]
+    #[cfg(feature = "runtime")]
     if name_or_path == HOST {
         return host_target(false, note);
     }
-    #[cfg(not(feature = "jit"))]
+    #[cfg(not(feature = "runtime"))]
     let _ = note;
     Ok(Target::parse(name_or_path)?)
 }

@@ -38,6 +38,15 @@ pub enum RuntimeError {
         /// Why it is not available.
         why: String,
     },
+    /// A CUDA device failed a driver call, a kernel, or a compilation, or a
+    /// step has no CUDA kernel.
+    #[error("CUDA device {device}: {what}")]
+    Cuda {
+        /// The plan's device name (`cuda0`).
+        device: String,
+        /// What failed, with the driver's or NVRTC's words.
+        what: String,
+    },
     /// A remote device (ggml's RPC server) failed a call, refused it, or
     /// stopped answering.
     #[error("remote device {device} at {endpoint}: {what} failed: {detail}")]

@@ -195,6 +195,14 @@ impl Runtime {
             if pt.role == Role::State && matches!(pt.placement, Placement::Arena { .. }) {
                 let span = layout_of(&self.plan, t as u32).span_bytes() as usize;
                 let device = pt.device.index();
+                if self.cuda[device].is_some() {
+                    // SAFETY: the tensor's span lies in its GPU arena.
+                    let tensor = unsafe { crate::device::TensorBytes::new(self.addr[t], span) };
+                    if let Err(e) = self.devices[device].set_tensor(tensor, 0, &vec![0; span]) {
+                        tracing_free_report(&self.cuda[device], e);
+                    }
+                    continue;
+                }
                 if let Some(r) = &self.remote[device] {
                     // A dead server is reported by the next run.
                     if let Err(e) = r.write(self.addr[t] as u64, &vec![0; span], "reset_state") {
@@ -207,6 +215,19 @@ impl Runtime {
             }
         }
     }
+}
+
+/// Keeps a GPU's error for its next run (reset_state returns nothing).
+fn tracing_free_report(
+    device: &Option<std::sync::Arc<crate::device::cuda::CudaDevice>>,
+    e: crate::RuntimeError,
+) {
+    #[cfg(feature = "cuda")]
+    if let Some(d) = device {
+        d.fail(e);
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (device, e);
 }
 
 /// A kernel scratch address that closures on pool threads may share.

@@ -21,6 +21,7 @@ use crate::cpu::ThreadPool;
 use crate::cpu::matmul::Precision;
 use crate::device::cpu::CpuDevice;
 use crate::device::registry::Registry;
+use crate::device::cuda::CudaDevice;
 use crate::device::rpc::{RemoteDevice, RemoteServers};
 use crate::device::{Device, TensorBytes};
 use crate::executor::Executor;
@@ -124,6 +125,8 @@ pub struct Runtime {
     pub(crate) cpu_devices: Vec<Option<Arc<CpuDevice>>>,
     /// The plan's remote devices, by device id (`None` for a CPU one).
     pub(crate) remote: Vec<Option<Arc<RemoteDevice>>>,
+    /// The plan's CUDA devices, by device id (`None` for another kind).
+    pub(crate) cuda: Vec<Option<Arc<CudaDevice>>>,
     /// One stream and no events on host devices: the single-pool fast path.
     pub(crate) sequential: bool,
     /// Weights a remote device holds as F32 copies: their file bytes on the
@@ -191,25 +194,27 @@ impl Runtime {
         let (host_devices, warnings) =
             Registry::enumerate().open(&plan.devices, options.threads, options.pool.as_ref())?;
         let remote = open_remote(&plan, options.rpc.as_deref())?;
+        let cuda = open_cuda(&plan)?;
         let mut host_devices = host_devices.into_iter();
-        let cpu_devices: Vec<Option<Arc<CpuDevice>>> = (remote.iter())
-            .map(|r| {
-                if r.is_some() {
+        let cpu_devices: Vec<Option<Arc<CpuDevice>>> = (remote.iter().zip(&cuda))
+            .map(|(r, c)| {
+                if r.is_some() || c.is_some() {
                     None
                 } else {
                     host_devices.next()
                 }
             })
             .collect();
-        let devices: Vec<Arc<dyn Device>> = (cpu_devices.iter().zip(&remote))
+        let devices: Vec<Arc<dyn Device>> = (cpu_devices.iter().zip(&remote).zip(&cuda))
             .map(|pair| match pair {
-                (Some(cpu), _) => Arc::clone(cpu) as Arc<dyn Device>,
-                (None, Some(r)) => Arc::clone(r) as Arc<dyn Device>,
-                (None, None) => unreachable!("every plan device was opened"),
+                ((Some(cpu), _), _) => Arc::clone(cpu) as Arc<dyn Device>,
+                ((None, Some(r)), _) => Arc::clone(r) as Arc<dyn Device>,
+                ((None, None), Some(c)) => Arc::clone(c) as Arc<dyn Device>,
+                ((None, None), None) => unreachable!("every plan device was opened"),
             })
             .collect();
         let needed: u64 = (plan.arenas.iter())
-            .filter(|a| remote[a.device.index()].is_none())
+            .filter(|a| remote[a.device.index()].is_none() && cuda[a.device.index()].is_none())
             .map(|a| a.size)
             .sum();
         if let Some(available) = available_bytes()
@@ -224,6 +229,12 @@ impl Runtime {
         for (i, a) in plan.arenas.iter().enumerate() {
             let dev = &plan.devices[a.device.index()];
             let usage = format!("{:?}", a.usage);
+            if let Some(c) = &cuda[a.device.index()] {
+                // A GPU arena's base is a device address (never dereferenced
+                // here: see `device::cuda`).
+                bases.push(c.alloc_arena(i, a.size, &usage)? as usize as *mut u8);
+                continue;
+            }
             if let Some(r) = &remote[a.device.index()] {
                 // With servers shared by a job, weights read in place live in
                 // the server's weight cache; their arena is allocated below
@@ -281,7 +292,24 @@ impl Runtime {
             }
             let layout = layout_of(&plan, t as u32);
             let on_remote = remote[pt.device.index()].is_some();
+            let on_cuda = cuda[pt.device.index()].as_ref();
             match pt.role {
+                Role::Weight if on_cuda.is_some() => {
+                    // Uploaded once at load, from the mapped file.
+                    let bytes = match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
+                        BoundWeight::InPlace(b) => std::borrow::Cow::Borrowed(b),
+                        BoundWeight::Copy(b) => b,
+                    };
+                    report.weight_bytes_uploaded += bytes.len() as u64;
+                    copies.push((t as u32, bytes));
+                }
+                Role::State if on_cuda.is_some() => {
+                    // Shared state stays on the GPU, by name, for every
+                    // runtime of the job.
+                    if let (Some(store), Some(c)) = (&options.state, on_cuda) {
+                        overrides[t] = Some(c.bind_state(store, &pt.name, &layout)? as usize as *mut u8);
+                    }
+                }
                 Role::Weight if on_remote => {
                     // Uploaded at load (a remote device never reads the file):
                     // bytes read in place once per job, through the server's
@@ -391,8 +419,12 @@ impl Runtime {
             fast: &kernels,
             on_prepare: options.on_prepare.as_deref(),
             remote: &remote,
+            cuda: &cuda,
         }
         .prepare_all()?;
+        for c in cuda.iter().flatten() {
+            c.load_kernels()?;
+        }
         report.prepare_time = t1.elapsed();
         report.weight_bytes_repacked = kernels.repacked_bytes();
         report.fallbacks = steps
@@ -425,7 +457,9 @@ impl Runtime {
             }
         }
         let executor = Executor::new(&plan, options.fault_injection, options.fault_panic_at);
-        let sequential = executor.is_sequential() && remote.iter().all(Option::is_none);
+        let sequential = executor.is_sequential()
+            && remote.iter().all(Option::is_none)
+            && cuda.iter().all(Option::is_none);
         let scratch = AlignedBuffer::zeroed(scratch_bytes, 64).ok_or(RuntimeError::Alloc {
             arena: usize::MAX,
             bytes: scratch_bytes as u64,
@@ -453,6 +487,7 @@ impl Runtime {
             devices,
             cpu_devices,
             remote,
+            cuda,
             sequential,
             f32_weight_sources,
             executor,
@@ -519,6 +554,12 @@ impl Runtime {
                 first.get_or_insert(e);
             }
         }
+        for c in self.cuda.iter().flatten() {
+            // Waits for the GPU: a kernel's failure surfaces here.
+            if let Err(e) = c.take_failure() {
+                first.get_or_insert(e);
+            }
+        }
         first.map_or(Ok(()), Err)
     }
 
@@ -553,6 +594,18 @@ impl Runtime {
         let t = self.tensor_id(name).ok()?;
         self.index_bounds.get(&t).map(|&(b, _)| b)
     }
+}
+
+/// The plan's CUDA devices, by device id: each opened on its GPU.
+fn open_cuda(plan: &Plan) -> Result<Vec<Option<Arc<CudaDevice>>>, RuntimeError> {
+    (plan.devices.iter())
+        .map(|dev| match dev.kind {
+            ir::plan::DeviceKind::Cuda { ordinal } => {
+                CudaDevice::open(&dev.name, ordinal, dev.alignment).map(Some)
+            }
+            _ => Ok(None),
+        })
+        .collect()
 }
 
 /// The plan's remote devices, by device id: each opened on its server from

@@ -24,7 +24,23 @@ struct Entry {
 #[derive(Default)]
 pub struct StateStore {
     entries: Mutex<BTreeMap<String, Entry>>,
+    /// State held in a device's own memory (a GPU's), by (device, tensor).
+    device_entries: Mutex<BTreeMap<(String, String), DeviceEntry>>,
     run_lock: Mutex<()>,
+}
+
+/// A state buffer in a device's own memory.
+pub trait DeviceState: Send + Sync {
+    /// Its address on the device.
+    fn addr(&self) -> u64;
+    /// Writes zeroes over it.
+    fn zero(&self) -> Result<(), RuntimeError>;
+}
+
+struct DeviceEntry {
+    dtype: DType,
+    ne: [i64; 4],
+    buffer: Box<dyn DeviceState>,
 }
 
 impl StateStore {
@@ -68,13 +84,55 @@ impl StateStore {
         Ok(ptr)
     }
 
-    /// Zeroes every state buffer (a new conversation).
+    /// The device address of state tensor `name` with `layout` on device
+    /// `device`, allocated (zeroed) by `alloc` on first use; the same rules
+    /// as [`StateStore::bind`].
+    pub fn bind_device(
+        &self,
+        device: &str,
+        name: &str,
+        layout: &Layout,
+        alloc: &dyn Fn(u64) -> Result<Box<dyn DeviceState>, RuntimeError>,
+    ) -> Result<u64, RuntimeError> {
+        let mut entries = self.device_entries.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (device.to_string(), name.to_string());
+        if let Some(e) = entries.get(&key) {
+            if (e.dtype, e.ne) != (layout.dtype, layout.ne) {
+                return Err(RuntimeError::Mismatch {
+                    what: "state",
+                    name: name.to_string(),
+                    origin: format!(" on {device} in the shared state store"),
+                    found: format!("{} {}", e.dtype, fmt_ne(&e.ne)),
+                    expected: format!("{} {}", layout.dtype, fmt_ne(&layout.ne)),
+                });
+            }
+            return Ok(e.buffer.addr());
+        }
+        let buffer = alloc(layout.span_bytes())?;
+        let addr = buffer.addr();
+        entries.insert(
+            key,
+            DeviceEntry {
+                dtype: layout.dtype,
+                ne: layout.ne,
+                buffer,
+            },
+        );
+        Ok(addr)
+    }
+
+    /// Zeroes every state buffer (a new conversation). A device buffer that
+    /// cannot be zeroed (its device failed) is reported by its next run.
     pub fn clear(&self) {
         let _running = self.lock_run();
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for e in entries.values() {
             // SAFETY: the buffer owns len bytes; no runtime runs (run lock held).
             unsafe { std::ptr::write_bytes(e.buffer.as_ptr(), 0, e.buffer.len()) };
+        }
+        let device_entries = self.device_entries.lock().unwrap_or_else(|e| e.into_inner());
+        for e in device_entries.values() {
+            let _ = e.buffer.zero();
         }
     }
 

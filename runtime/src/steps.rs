@@ -25,6 +25,9 @@ use crate::RuntimeError;
 use crate::cpu::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use crate::cpu::{CpuKernel, RawTensor, ThreadCtx};
 use crate::device::Device;
+use crate::device::cuda::CudaDevice;
+use crate::device::cuda::launch;
+use crate::device::cuda::step::{CudaCopy, CudaStep, End as GpuEnd};
 use crate::device::rpc::RemoteDevice;
 use crate::device::rpc::ggml::{StepGraph, step_records};
 use crate::device::rpc::kernels::{End, RemoteCopy, RemoteStep};
@@ -68,6 +71,8 @@ pub(crate) struct Preparer<'a> {
     pub on_prepare: Option<&'a (dyn Fn(usize, usize) + Send + Sync)>,
     /// Per plan device: the remote device, for a remote one.
     pub remote: &'a [Option<Arc<RemoteDevice>>],
+    /// Per plan device: the CUDA device, for a GPU.
+    pub cuda: &'a [Option<Arc<CudaDevice>>],
 }
 
 impl Preparer<'_> {
@@ -178,6 +183,26 @@ impl Preparer<'_> {
     /// The kernel of a copy from `src` to `dst`: a memcpy between host
     /// arenas, or calls to the server(s) of a remote end.
     fn copy_kernel(&self, src: u32, dst: u32, bytes: usize) -> Box<dyn CpuKernel> {
+        let gpu_end = |t: u32| {
+            let device = self.plan.tensors[t as usize].device.index();
+            match self.cuda.get(device).and_then(Option::as_ref) {
+                Some(dev) => Some(GpuEnd::Gpu(Arc::clone(dev), self.addr[t as usize] as u64)),
+                None => None,
+            }
+        };
+        match (gpu_end(src), gpu_end(dst)) {
+            (None, None) => {}
+            (from, to) => {
+                // The compiler never joins a GPU and a remote device by a
+                // copy (targets with both are refused), so the other end is host.
+                let host = |t: u32| GpuEnd::Host(self.addr[t as usize]);
+                return Box::new(CudaCopy {
+                    from: from.unwrap_or_else(|| host(src)),
+                    to: to.unwrap_or_else(|| host(dst)),
+                    bytes,
+                });
+            }
+        }
         let end = |t: u32| {
             let device = self.plan.tensors[t as usize].device.index();
             match self.remote.get(device).and_then(Option::as_ref) {
@@ -237,6 +262,56 @@ impl Preparer<'_> {
         })
     }
 
+    /// A step of split `split` on a GPU: a kernel launch.
+    fn prepare_cuda(
+        &self,
+        split: usize,
+        step: &Step,
+        device: &Arc<CudaDevice>,
+    ) -> Result<PreparedStep, RuntimeError> {
+        let name = &self.plan.devices[self.plan.splits[split].device.index()].name;
+        let on_gpu = |e: RuntimeError| match e {
+            RuntimeError::Unsupported { op, detail } => RuntimeError::Cuda {
+                device: name.clone(),
+                what: format!("no kernel for {op}: {detail}"),
+            },
+            other => other,
+        };
+        let (launch, kind, op, fused_kernel, dst, srcs, bytes, flops) = match step {
+            Step::Op { op, dst, srcs } => {
+                self.check_reads(split, Some(op), srcs)?;
+                let s: Vec<RawTensor> = srcs.iter().map(|&t| self.raw(t)).collect();
+                let launch = launch::op(op, self.raw(*dst), &s).map_err(on_gpu)?;
+                let (bytes, flops) = self.op_costs(op, *dst, srcs);
+                (launch, op.name(), Some(*op), None, *dst, srcs.clone(), bytes, flops)
+            }
+            Step::Fused { kernel: index } => {
+                let k: &FusedKernel = &self.plan.kernels[*index as usize];
+                self.check_reads(split, None, &k.inputs)?;
+                let out = self.raw(k.output);
+                let inputs: Vec<RawTensor> = k.inputs.iter().map(|&t| self.raw(t)).collect();
+                let launch = launch::fused(&k.body, out, &inputs).map_err(on_gpu)?;
+                let bytes =
+                    self.span(k.output) + k.inputs.iter().map(|&t| self.span(t)).sum::<u64>();
+                let flops = out.n_elements() as u64 * k.body.len() as u64;
+                (launch, "fused", None, Some(*index), k.output, k.inputs.clone(), bytes, flops)
+            }
+        };
+        Ok(PreparedStep {
+            kernel: Box::new(CudaStep::new(device, launch)),
+            split,
+            kind,
+            op,
+            fused_kernel,
+            dst,
+            srcs,
+            bytes,
+            flops,
+            fallback: false,
+            remote: None,
+        })
+    }
+
     fn prepare(
         &self,
         split: usize,
@@ -246,6 +321,9 @@ impl Preparer<'_> {
         let device = self.plan.splits[split].device.index();
         if let Some(remote) = self.remote.get(device).and_then(Option::as_ref) {
             return self.prepare_remote(split, index, step, remote);
+        }
+        if let Some(gpu) = self.cuda.get(device).and_then(Option::as_ref) {
+            return self.prepare_cuda(split, step, gpu);
         }
         match step {
             Step::Op { op, dst, srcs } => {

@@ -146,6 +146,7 @@ fn prepare(plan: &ir::plan::Plan) -> Result<usize, crate::RuntimeError> {
         fast: &fast,
         on_prepare: None,
         remote: &[],
+        cuda: &[],
     }
     .prepare_all()?;
     Ok(steps.len())

@@ -1,7 +1,45 @@
-//! CUDA devices. The backend that runs plans on them comes in its own issue;
-//! today the registry only probes the driver ([`probe`]) so that `ggplan
-//! devices` lists them and a plan naming one is refused with what was found.
+//! CUDA devices: the driver probe ([`probe`]) the registry lists GPUs with,
+//! and the backend that runs plan steps on them.
+//!
+//! Pipeline, per plan device `Cuda { ordinal }` at load: the GPU is opened
+//! once per process (`driver`: primary context, one stream); each arena is
+//! one device allocation (`device`), refused before allocating when the GPU
+//! lacks the free bytes; weights and constants are uploaded; every step
+//! becomes a [`launch::Launch`] (pure: kernel, grid, block, argument block)
+//! of a hand-written kernel (`kernels/ops.cu`: mul_mat with on-the-fly
+//! dequantization of Q8_0/Q4_0/Q4_1, get_rows, soft_max, rope, copies,
+//! set_rows, reductions) or of a kernel generated from the step's body
+//! (`codegen`: fused bodies, elementwise ops and norms, as the CPU JIT takes
+//! them); the op library and the plan's generated kernels are compiled by
+//! NVRTC once per distinct source (`nvrtc`, with a disk cache, so a host
+//! without NVRTC runs kernels compiled elsewhere) and loaded.
+//!
+//! Values are computed in f32 from the weights' own bytes (no 8-bit
+//! activations): a CUDA run matches the CPU's exact precision.
+//!
+//! Without the `cuda` feature, `device` and `step` are stand-ins whose
+//! device can never be opened (`nocuda.rs`).
 
+pub mod args;
+pub mod codegen;
+pub mod launch;
 pub mod probe;
+pub mod sources;
 
-pub use probe::{CudaDevice, CudaStatus};
+#[cfg(feature = "cuda")]
+pub mod device;
+#[cfg(feature = "cuda")]
+pub mod driver;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
+#[cfg(feature = "cuda")]
+pub mod step;
+
+#[cfg(not(feature = "cuda"))]
+#[path = "nocuda.rs"]
+pub mod device;
+#[cfg(not(feature = "cuda"))]
+pub use device as step;
+
+pub use device::CudaDevice;
+pub use probe::{CudaStatus, CudaDevice as ProbedGpu};

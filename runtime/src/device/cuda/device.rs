@@ -1,0 +1,256 @@
+//! A CUDA GPU as a device of a loaded plan: arenas in device memory, weights
+//! and inputs uploaded, outputs downloaded, steps launched on the GPU's
+//! stream (see `step.rs`), kernels compiled once per distinct source.
+//!
+//! Invariants: `run_steps` returns only when the GPU finished them (a
+//! stream synchronize), so the executor's events order host and GPU work; a
+//! driver error is kept in the failure slot and reported when the run ends;
+//! every set/get is range-checked against the tensor before the driver sees it.
+
+use super::driver::{DeviceMemory, Function, Gpu, Module};
+use super::launch::Kernel;
+use super::nvrtc::architecture;
+use super::sources::{LIBRARY_KERNELS, kernel_module, library_source};
+use crate::RuntimeError;
+use crate::cpu::ThreadCtx;
+use crate::device::{Caps, Device, DeviceInfo, TensorBytes};
+use crate::memory::AlignedBuffer;
+use crate::steps::PreparedStep;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A CUDA device of a loaded plan.
+pub struct CudaDevice {
+    info: DeviceInfo,
+    gpu: Arc<Gpu>,
+    arch: &'static str,
+    arenas: Mutex<Vec<DeviceMemory>>,
+    generated: Mutex<BTreeMap<String, String>>,
+    modules: OnceLock<(Arc<Module>, BTreeMap<String, Arc<Module>>)>,
+    failure: Mutex<Option<RuntimeError>>,
+}
+
+impl CudaDevice {
+    /// Opens the plan device `name` on GPU `ordinal`.
+    pub fn open(name: &str, ordinal: u32, alignment: u64) -> Result<Arc<CudaDevice>, RuntimeError> {
+        let gpu = Gpu::open(ordinal as i32, name)?;
+        let cc = gpu.compute_capability;
+        let arch = architecture(cc).ok_or_else(|| RuntimeError::NoDevice {
+            device: name.to_string(),
+            kind: "CUDA GPU".to_string(),
+            why: format!(
+                "{} has compute capability {}.{}; the CUDA kernels need 7.0 or newer",
+                gpu.description, cc.0, cc.1
+            ),
+        })?;
+        let (free, total) = gpu.memory()?;
+        let info = DeviceInfo {
+            name: name.to_string(),
+            description: format!("{} (compute {}.{}, {arch})", gpu.description, cc.0, cc.1),
+            memory_total: total,
+            memory_free: free,
+            alignment: alignment.max(256),
+            max_buffer_bytes: total,
+            cores: Vec::new(),
+            caps: Caps {
+                asynchronous: false,
+                events: false,
+                host_buffer: false,
+                buffer_from_host_ptr: false,
+            },
+        };
+        Ok(Arc::new(CudaDevice {
+            info,
+            gpu,
+            arch,
+            arenas: Mutex::new(Vec::new()),
+            generated: Mutex::new(BTreeMap::new()),
+            modules: OnceLock::new(),
+            failure: Mutex::new(None),
+        }))
+    }
+
+    /// The GPU.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Allocates arena `arena` (`bytes`, for `usage`) in device memory and
+    /// returns its device address; refused before allocating when the GPU
+    /// has fewer free bytes, naming the arena and the free bytes.
+    pub fn alloc_arena(&self, arena: usize, bytes: u64, usage: &str) -> Result<u64, RuntimeError> {
+        let (free, _) = self.gpu.memory()?;
+        if bytes > free {
+            return Err(RuntimeError::Cuda {
+                device: self.info.name.clone(),
+                what: format!(
+                    "arena {arena} ({usage}) needs {bytes} bytes but the GPU has {free} bytes free"
+                ),
+            });
+        }
+        let memory = self.gpu.alloc(bytes, &format!("arena {arena} ({usage})"))?;
+        let addr = memory.addr();
+        self.lock_arenas().push(memory);
+        Ok(addr)
+    }
+
+    /// The device address of shared state tensor `name` (a KV cache that
+    /// the prefill and decode runtimes of a job share), allocated on this
+    /// GPU on first use.
+    pub fn bind_state(
+        &self,
+        store: &crate::StateStore,
+        name: &str,
+        layout: &ir::Layout,
+    ) -> Result<u64, RuntimeError> {
+        store.bind_device(&self.info.name, name, layout, &|bytes| {
+            let memory = self.gpu.alloc(bytes, &format!("state '{name}'"))?;
+            Ok(Box::new(memory) as Box<dyn crate::state::DeviceState>)
+        })
+    }
+
+    fn lock_arenas(&self) -> std::sync::MutexGuard<'_, Vec<DeviceMemory>> {
+        self.arenas.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a kernel a prepared step launches (generated ones are compiled
+    /// together by [`CudaDevice::load_kernels`]).
+    pub fn register(&self, kernel: &Kernel) {
+        if let Kernel::Generated(g) = kernel {
+            let mut generated = self.generated.lock().unwrap_or_else(|e| e.into_inner());
+            generated
+                .entry(g.name.clone())
+                .or_insert_with(|| g.source.clone());
+        }
+    }
+
+    /// Compiles (or takes from the cache) and loads the op library and the
+    /// generated kernels registered so far, each generated kernel its own
+    /// module (so each distinct body is compiled and cached once, whatever
+    /// plan it appears in). Called once, after preparation.
+    pub fn load_kernels(&self) -> Result<(), RuntimeError> {
+        let library = self
+            .gpu
+            .module(&library_source(), self.arch, LIBRARY_KERNELS)?;
+        let generated = self.generated.lock().unwrap_or_else(|e| e.into_inner());
+        let mut modules = BTreeMap::new();
+        for (name, source) in generated.iter() {
+            let module = self
+                .gpu
+                .module(&kernel_module(source), self.arch, &[name.as_str()])?;
+            modules.insert(name.clone(), module);
+        }
+        let _ = self.modules.set((library, modules));
+        Ok(())
+    }
+
+    /// The function of `kernel`, once the kernels are loaded.
+    pub fn function(&self, kernel: &Kernel) -> Result<Function, RuntimeError> {
+        let missing = || RuntimeError::Cuda {
+            device: self.info.name.clone(),
+            what: format!("kernel {} was not loaded", kernel.name()),
+        };
+        let (library, plan) = self.modules.get().ok_or_else(missing)?;
+        match kernel {
+            Kernel::Library(name) => library.get(name),
+            Kernel::Generated(g) => plan.get(&g.name).and_then(|m| m.get(&g.name)),
+        }
+        .ok_or_else(missing)
+    }
+
+    /// The virtual architecture its kernels are compiled for.
+    pub fn arch(&self) -> &'static str {
+        self.arch
+    }
+
+    /// Keeps the first error of a run for [`CudaDevice::take_failure`].
+    pub fn fail(&self, e: RuntimeError) {
+        let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(e);
+    }
+
+    /// True once a call failed in this run.
+    pub fn failed(&self) -> bool {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Waits for the GPU, then returns (and clears) the run's first error.
+    pub fn take_failure(&self) -> Result<(), RuntimeError> {
+        if let Err(e) = self.gpu.synchronize() {
+            self.fail(e);
+        }
+        match self.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Device for CudaDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn alloc(
+        &self,
+        bytes: u64,
+        _alignment: u64,
+        usage: &str,
+    ) -> Result<AlignedBuffer, RuntimeError> {
+        Err(RuntimeError::Cuda {
+            device: self.info.name.clone(),
+            what: format!(
+                "{usage}: {bytes} bytes of host memory asked of a GPU (arenas use alloc_arena)"
+            ),
+        })
+    }
+
+    fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
+        for step in steps {
+            // SAFETY: CUDA steps launch on the GPU's stream from thread 0 and
+            // touch no host memory.
+            ThreadCtx::single(|ctx| unsafe { step.kernel.run(ctx, std::ptr::null_mut()) });
+        }
+        if let Err(e) = self.gpu.synchronize() {
+            self.fail(e);
+        }
+        for i in 0..steps.len() {
+            after_step(i);
+        }
+    }
+
+    fn copy(&self, copy: &PreparedStep) {
+        // SAFETY: a CUDA copy touches host memory only at the host tensor it
+        // was prepared with (one of the runtime's live buffers).
+        ThreadCtx::single(|ctx| unsafe { copy.kernel.run(ctx, std::ptr::null_mut()) });
+    }
+
+    fn set_tensor(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), RuntimeError> {
+        let at = tensor.range(&self.info.name, "set_tensor", offset, data.len())?;
+        self.gpu.upload(at as u64, data)
+    }
+
+    fn get_tensor(
+        &self,
+        tensor: TensorBytes,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), RuntimeError> {
+        let at = tensor.range(&self.info.name, "get_tensor", offset, out.len())?;
+        self.gpu.download(at as u64, out)
+    }
+
+    fn synchronize(&self) {
+        if let Err(e) = self.gpu.synchronize() {
+            self.fail(e);
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The CUDA driver API as the device needs it, over cudarc's `result`
+//! functions (the driver is loaded at run time): a GPU's primary context and
+//! its one stream, device memory, copies, modules and launches.
+//!
+//! Invariants:
+//! - nothing of cudarc is called before the probe found a driver
+//!   (`probe::probe`), since cudarc panics without one;
+//! - one [`Gpu`] per ordinal per process (the primary context and one
+//!   non-blocking stream), shared by every runtime that uses it, so the
+//!   prefill and decode plans of a job share one ordered stream;
+//! - every call binds the context to the calling thread first (executor
+//!   threads change);
+//! - [`DeviceMemory`] frees its allocation when dropped; kernels and copies
+//!   only use addresses inside allocations their runtime holds.
+
+use super::args::KArgs;
+use crate::RuntimeError;
+use cudarc::driver::{result, sys};
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::sync::{Arc, Mutex, Weak};
+
+/// One GPU: its primary context and stream.
+pub struct Gpu {
+    /// `cuda0`, ...
+    pub name: String,
+    /// The driver's name for it.
+    pub description: String,
+    /// (major, minor) compute capability.
+    pub compute_capability: (i32, i32),
+    device: sys::CUdevice,
+    context: sys::CUcontext,
+    stream: sys::CUstream,
+    /// Modules loaded, by the cache name of their source: each distinct
+    /// source is loaded once per process.
+    modules: Mutex<HashMap<String, Arc<Module>>>,
+}
+
+// SAFETY: the context and stream handles are usable from any thread once
+// the context is bound to it (every method binds first); the driver
+// serialises calls on one stream.
+unsafe impl Send for Gpu {}
+// SAFETY: as above.
+unsafe impl Sync for Gpu {}
+
+fn driver_error(name: &str, what: &str, e: result::DriverError) -> RuntimeError {
+    RuntimeError::Cuda {
+        device: name.to_string(),
+        what: format!("{what} failed: {e:?}"),
+    }
+}
+
+static OPEN: Mutex<Vec<(i32, Weak<Gpu>)>> = Mutex::new(Vec::new());
+
+impl Gpu {
+    /// The GPU with `ordinal`, opened once per process (see the module doc).
+    pub fn open(ordinal: i32, name: &str) -> Result<Arc<Gpu>, RuntimeError> {
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gpu) = (open.iter())
+            .find(|(o, _)| *o == ordinal)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(gpu);
+        }
+        let found = match super::probe::probe() {
+            super::CudaStatus::Unavailable(why) => {
+                return Err(RuntimeError::NoDevice {
+                    device: name.to_string(),
+                    kind: "CUDA GPU".to_string(),
+                    why,
+                });
+            }
+            super::CudaStatus::Found { devices, .. } => devices,
+        };
+        let Some(found) = found.into_iter().find(|d| d.ordinal == ordinal) else {
+            return Err(RuntimeError::NoDevice {
+                device: name.to_string(),
+                kind: format!("CUDA GPU {ordinal}"),
+                why: "the driver lists no GPU with that ordinal".to_string(),
+            });
+        };
+        let err = |what: &'static str| move |e| driver_error(name, what, e);
+        let device = result::device::get(ordinal).map_err(err("cuDeviceGet"))?;
+        // SAFETY: `device` came from cuDeviceGet.
+        let context =
+            unsafe { result::primary_ctx::retain(device) }.map_err(err("cuDevicePrimaryCtxRetain"))?;
+        // SAFETY: the context was just retained.
+        unsafe { result::ctx::set_current(context) }.map_err(err("cuCtxSetCurrent"))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(err("cuStreamCreate"))?;
+        let gpu = Arc::new(Gpu {
+            name: name.to_string(),
+            description: found.name,
+            compute_capability: found.compute_capability.unwrap_or((0, 0)),
+            device,
+            context,
+            stream,
+            modules: Mutex::new(HashMap::new()),
+        });
+        open.retain(|(_, w)| w.strong_count() > 0);
+        open.push((ordinal, Arc::downgrade(&gpu)));
+        Ok(gpu)
+    }
+
+    fn err(&self, what: &str) -> impl Fn(result::DriverError) -> RuntimeError + '_ {
+        let what = what.to_string();
+        move |e| driver_error(&self.name, &what, e)
+    }
+
+    /// Makes the context current on this thread.
+    pub fn bind(&self) -> Result<(), RuntimeError> {
+        // SAFETY: the context stays retained while `self` lives.
+        unsafe { result::ctx::set_current(self.context) }.map_err(self.err("cuCtxSetCurrent"))
+    }
+
+    /// (free, total) bytes of device memory.
+    pub fn memory(&self) -> Result<(u64, u64), RuntimeError> {
+        self.bind()?;
+        let (free, total) = result::mem_get_info().map_err(self.err("cuMemGetInfo"))?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// `bytes` of zeroed device memory.
+    pub fn alloc(self: &Arc<Gpu>, bytes: u64, usage: &str) -> Result<DeviceMemory, RuntimeError> {
+        self.bind()?;
+        let n = bytes.max(1) as usize;
+        // SAFETY: the context is current; the allocation is freed on drop.
+        let ptr = unsafe { result::malloc_sync(n) }.map_err(|e| RuntimeError::Cuda {
+            device: self.name.clone(),
+            what: format!("could not allocate {bytes} bytes for {usage}: {e:?}"),
+        })?;
+        let memory = DeviceMemory {
+            gpu: Arc::clone(self),
+            ptr,
+            bytes,
+        };
+        // SAFETY: `ptr` holds `n` bytes, just allocated.
+        unsafe { result::memset_d8_sync(ptr, 0, n) }.map_err(self.err("cuMemsetD8"))?;
+        Ok(memory)
+    }
+
+    /// Writes `data` at device address `dst` and waits for it.
+    pub fn upload(&self, dst: u64, data: &[u8]) -> Result<(), RuntimeError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `dst..dst + len` lies in an allocation of ours (callers
+        // checked the range); `data` lives until the synchronize below.
+        unsafe { result::memcpy_htod_async(dst, data, self.stream) }
+            .map_err(self.err("cuMemcpyHtoDAsync"))?;
+        self.synchronize()
+    }
+
+    /// Reads `out.len()` bytes at device address `src`, after everything
+    /// queued before.
+    pub fn download(&self, src: u64, out: &mut [u8]) -> Result<(), RuntimeError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: as in upload; `out` is written before the synchronize returns.
+        unsafe { result::memcpy_dtoh_async(out, src, self.stream) }
+            .map_err(self.err("cuMemcpyDtoHAsync"))?;
+        self.synchronize()
+    }
+
+    /// Queues a copy of `bytes` from `src` to `dst`, both on this GPU.
+    pub fn copy_within(&self, src: u64, dst: u64, bytes: usize) -> Result<(), RuntimeError> {
+        self.bind()?;
+        // SAFETY: both ranges lie in allocations of ours (the plan checker
+        // proved the copy's size equals both tensors' spans).
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }
+            .map_err(self.err("cuMemcpyDtoDAsync"))
+    }
+
+    /// Queues zeroes over `bytes` at `dst`.
+    pub fn zero(&self, dst: u64, bytes: usize) -> Result<(), RuntimeError> {
+        self.bind()?;
+        // SAFETY: the range lies in an allocation of ours.
+        unsafe { result::memset_d8_async(dst, 0, bytes, self.stream) }
+            .map_err(self.err("cuMemsetD8Async"))?;
+        self.synchronize()
+    }
+
+    /// Waits for everything queued; a kernel's failure surfaces here.
+    pub fn synchronize(&self) -> Result<(), RuntimeError> {
+        self.bind()?;
+        // SAFETY: the stream lives as long as `self`.
+        unsafe { result::stream::synchronize(self.stream) }.map_err(self.err("a kernel or copy"))
+    }
+
+    /// The module of `source` (compiled for `arch` through the PTX cache,
+    /// loaded once per process), with each of `names` found in it.
+    pub fn module(
+        &self,
+        source: &str,
+        arch: &'static str,
+        names: &[&str],
+    ) -> Result<Arc<Module>, RuntimeError> {
+        let key = super::nvrtc::cache_name(source, arch);
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = modules.get(&key) {
+            return Ok(Arc::clone(m));
+        }
+        let ptx = super::nvrtc::ptx(source, arch, &self.name)?;
+        let module = Arc::new(self.load(&ptx, names)?);
+        modules.insert(key, Arc::clone(&module));
+        Ok(module)
+    }
+
+    /// Loads a PTX module and finds each of `names` in it.
+    pub fn load(&self, ptx: &str, names: &[&str]) -> Result<Module, RuntimeError> {
+        self.bind()?;
+        let image = CString::new(ptx).map_err(|_| RuntimeError::Cuda {
+            device: self.name.clone(),
+            what: "PTX with a NUL byte".to_string(),
+        })?;
+        // SAFETY: `image` is a NUL-terminated PTX text.
+        let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
+            .map_err(self.err("cuModuleLoadData (the driver's PTX compiler)"))?;
+        let mut functions = HashMap::new();
+        for &name in names {
+            let c = CString::new(name).expect("kernel names are identifiers");
+            // SAFETY: `module` was just loaded.
+            let f = unsafe { result::module::get_function(module, c) }
+                .map_err(self.err(&format!("finding kernel {name}")))?;
+            functions.insert(name.to_string(), Function(f));
+        }
+        Ok(Module { functions })
+    }
+
+    /// Queues `f` over `grid` blocks of `block` threads with `args`.
+    pub fn launch(
+        &self,
+        f: Function,
+        grid: [u32; 3],
+        block: u32,
+        args: &KArgs,
+    ) -> Result<(), RuntimeError> {
+        self.bind()?;
+        let mut params = [args as *const KArgs as *mut c_void];
+        // SAFETY: the kernel takes one `Args` by value, which the driver
+        // copies at launch; its tensors are the step's (module invariant).
+        unsafe {
+            result::launch_kernel(
+                f.0,
+                (grid[0], grid[1], grid[2]),
+                (block, 1, 1),
+                0,
+                self.stream,
+                &mut params,
+            )
+        }
+        .map_err(self.err("cuLaunchKernel"))
+    }
+
+    /// The driver's device handle (for attribute queries).
+    pub fn device(&self) -> sys::CUdevice {
+        self.device
+    }
+}
+
+/// A kernel of a loaded module.
+#[derive(Clone, Copy, Debug)]
+pub struct Function(sys::CUfunction);
+
+// SAFETY: a function handle is valid in its context from any thread.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
+
+/// A loaded module's kernels by name (the module stays loaded for the
+/// process: a few kilobytes per distinct source).
+pub struct Module {
+    functions: HashMap<String, Function>,
+}
+
+impl Module {
+    /// The kernel `name`.
+    pub fn get(&self, name: &str) -> Option<Function> {
+        self.functions.get(name).copied()
+    }
+}
+
+/// A device allocation, freed on drop.
+pub struct DeviceMemory {
+    gpu: Arc<Gpu>,
+    ptr: sys::CUdeviceptr,
+    bytes: u64,
+}
+
+impl DeviceMemory {
+    /// Its device address.
+    pub fn addr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Its size.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The GPU it is on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        // Freeing waits for queued work on the memory; an error here has no
+        // one to report to (the run that failed reported it).
+        if self.gpu.synchronize().is_ok() {
+            // SAFETY: allocated by malloc_sync, freed once.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        if self.bind().is_ok() {
+            // SAFETY: the stream was created by `open` and is destroyed once;
+            // every allocation holds an Arc, so none outlives this.
+            let _ = unsafe { result::stream::destroy(self.stream) };
+            // SAFETY: `device` came from cuDeviceGet and its context was retained once.
+            let _ = unsafe { result::primary_ctx::release(self.device) };
+        }
+    }
+}
+
+impl Function {
+    /// No function (a step whose kernel failed to load).
+    pub const NULL: Function = Function(std::ptr::null_mut());
+
+    /// True for [`Function::NULL`].
+    pub fn is_null(&self) -> bool {
+        self.0.is_null()
+    }
+}
+
+impl crate::state::DeviceState for DeviceMemory {
+    fn addr(&self) -> u64 {
+        self.ptr
+    }
+
+    fn zero(&self) -> Result<(), RuntimeError> {
+        self.gpu.zero(self.ptr, self.bytes as usize)
+    }
+}

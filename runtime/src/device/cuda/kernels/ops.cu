@@ -1,0 +1,258 @@
+// The op library: one kernel per op that is not elementwise (elementwise ops,
+// norms and fused bodies are generated, see codegen.rs). Semantics are
+// kernels::reference's; values are computed in f32 (rope's angles in f64).
+// Launch geometry for each kernel is chosen in launch.rs, beside its args.
+
+// mul_mat: t0 = dst F32 [M, N, ne12, ne13], t1 = src0 [K, M, ne02, ne03] (any
+// dtype ldrow reads), t2 = src1 [K, N, ne12, ne13] (float). One warp per dst
+// row i and MM_COLS columns j: each weight element is read once per group.
+// grid (ceil(M / warps), ceil(N / MM_COLS), ne12 * ne13), block 32 * warps.
+#define MM_COLS 8
+extern "C" __global__ void mul_mat(const Args a) {
+  const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
+  const long long K = A.ne[0], M = A.ne[1], N = B.ne[1];
+  const int lane = threadIdx.x & 31;
+  const long long i = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const long long j0 = (long long)blockIdx.y * MM_COLS;
+  const long long k2 = blockIdx.z % B.ne[2], k3 = blockIdx.z / B.ne[2];
+  if (i >= M) return;
+  const long long r2 = B.ne[2] / A.ne[2], r3 = B.ne[3] / A.ne[3];
+  const char *arow = A.d + i * A.nb[1] + (k2 / r2) * A.nb[2] + (k3 / r3) * A.nb[3];
+  const char *bcol = B.d + j0 * B.nb[1] + k2 * B.nb[2] + k3 * B.nb[3];
+  const int nc = (int)(N - j0 < MM_COLS ? N - j0 : MM_COLS);
+  float acc[MM_COLS];
+#pragma unroll
+  for (int c = 0; c < MM_COLS; c++) acc[c] = 0.0f;
+  for (long long k = lane; k < K; k += 32) {
+    const float x = ldrow(arow, A.dt, A.nb[0], k);
+    const char *b = bcol + k * B.nb[0];
+#pragma unroll
+    for (int c = 0; c < MM_COLS; c++)
+      if (c < nc) acc[c] += x * ldf(b + c * B.nb[1], B.dt);
+  }
+#pragma unroll
+  for (int c = 0; c < MM_COLS; c++) {
+    const float s = warp_sum(acc[c]);
+    if (lane == 0 && c < nc) stf(at_mut(D, i, j0 + c, k2, k3), D.dt, s);
+  }
+}
+
+// get_rows: t0 = dst [ne00, n, ne11, ne12], t1 = src0, t2 = I32 indices
+// [n, ne11, ne12]. Row (j, k1, k2) of dst is row idx[j, k1, k2] of src0's
+// matrix (k1, k2). An index outside src0 writes NaN (never read out of it).
+// grid = dst rows, block 256.
+extern "C" __global__ void get_rows(const Args a) {
+  const T &D = a.t[0], &A = a.t[1], &I = a.t[2];
+  long long j, k1, k2;
+  unrow(blockIdx.x, D.ne, j, k1, k2);
+  const long long r = *(const int *)at(I, j, k1, k2, 0);
+  const bool ok = r >= 0 && r < A.ne[1];
+  const char *src = A.d + (ok ? r : 0) * A.nb[1] + k1 * A.nb[2] + k2 * A.nb[3];
+  for (long long i0 = threadIdx.x; i0 < D.ne[0]; i0 += blockDim.x) {
+    const float v = ok ? ldrow(src, A.dt, A.nb[0], i0) : __int_as_float(0x7fc00000);
+    stf(at_mut(D, i0, j, k1, k2), D.dt, v);
+  }
+}
+
+// soft_max: t0 = dst F32, t1 = logits, t2 = mask (when i[0] != 0);
+// f[0] = scale, f[1] = max_bias (ALiBi over ne2 heads). dst may be the
+// logits' own bytes: each element is read before it is written, by the same
+// thread. grid = rows, block 256.
+extern "C" __global__ void soft_max(const Args a) {
+  __shared__ float sh[32];
+  const T &D = a.t[0], &X = a.t[1], &Mk = a.t[2];
+  const bool has_mask = a.i[0] != 0;
+  const float scale = a.f[0], max_bias = a.f[1];
+  long long i1, i2, i3;
+  unrow(blockIdx.x, X.ne, i1, i2, i3);
+  float slope = 1.0f;
+  if (max_bias > 0.0f) {
+    const int nh = (int)(X.ne[2] > 1 ? X.ne[2] : 1);
+    const int nl2 = 1 << (31 - __clz(nh));
+    const float m0 = exp2f(-max_bias / nl2), m1 = exp2f(-(max_bias / 2.0f) / nl2);
+    const int h = (int)i2;
+    slope = h < nl2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - nl2) + 1));
+  }
+  float mx = -GG_INF;
+  for (long long i0 = threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x) {
+    float v = ldf(at(X, i0, i1, i2, i3), X.dt) * scale;
+    if (has_mask) v += slope * ldf(at(Mk, i0, i1, i2 % Mk.ne[2], i3 % Mk.ne[3]), Mk.dt);
+    *(float *)at_mut(D, i0, i1, i2, i3) = v;
+    mx = fmaxf(mx, v);
+  }
+  mx = block_max(mx, sh);
+  float sum = 0.0f;
+  for (long long i0 = threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x) {
+    float *p = (float *)at_mut(D, i0, i1, i2, i3);
+    const float e = mx == -GG_INF ? 0.0f : expf(*p - mx);
+    *p = e;
+    sum += e;
+  }
+  sum = block_sum(sum, sh);
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (long long i0 = threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x) {
+    float *p = (float *)at_mut(D, i0, i1, i2, i3);
+    *p = *p * inv;
+  }
+}
+
+// rope: t0 = dst, t1 = src [head_dim, n_head, n_tokens, 1], t2 = I32
+// positions [n_tokens]; i[0] = mode (0 normal: pairs (2i, 2i+1); 1 neox:
+// (i, i + n_dims/2)), i[1] = n_dims; f[0..6] = freq_base, freq_scale,
+// ext_factor, attn_factor, YaRN corr low, corr high. Angles in f64 as the
+// reference computes them. Each pair is read before it is written by the same
+// thread, so dst may be src. grid = rows, block 64.
+extern "C" __global__ void rope(const Args a) {
+  const T &D = a.t[0], &X = a.t[1], &P = a.t[2];
+  const int mode = a.i[0], n_dims = a.i[1];
+  const double freq_base = a.f[0], freq_scale = a.f[1], ext_factor = a.f[2];
+  const double attn_factor = a.f[3], low = a.f[4], high = a.f[5];
+  long long i1, i2, i3;
+  unrow(blockIdx.x, X.ne, i1, i2, i3);
+  const double pos = (double)(*(const int *)at(P, i2, 0, 0, 0));
+  const int half = n_dims / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double theta_extrap = pos * pow(freq_base, -2.0 * i / (double)n_dims);
+    const double theta_interp = freq_scale * theta_extrap;
+    double mscale = attn_factor, theta = theta_interp;
+    if (ext_factor != 0.0) {
+      double y = (i - low) / fmax(high - low, 0.001);
+      y = fmin(fmax(y, 0.0), 1.0);
+      const double mix = (1.0 - y) * ext_factor;
+      mscale *= 1.0 + 0.1 * log(1.0 / freq_scale);
+      theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
+    }
+    const float c = (float)(cos(theta) * mscale), s = (float)(sin(theta) * mscale);
+    const long long j0 = mode == 0 ? 2 * i : i, j1 = mode == 0 ? 2 * i + 1 : i + half;
+    const float x0 = ldf(at(X, j0, i1, i2, i3), X.dt), x1 = ldf(at(X, j1, i1, i2, i3), X.dt);
+    stf(at_mut(D, j0, i1, i2, i3), D.dt, x0 * c - x1 * s);
+    stf(at_mut(D, j1, i1, i2, i3), D.dt, x0 * s + x1 * c);
+  }
+  for (long long i0 = n_dims + threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x)
+    stf(at_mut(D, i0, i1, i2, i3), D.dt, ldf(at(X, i0, i1, i2, i3), X.dt));
+}
+
+// cpy / cont: t0 = dst, t1 = src with the same element count; element n
+// (ggml element order) of src goes to element n of dst, converted. I32 to
+// I32 copies the integer. Grid-stride over l[0] elements, block 256.
+extern "C" __global__ void copy_elements(const Args a) {
+  const T &D = a.t[0], &S = a.t[1];
+  const long long n_all = a.l[0];
+  for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < n_all;
+       n += (long long)gridDim.x * blockDim.x) {
+    long long s[4], d[4];
+    unravel(n, S.ne, s);
+    unravel(n, D.ne, d);
+    const char *src = at(S, s[0], s[1], s[2], s[3]);
+    char *dst = at_mut(D, d[0], d[1], d[2], d[3]);
+    if (S.dt == DT_I32 && D.dt == DT_I32) *(int *)dst = *(const int *)src;
+    else stf(dst, D.dt, ldf(src, S.dt));
+  }
+}
+
+// set_rows: t0 = dst (src0's bytes), t1 = rows [ne0, n, ne2, ne3], t2 = I32
+// indices [n, ne2', ne3'] (broadcast over dims 1, 2). Row (i, i2, i3) of rows
+// goes to row idx[i, i2 % ne1', i3 % ne2'] of dst's matrix (i2, i3); an
+// index outside dst writes nothing. grid = rows of t1, block 256.
+extern "C" __global__ void set_rows(const Args a) {
+  const T &D = a.t[0], &R = a.t[1], &I = a.t[2];
+  long long i, i2, i3;
+  unrow(blockIdx.x, R.ne, i, i2, i3);
+  const long long r = *(const int *)at(I, i, i2 % I.ne[1], i3 % I.ne[2], 0);
+  if (r < 0 || r >= D.ne[1]) return;
+  for (long long i0 = threadIdx.x; i0 < R.ne[0]; i0 += blockDim.x)
+    stf(at_mut(D, i0, r, i2, i3), D.dt, ldf(at(R, i0, i, i2, i3), R.dt));
+}
+
+// concat: t0 = dst, t1 = a, t2 = b joined along i[0]. Grid-stride over l[0]
+// dst elements.
+extern "C" __global__ void concat(const Args a) {
+  const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
+  const int dim = a.i[0];
+  for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < a.l[0];
+       n += (long long)gridDim.x * blockDim.x) {
+    long long d[4];
+    unravel(n, D.ne, d);
+    long long s[4] = {d[0], d[1], d[2], d[3]};
+    float v;
+    if (d[dim] < A.ne[dim]) {
+      v = ldf(at(A, s[0], s[1], s[2], s[3]), A.dt);
+    } else {
+      s[dim] -= A.ne[dim];
+      v = ldf(at(B, s[0], s[1], s[2], s[3]), B.dt);
+    }
+    stf(at_mut(D, d[0], d[1], d[2], d[3]), D.dt, v);
+  }
+}
+
+// sum_rows (i[0] = 0) and mean (i[0] = 1): t0 = dst [1, ne1, ne2, ne3], t1 =
+// src. grid = rows, block 256.
+extern "C" __global__ void row_sum(const Args a) {
+  __shared__ float sh[32];
+  const T &D = a.t[0], &X = a.t[1];
+  long long i1, i2, i3;
+  unrow(blockIdx.x, X.ne, i1, i2, i3);
+  float s = 0.0f;
+  for (long long i0 = threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x) s += ldf(at(X, i0, i1, i2, i3), X.dt);
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) stf(at_mut(D, 0, i1, i2, i3), D.dt, a.i[0] ? s / (float)X.ne[0] : s);
+}
+
+// argmax: t0 = dst I32 [ne1], t1 = src [ne0, ne1]; the last of equal maxima
+// wins, as the reference. grid = ne1, block 256.
+extern "C" __global__ void argmax(const Args a) {
+  __shared__ float shv[32];
+  __shared__ long long shi[32];
+  const T &D = a.t[0], &X = a.t[1];
+  const long long i1 = blockIdx.x;
+  float best = -GG_INF;
+  long long bi = 0;
+  for (long long i0 = threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x) {
+    const float v = ldf(at(X, i0, i1, 0, 0), X.dt);
+    if (v >= best) { best = v; bi = i0; }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const long long oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > best || (ov == best && oi > bi)) { best = ov; bi = oi; }
+  }
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) { shv[w] = best; shi[w] = bi; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < nw; k++)
+      if (shv[k] > best || (shv[k] == best && shi[k] > bi)) { best = shv[k]; bi = shi[k]; }
+    *(int *)at_mut(D, i1, 0, 0, 0) = (int)bi;
+  }
+}
+
+// diag_mask_inf: t0 = dst, t1 = src; element (i0, i1) becomes -inf where
+// i0 > l[1] (n_past) + i1. Grid-stride over l[0] elements.
+extern "C" __global__ void diag_mask_inf(const Args a) {
+  const T &D = a.t[0], &X = a.t[1];
+  for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < a.l[0];
+       n += (long long)gridDim.x * blockDim.x) {
+    long long i[4];
+    unravel(n, X.ne, i);
+    const float v = i[0] > a.l[1] + i[1] ? -GG_INF : ldf(at(X, i[0], i[1], i[2], i[3]), X.dt);
+    stf(at_mut(D, i[0], i[1], i[2], i[3]), D.dt, v);
+  }
+}
+
+// glu with one source: t0 = dst [n, ...], t1 = src [2n, ...]; the gate is the
+// first half of each row (the second when i[1] != 0); i[0] = 0 swiglu,
+// 1 geglu (tanh), 2 geglu (erf). Grid-stride over l[0] dst elements.
+extern "C" __global__ void glu_halves(const Args a) {
+  const T &D = a.t[0], &X = a.t[1];
+  const long long n = D.ne[0];
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.l[0];
+       e += (long long)gridDim.x * blockDim.x) {
+    long long i[4];
+    unravel(e, D.ne, i);
+    const long long gi = a.i[1] ? i[0] + n : i[0], ui = a.i[1] ? i[0] : i[0] + n;
+    const float g = ldf(at(X, gi, i[1], i[2], i[3]), X.dt);
+    const float u = ldf(at(X, ui, i[1], i[2], i[3]), X.dt);
+    const float act = a.i[0] == 0 ? gg_silu(g) : a.i[0] == 1 ? gg_gelu(g) : gg_gelu_erf(g);
+    stf(at_mut(D, i[0], i[1], i[2], i[3]), D.dt, act * u);
+  }
+}

@@ -1,0 +1,362 @@
+//! What to launch for each step on a CUDA device: the kernel, its grid and
+//! block, and its argument block. Pure: preparing a plan for CUDA needs no
+//! GPU, so every op's launch is unit-tested on any machine.
+//!
+//! Invariant: a launch's grid covers exactly the elements (or rows) its
+//! kernel's comment in `kernels/ops.cu` names, and its tensors are the
+//! step's own (addresses the plan checker placed inside their arenas), so a
+//! kernel indexes only `0..ne` of each tensor it was given.
+
+use super::args::{KArgs, KTensor, MAX_TENSORS};
+use super::codegen::{Generated, fused_kernel, op_body};
+use crate::RuntimeError;
+use crate::cpu::RawTensor;
+use ir::plan::Expr;
+use ir::{DType, Op, RopeMode};
+
+/// Which kernel a launch runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// An entry point of the op library (`kernels/ops.cu`).
+    Library(&'static str),
+    /// A generated kernel (a fused body or an elementwise op).
+    Generated(Generated),
+}
+
+impl Kernel {
+    /// The entry point's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Kernel::Library(name) => name,
+            Kernel::Generated(g) => &g.name,
+        }
+    }
+}
+
+/// One kernel launch, ready but for the function handle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Blocks in x, y, z.
+    pub grid: [u32; 3],
+    /// Threads per block (x only).
+    pub block: u32,
+    /// The argument block.
+    pub args: KArgs,
+}
+
+fn unsupported(op: &str, detail: impl Into<String>) -> RuntimeError {
+    RuntimeError::Unsupported {
+        op: op.to_string(),
+        detail: format!("on a CUDA device: {}", detail.into()),
+    }
+}
+
+fn rows(t: &RawTensor) -> i64 {
+    t.ne[1] * t.ne[2] * t.ne[3]
+}
+
+fn n_elements(t: &RawTensor) -> i64 {
+    t.ne.iter().product()
+}
+
+/// A grid dimension, refused beyond CUDA's limit for it.
+fn dim(op: &str, n: i64, limit: i64) -> Result<u32, RuntimeError> {
+    if n < 1 {
+        return Ok(1);
+    }
+    if n > limit {
+        return Err(unsupported(
+            op,
+            format!("{n} blocks exceed the grid limit {limit}"),
+        ));
+    }
+    Ok(n as u32)
+}
+
+const GRID_X: i64 = (1 << 31) - 1;
+const GRID_YZ: i64 = 65_535;
+
+/// Blocks for a grid-stride loop over `n` elements, 256 threads each.
+fn stride_grid(n: i64) -> [u32; 3] {
+    [((n + 255) / 256).clamp(1, 1 << 20) as u32, 1, 1]
+}
+
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// The argument block over `tensors` (dst first).
+fn args(op: &str, tensors: &[RawTensor]) -> Result<KArgs, RuntimeError> {
+    let mut a = KArgs::default();
+    if tensors.len() > MAX_TENSORS {
+        return Err(unsupported(
+            op,
+            format!(
+                "{} tensors, more than the {MAX_TENSORS} a kernel takes",
+                tensors.len()
+            ),
+        ));
+    }
+    for (slot, t) in a.t.iter_mut().zip(tensors) {
+        *slot = KTensor::of(t).ok_or_else(|| {
+            unsupported(
+                op,
+                format!(
+                    "{} has no CUDA kernels yet (f32, f16, bf16, q8_0, q4_0 and q4_1 do)",
+                    t.dtype
+                ),
+            )
+        })?;
+    }
+    Ok(a)
+}
+
+fn require(op: &str, ok: bool, what: impl FnOnce() -> String) -> Result<(), RuntimeError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(unsupported(op, what()))
+    }
+}
+
+/// The launch of a fused kernel: `body` over `inputs`, written to `out`.
+pub fn fused(body: &[Expr], out: RawTensor, inputs: &[RawTensor]) -> Result<Launch, RuntimeError> {
+    let mut tensors = vec![out];
+    tensors.extend_from_slice(inputs);
+    for t in &tensors {
+        require("fused", is_float(t.dtype), || {
+            format!("a fused kernel reads and writes floats, not {}", t.dtype)
+        })?;
+    }
+    let input_ne: Vec<[i64; 4]> = inputs.iter().map(|t| t.ne).collect();
+    kernels::reference::fused::check_fused(body, &input_ne, out.ne)
+        .map_err(|e| unsupported("fused", e))?;
+    Ok(Launch {
+        kernel: Kernel::Generated(fused_kernel(body)),
+        grid: [dim("fused", rows(&out), GRID_X)?, 1, 1],
+        block: 256,
+        args: args("fused", &tensors)?,
+    })
+}
+
+/// The launch of an op step writing `dst` from `srcs`.
+pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, RuntimeError> {
+    let name = op.name();
+    let one_source_glu = matches!(op, Op::Glu { .. }) && srcs.len() == 1;
+    if let (Some(body), false) = (op_body(op), one_source_glu) {
+        return fused(&body, dst, srcs);
+    }
+    let mut tensors = vec![dst];
+    tensors.extend_from_slice(srcs);
+    let mut a = args(name, &tensors)?;
+    let row_grid = |t: &RawTensor| -> Result<[u32; 3], RuntimeError> {
+        Ok([dim(name, rows(t), GRID_X)?, 1, 1])
+    };
+    let (kernel, grid, block) = match *op {
+        Op::MulMat => {
+            let (w, x) = (&srcs[0], &srcs[1]);
+            require(name, dst.dtype == DType::F32, || {
+                format!("the product is written as F32, not {}", dst.dtype)
+            })?;
+            require(name, is_float(x.dtype), || {
+                format!("src1 must be a float tensor, not {}", x.dtype)
+            })?;
+            require(name, is_float(w.dtype) || w.ne[0] % 32 == 0, || {
+                format!("a {} row of {} values is not whole blocks", w.dtype, w.ne[0])
+            })?;
+            let warps = 4;
+            let grid = [
+                dim(name, (w.ne[1] + warps - 1) / warps, GRID_X)?,
+                dim(name, (x.ne[1] + 7) / 8, GRID_YZ)?,
+                dim(name, x.ne[2] * x.ne[3], GRID_YZ)?,
+            ];
+            (Kernel::Library("mul_mat"), grid, 32 * warps as u32)
+        }
+        Op::GetRows => {
+            require(name, srcs[1].dtype == DType::I32, || {
+                format!("indices must be I32, not {}", srcs[1].dtype)
+            })?;
+            require(name, is_float(dst.dtype), || {
+                format!("rows are written as floats, not {}", dst.dtype)
+            })?;
+            (Kernel::Library("get_rows"), row_grid(&dst)?, 256)
+        }
+        Op::SoftMax { scale, max_bias } => {
+            require(name, dst.dtype == DType::F32, || {
+                format!("soft_max writes F32, not {}", dst.dtype)
+            })?;
+            a.f[0] = scale;
+            a.f[1] = max_bias;
+            a.i[0] = i32::from(srcs.len() > 1);
+            (Kernel::Library("soft_max"), row_grid(&srcs[0])?, 256)
+        }
+        Op::Rope(p) => {
+            require(name, srcs[1].dtype == DType::I32, || {
+                format!("positions must be I32, not {}", srcs[1].dtype)
+            })?;
+            require(name, p.n_dims as i64 <= srcs[0].ne[0] && p.n_dims % 2 == 0, || {
+                format!("n_dims {} does not fit rows of {}", p.n_dims, srcs[0].ne[0])
+            })?;
+            let [low, high] = kernels::reference::rope_yarn_corr_dims(
+                p.n_dims,
+                p.n_ctx_orig,
+                p.freq_base,
+                p.beta_fast,
+                p.beta_slow,
+            );
+            a.i[0] = match p.mode {
+                RopeMode::Normal => 0,
+                RopeMode::Neox => 1,
+            };
+            a.i[1] = p.n_dims as i32;
+            a.f[..6].copy_from_slice(&[
+                p.freq_base,
+                p.freq_scale,
+                p.ext_factor,
+                p.attn_factor,
+                low as f32,
+                high as f32,
+            ]);
+            (Kernel::Library("rope"), row_grid(&srcs[0])?, 64)
+        }
+        Op::Cpy | Op::Cont => {
+            // cpy's result is a view of src1's bytes: dst is where it lands.
+            let src = srcs[0];
+            a = args(name, &[dst, src])?;
+            let same_ints = src.dtype == DType::I32 && dst.dtype == DType::I32;
+            require(name, same_ints || (is_float(src.dtype) && is_float(dst.dtype)), || {
+                format!("copies {} to {}", src.dtype, dst.dtype)
+            })?;
+            require(name, n_elements(&src) == n_elements(&dst), || {
+                "element counts differ".to_string()
+            })?;
+            a.l[0] = n_elements(&dst);
+            (Kernel::Library("copy_elements"), stride_grid(a.l[0]), 256)
+        }
+        Op::SetRows => {
+            // The result is src0's bytes: write the rows of src1 into dst.
+            a = args(name, &[dst, srcs[1], srcs[2]])?;
+            require(name, srcs[2].dtype == DType::I32, || {
+                format!("indices must be I32, not {}", srcs[2].dtype)
+            })?;
+            require(name, is_float(dst.dtype), || {
+                format!("rows are written as floats, not {}", dst.dtype)
+            })?;
+            (Kernel::Library("set_rows"), row_grid(&srcs[1])?, 256)
+        }
+        Op::Concat { dim: d } => {
+            a.i[0] = i32::from(d);
+            a.l[0] = n_elements(&dst);
+            (Kernel::Library("concat"), stride_grid(a.l[0]), 256)
+        }
+        Op::SumRows | Op::Mean => {
+            a.i[0] = i32::from(matches!(op, Op::Mean));
+            (Kernel::Library("row_sum"), row_grid(&srcs[0])?, 256)
+        }
+        Op::Argmax => {
+            require(name, dst.dtype == DType::I32, || "argmax writes I32".to_string())?;
+            (
+                Kernel::Library("argmax"),
+                [dim(name, srcs[0].ne[1], GRID_X)?, 1, 1],
+                256,
+            )
+        }
+        Op::DiagMaskInf { n_past } => {
+            a.l[0] = n_elements(&dst);
+            a.l[1] = n_past;
+            (Kernel::Library("diag_mask_inf"), stride_grid(a.l[0]), 256)
+        }
+        Op::Glu { kind, swapped } => {
+            a.i[0] = match kind {
+                ir::GluKind::SwiGlu => 0,
+                ir::GluKind::GeGlu => 1,
+                ir::GluKind::GeGluErf => 2,
+            };
+            a.i[1] = i32::from(swapped);
+            a.l[0] = n_elements(&dst);
+            (Kernel::Library("glu_halves"), stride_grid(a.l[0]), 256)
+        }
+        _ => {
+            return Err(unsupported(
+                name,
+                "no CUDA kernel (collectives run between CPU devices only)",
+            ));
+        }
+    };
+    // Block-quantized tensors only as mul_mat's and get_rows' src0 (the
+    // tensor at position 1); I32 only as indices and positions.
+    for (position, t) in tensors.iter().enumerate() {
+        let weight = position == 1 && matches!(op, Op::MulMat | Op::GetRows);
+        let index = t.dtype == DType::I32
+            && matches!(
+                op,
+                Op::GetRows | Op::SetRows | Op::Rope(_) | Op::Argmax | Op::Cpy | Op::Cont
+            );
+        require(name, weight || index || is_float(t.dtype), || {
+            format!("reads or writes {}, which only mul_mat and get_rows take as src0", t.dtype)
+        })?;
+    }
+    Ok(Launch {
+        kernel,
+        grid,
+        block,
+        args: a,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dtype: DType, ne: [i64; 4]) -> RawTensor {
+        let es = match dtype {
+            DType::F16 | DType::BF16 => 2,
+            _ => 4,
+        };
+        let nb0 = if dtype == DType::Q4_1 { 20 } else { es };
+        let row = if dtype == DType::Q4_1 { ne[0] / 32 * 20 } else { ne[0] * es };
+        RawTensor {
+            data: 0x1000 as *mut u8,
+            dtype,
+            ne,
+            nb: [nb0 as u64, row as u64, (row * ne[1]) as u64, (row * ne[1] * ne[2]) as u64],
+        }
+    }
+
+    #[test]
+    fn mul_mat_covers_rows_columns_and_batches() {
+        let w = t(DType::Q4_1, [576, 1537, 1, 1]);
+        let x = t(DType::F32, [576, 13, 3, 1]);
+        let d = t(DType::F32, [1537, 13, 3, 1]);
+        let l = op(&Op::MulMat, d, &[w, x]).expect("launch");
+        assert_eq!(l.kernel, Kernel::Library("mul_mat"));
+        assert_eq!((l.grid, l.block), ([385, 2, 3], 128));
+        assert_eq!(l.args.t[1].dtype, 6);
+        let k = t(DType::Q4_K, [256, 4, 1, 1]);
+        let err = op(&Op::MulMat, d, &[k, x]).unwrap_err().to_string();
+        assert!(err.contains("q4_K") && err.contains("CUDA"), "{err}");
+    }
+
+    #[test]
+    fn elementwise_ops_become_generated_kernels() {
+        let a = t(DType::F32, [7, 5, 1, 1]);
+        let b = t(DType::F32, [7, 1, 1, 1]);
+        let l = op(&Op::Add, a, &[a, b]).expect("launch");
+        assert!(matches!(l.kernel, Kernel::Generated(_)));
+        assert_eq!(l.grid, [5, 1, 1]);
+        let g = op(&Op::Glu { kind: ir::GluKind::SwiGlu, swapped: false }, b, &[a]).expect("glu");
+        assert_eq!(g.kernel, Kernel::Library("glu_halves"));
+    }
+
+    #[test]
+    fn rope_carries_its_parameters() {
+        let x = t(DType::F32, [64, 9, 5, 1]);
+        let pos = t(DType::I32, [5, 1, 1, 1]);
+        let p = ir::RopeParams::plain(RopeMode::Neox, 64, 10000.0);
+        let l = op(&Op::Rope(p), x, &[x, pos]).expect("rope");
+        assert_eq!((l.grid[0], l.args.i[0], l.args.i[1]), (45, 1, 64));
+        assert_eq!(l.args.f[0], 10000.0);
+    }
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The CUDA checks on a GPU host, from the repository root, with `.gpu/`
+# prepared by `scripts/gpu-check.sh prepare` on a build host (a GPU host needs
+# no Rust toolchain, no LLVM and no network):
+#   .gpu/bin/ggplan   the CLI built without LLVM (--no-default-features)
+#   .gpu/cache/       PTX of the op library and the generated kernels
+#                     (compiled by tests/cuda_kernels.rs with NVRTC 12.9)
+#   .gpu/model.part-* SmolLM2-135M Q4_1 in two parts (one transfer each)
+#
+#   scripts/gpu-check.sh prepare       # build host: fill .gpu/
+#   scripts/gpu-check.sh examples OUT  # GPU host: example plans, sanitizers
+#   scripts/gpu-check.sh smollm2 OUT   # GPU host: SmolLM2 logits, greedy 32, bench
+# Logs and outputs go to OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:?prepare | examples OUT | smollm2 OUT}"
+B=.gpu/bin/ggplan
+export GGPLAN_CUDA_CACHE="$PWD/.gpu/cache"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+PROMPT="Once upon a time, in a small village by the sea, there lived a"
+
+case "$mode" in
+prepare)
+  set -e
+  venv=.models/venv/lib/python3.11/site-packages/nvidia
+  cargo build --release -p ggplan-cli --no-default-features --target-dir target/gpu
+  mkdir -p .gpu/bin
+  cp target/gpu/release/ggplan .gpu/bin/ggplan && strip .gpu/bin/ggplan
+  LD_LIBRARY_PATH="$venv/cuda_nvrtc/lib" GGPLAN_CUDA_CACHE="$PWD/.gpu/cache" \
+    GGPLAN_PTXAS="$venv/cuda_nvcc/bin/ptxas" GGPLAN_REQUIRE_NVRTC=1 \
+    cargo test --test cuda_kernels
+  . .models/paths.env
+  rm -f .gpu/model.part-*
+  split -n 2 "$GGPLAN_SMOLLM2_GGUF" .gpu/model.part-
+  du -sh .gpu/*
+  ;;
+examples)
+  out="${2:?OUT}"; log="$out/examples.log"
+  [ -f .gpu/model.part-aa ] && cp .gpu/model.part-aa /tmp/model.part-aa
+  { nvidia-smi -L; "$B" devices; } 2>&1 | tee -a "$log"
+  fails=0
+  for g in mlp llama2l llama2l_kv bert2l; do
+    for t in cuda0 cpu+cuda0; do
+      "$B" compile "examples/graphs/$g.ron" --target "$t" -o "/tmp/$g.$t.plan.ron" >/dev/null
+      echo "== $g on $t: run --check=all" | tee -a "$log"
+      timeout 300 "$B" run "/tmp/$g.$t.plan.ron" --random-weights 7 --check=all >"/tmp/run.txt" 2>&1
+      rc=$?
+      tail -n 12 /tmp/run.txt | tee -a "$log"
+      echo "exit $rc" | tee -a "$log"
+      [ "$rc" = 0 ] || fails=$((fails + 1))
+    done
+  done
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool: llama2l on cuda0" | tee -a "$log"
+    timeout 300 compute-sanitizer --tool "$tool" "$B" run /tmp/llama2l.cuda0.plan.ron \
+      --random-weights 7 --check 2>&1 | tail -n 8 | tee -a "$log"
+  done
+  echo "example plans failing: $fails" | tee -a "$log"
+  ;;
+smollm2)
+  out="${2:?OUT}"; log="$out/smollm2.log"
+  cat /tmp/model.part-aa .gpu/model.part-ab >/tmp/smollm2.gguf || exit 1
+  sha256sum /tmp/smollm2.gguf | tee -a "$log"
+  python3 - <<'PY' 2>&1 | tee -a "$log"
+import torch, time
+x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(10): y.copy_(x)
+torch.cuda.synchronize(); dt = (time.perf_counter() - t) / 10
+print(f"ceiling: device copy {2 * x.numel() / dt / 1e9:.0f} GB/s (read + write, 1 GiB, torch)")
+PY
+  for t in cuda0 cpu+cuda0; do
+    echo "== generate on $t (exact, 32 tokens)" | tee -a "$log"
+    timeout 300 "$B" generate --gguf /tmp/smollm2.gguf --prompt "$PROMPT" --max-tokens 32 \
+      --precision exact --target "$t" --json --dump-logits "$out/logits_$t.npy" \
+      >"$out/generate_$t.json" 2>>"$log"
+    echo "exit $?" | tee -a "$log"
+    head -c 1500 "$out/generate_$t.json" | tee -a "$log"; echo | tee -a "$log"
+  done
+  "$B" graph --gguf /tmp/smollm2.gguf --tokens 512 -o /tmp/p512.ron >/dev/null
+  "$B" graph --gguf /tmp/smollm2.gguf --decode --ctx 512 -o /tmp/dec.ron >/dev/null
+  for g in p512 dec; do
+    "$B" compile /tmp/$g.ron --target cuda0 -o /tmp/$g.plan.ron >/dev/null
+    echo "== bench $g on cuda0" | tee -a "$log"
+    timeout 200 "$B" bench /tmp/$g.plan.ron --weights /tmp/smollm2.gguf --runs 20 2>&1 | tail -n 30 | tee -a "$log"
+  done
+  ;;
+*) echo "unknown mode $mode" >&2; exit 2 ;;
+esac
