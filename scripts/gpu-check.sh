@@ -73,10 +73,10 @@ PY
   for t in cuda0 cpu+cuda0; do
     echo "== generate on $t (exact, 32 tokens)" | tee -a "$log"
     timeout 300 "$B" generate --gguf /tmp/smollm2.gguf --prompt "$PROMPT" --max-tokens 32 \
-      --precision exact --target "$t" --json --dump-logits "$out/logits_$t.npy" \
-      >"$out/generate_$t.json" 2>>"$log"
+      --precision exact --target "$t" --json --dump-logits "$out/logits_${t/+/_}.npy" \
+      >"$out/generate_${t/+/_}.json" 2>>"$log"
     echo "exit $?" | tee -a "$log"
-    head -c 1500 "$out/generate_$t.json" | tee -a "$log"; echo | tee -a "$log"
+    head -c 1500 "$out/generate_${t/+/_}.json" | tee -a "$log"; echo | tee -a "$log"
   done
   "$B" graph --gguf /tmp/smollm2.gguf --tokens 512 -o /tmp/p512.ron >/dev/null
   "$B" graph --gguf /tmp/smollm2.gguf --decode --ctx 512 -o /tmp/dec.ron >/dev/null

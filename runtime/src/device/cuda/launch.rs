@@ -244,7 +244,10 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             require(name, is_float(dst.dtype), || {
                 format!("rows are written as floats, not {}", dst.dtype)
             })?;
-            (Kernel::Library("set_rows"), row_grid(&srcs[1])?, 256)
+            require(name, srcs[1].ne[2] == dst.ne[2] && srcs[1].ne[3] == dst.ne[3], || {
+                "rows and destination differ in dims 2 and 3".to_string()
+            })?;
+            (Kernel::Library("set_rows"), row_grid(&dst)?, 256)
         }
         Op::Concat { dim: d } => {
             a.i[0] = i32::from(d);

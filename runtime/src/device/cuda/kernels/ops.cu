@@ -152,14 +152,25 @@ extern "C" __global__ void copy_elements(const Args a) {
 
 // set_rows: t0 = dst (src0's bytes), t1 = rows [ne0, n, ne2, ne3], t2 = I32
 // indices [n, ne2', ne3'] (broadcast over dims 1, 2). Row (i, i2, i3) of rows
-// goes to row idx[i, i2 % ne1', i3 % ne2'] of dst's matrix (i2, i3); an
-// index outside dst writes nothing. grid = rows of t1, block 256.
+// goes to row idx[i, i2 % ne1', i3 % ne2'] of dst's matrix (i2, i3). One
+// block per destination row: it finds the last source row naming it (the
+// later row wins, as in the reference, even with repeated indices) and
+// copies it; a row no index names keeps its bytes, and an index outside dst
+// names no row. grid = rows of t0, block 256.
 extern "C" __global__ void set_rows(const Args a) {
+  __shared__ long long last;
   const T &D = a.t[0], &R = a.t[1], &I = a.t[2];
-  long long i, i2, i3;
-  unrow(blockIdx.x, R.ne, i, i2, i3);
-  const long long r = *(const int *)at(I, i, i2 % I.ne[1], i3 % I.ne[2], 0);
-  if (r < 0 || r >= D.ne[1]) return;
+  long long r, i2, i3;
+  unrow(blockIdx.x, D.ne, r, i2, i3);
+  if (threadIdx.x == 0) last = -1;
+  __syncthreads();
+  long long mine = -1;
+  for (long long i = threadIdx.x; i < R.ne[1]; i += blockDim.x)
+    if (*(const int *)at(I, i, i2 % I.ne[1], i3 % I.ne[2], 0) == r) mine = i;
+  if (mine >= 0) atomicMax(&last, mine);
+  __syncthreads();
+  const long long i = last;
+  if (i < 0) return;
   for (long long i0 = threadIdx.x; i0 < R.ne[0]; i0 += blockDim.x)
     stf(at_mut(D, i0, r, i2, i3), D.dt, ldf(at(R, i0, i, i2, i3), R.dt));
 }
