@@ -7,7 +7,8 @@
 //! driver error is kept in the failure slot and reported when the run ends;
 //! every set/get is range-checked against the tensor before the driver sees it.
 
-use super::driver::{DeviceMemory, Function, Gpu, Module};
+use super::driver::{DeviceMemory, Function, Gpu, Graph, Module};
+use std::collections::HashMap;
 use super::launch::Kernel;
 use super::nvrtc::architecture;
 use super::sources::{LIBRARY_KERNELS, kernel_module, library_source};
@@ -28,6 +29,16 @@ pub struct CudaDevice {
     generated: Mutex<BTreeMap<String, String>>,
     modules: OnceLock<(Arc<Module>, BTreeMap<String, Arc<Module>>)>,
     failure: Mutex<Option<RuntimeError>>,
+    /// Each segment's launches captured as a CUDA graph on its first run,
+    /// by (address of its first step, steps): a plan is static, so every
+    /// later run replays it with one call instead of one launch per step.
+    graphs: Mutex<HashMap<(usize, usize), Graph>>,
+    /// Capture segments into graphs (`GGPLAN_CUDA_GRAPHS=0` turns it off,
+    /// to measure what it saves).
+    use_graphs: bool,
+    /// Wait for each step before the next (`GGPLAN_CUDA_PROFILE=1`), so
+    /// profiles and traces time every kernel (each plus a synchronize).
+    step_by_step: bool,
 }
 
 impl CudaDevice {
@@ -67,6 +78,9 @@ impl CudaDevice {
             generated: Mutex::new(BTreeMap::new()),
             modules: OnceLock::new(),
             failure: Mutex::new(None),
+            graphs: Mutex::new(HashMap::new()),
+            use_graphs: std::env::var("GGPLAN_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+            step_by_step: std::env::var("GGPLAN_CUDA_PROFILE").is_ok_and(|v| v == "1"),
         }))
     }
 
@@ -209,10 +223,49 @@ impl Device for CudaDevice {
     }
 
     fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
-        for step in steps {
-            // SAFETY: CUDA steps launch on the GPU's stream from thread 0 and
-            // touch no host memory.
-            ThreadCtx::single(|ctx| unsafe { step.kernel.run(ctx, std::ptr::null_mut()) });
+        let launch_all = || {
+            for step in steps {
+                // SAFETY: CUDA steps launch on the GPU's stream from thread 0
+                // and touch no host memory.
+                ThreadCtx::single(|ctx| unsafe { step.kernel.run(ctx, std::ptr::null_mut()) });
+            }
+        };
+        if self.step_by_step {
+            for (i, step) in steps.iter().enumerate() {
+                // SAFETY: as in launch_all.
+                ThreadCtx::single(|ctx| unsafe { step.kernel.run(ctx, std::ptr::null_mut()) });
+                if let Err(e) = self.gpu.synchronize() {
+                    self.fail(e);
+                }
+                after_step(i);
+            }
+            return;
+        }
+        if !self.use_graphs || self.failed() {
+            launch_all();
+        } else {
+            let key = (steps.as_ptr() as usize, steps.len());
+            let mut graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+            if !graphs.contains_key(&key) {
+                let captured = self.gpu.capture(|| {
+                    launch_all();
+                    match self.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        Some(e) => Err(e),
+                        None => Ok(()),
+                    }
+                });
+                match captured {
+                    Ok(graph) => {
+                        graphs.insert(key, graph);
+                    }
+                    Err(e) => self.fail(e),
+                }
+            }
+            if let Some(graph) = graphs.get(&key)
+                && let Err(e) = self.gpu.replay(graph)
+            {
+                self.fail(e);
+            }
         }
         if let Err(e) = self.gpu.synchronize() {
             self.fail(e);

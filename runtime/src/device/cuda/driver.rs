@@ -349,3 +349,80 @@ impl crate::state::DeviceState for DeviceMemory {
         self.gpu.zero(self.ptr, self.bytes as usize)
     }
 }
+
+/// A captured sequence of launches (a CUDA graph), replayed with one call.
+pub struct Graph {
+    gpu: Arc<Gpu>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+// SAFETY: graph handles are usable from any thread with the context bound
+// (every use binds first).
+unsafe impl Send for Graph {}
+// SAFETY: as above; replays are serialised by the caller's lock.
+unsafe impl Sync for Graph {}
+
+impl Gpu {
+    /// Captures the launches `record` queues on this GPU's stream into a
+    /// graph (nothing runs while capturing).
+    pub fn capture(
+        self: &Arc<Gpu>,
+        record: impl FnOnce() -> Result<(), RuntimeError>,
+    ) -> Result<Graph, RuntimeError> {
+        self.bind()?;
+        // SAFETY: the stream lives as long as `self`; relaxed mode lets
+        // other threads use the driver meanwhile.
+        unsafe {
+            result::stream::begin_capture(
+                self.stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        }
+        .map_err(self.err("cuStreamBeginCapture"))?;
+        let recorded = record();
+        // Always ended, so the stream leaves capture mode even on an error.
+        // SAFETY: the stream is capturing (begun above).
+        let graph = unsafe { result::stream::end_capture(self.stream) }
+            .map_err(self.err("cuStreamEndCapture"))?;
+        let destroy = |g| {
+            // SAFETY: `g` came from end_capture and is destroyed once.
+            let _ = unsafe { result::graph::destroy(g) };
+        };
+        if let Err(e) = recorded {
+            destroy(graph);
+            return Err(e);
+        }
+        // SAFETY: `graph` is a complete captured graph.
+        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(Graph {
+                gpu: Arc::clone(self),
+                graph,
+                exec,
+            }),
+            Err(e) => {
+                destroy(graph);
+                Err(driver_error(&self.name, "cuGraphInstantiate", e))
+            }
+        }
+    }
+
+    /// Queues one replay of `graph`.
+    pub fn replay(&self, graph: &Graph) -> Result<(), RuntimeError> {
+        self.bind()?;
+        // SAFETY: `graph.exec` was instantiated on this GPU and lives as long as `graph`.
+        unsafe { result::graph::launch(graph.exec, self.stream) }.map_err(self.err("cuGraphLaunch"))
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.gpu.synchronize().is_ok() {
+            // SAFETY: created by `capture`, destroyed once, not running (synchronized).
+            unsafe {
+                let _ = result::graph::exec_destroy(self.exec);
+                let _ = result::graph::destroy(self.graph);
+            }
+        }
+    }
+}

@@ -76,6 +76,9 @@ fn dim(op: &str, n: i64, limit: i64) -> Result<u32, RuntimeError> {
 }
 
 const GRID_X: i64 = (1 << 31) - 1;
+/// Columns up to which a product runs as matrix-vector products
+/// (`MM_COLS` in ops.cu).
+const MM_COLS: i64 = 8;
 const GRID_YZ: i64 = 65_535;
 
 /// Blocks for a grid-stride loop over `n` elements, 256 threads each.
@@ -166,13 +169,25 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             require(name, is_float(w.dtype) || w.ne[0] % 32 == 0, || {
                 format!("a {} row of {} values is not whole blocks", w.dtype, w.ne[0])
             })?;
-            let warps = 4;
-            let grid = [
-                dim(name, (w.ne[1] + warps - 1) / warps, GRID_X)?,
-                dim(name, (x.ne[1] + 7) / 8, GRID_YZ)?,
-                dim(name, x.ne[2] * x.ne[3], GRID_YZ)?,
-            ];
-            (Kernel::Library("mul_mat"), grid, 32 * warps as u32)
+            let batches = dim(name, x.ne[2] * x.ne[3], GRID_YZ)?;
+            if x.ne[1] <= MM_COLS {
+                // Few columns (decode): a warp per row, each weight read once.
+                let warps = 4;
+                let grid = [
+                    dim(name, (w.ne[1] + warps - 1) / warps, GRID_X)?,
+                    dim(name, (x.ne[1] + MM_COLS - 1) / MM_COLS, GRID_YZ)?,
+                    batches,
+                ];
+                (Kernel::Library("mul_mat_vec"), grid, 32 * warps as u32)
+            } else {
+                // Many (prefill): 64 x 64 tiles through shared memory.
+                let grid = [
+                    dim(name, (w.ne[1] + 63) / 64, GRID_X)?,
+                    dim(name, (x.ne[1] + 63) / 64, GRID_YZ)?,
+                    batches,
+                ];
+                (Kernel::Library("mul_mat_tiled"), grid, 256)
+            }
         }
         Op::GetRows => {
             require(name, srcs[1].dtype == DType::I32, || {
@@ -247,7 +262,8 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             require(name, srcs[1].ne[2] == dst.ne[2] && srcs[1].ne[3] == dst.ne[3], || {
                 "rows and destination differ in dims 2 and 3".to_string()
             })?;
-            (Kernel::Library("set_rows"), row_grid(&dst)?, 256)
+            let block = if srcs[1].ne[0] <= 32 { 32 } else { 256 };
+            (Kernel::Library("set_rows"), row_grid(&srcs[1])?, block)
         }
         Op::Concat { dim: d } => {
             a.i[0] = i32::from(d);
@@ -334,8 +350,13 @@ mod tests {
         let x = t(DType::F32, [576, 13, 3, 1]);
         let d = t(DType::F32, [1537, 13, 3, 1]);
         let l = op(&Op::MulMat, d, &[w, x]).expect("launch");
-        assert_eq!(l.kernel, Kernel::Library("mul_mat"));
-        assert_eq!((l.grid, l.block), ([385, 2, 3], 128));
+        assert_eq!(l.kernel, Kernel::Library("mul_mat_tiled"));
+        assert_eq!((l.grid, l.block), ([25, 1, 3], 256));
+        let x1 = t(DType::F32, [576, 1, 1, 1]);
+        let d1 = t(DType::F32, [1537, 1, 1, 1]);
+        let v = op(&Op::MulMat, d1, &[w, x1]).expect("launch");
+        assert_eq!(v.kernel, Kernel::Library("mul_mat_vec"));
+        assert_eq!((v.grid, v.block), ([385, 1, 1], 128));
         assert_eq!(l.args.t[1].dtype, 6);
         let k = t(DType::Q4_K, [256, 4, 1, 1]);
         let err = op(&Op::MulMat, d, &[k, x]).unwrap_err().to_string();

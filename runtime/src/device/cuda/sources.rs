@@ -20,7 +20,8 @@ pub fn library_source() -> String {
 
 /// The entry points of the op library.
 pub const LIBRARY_KERNELS: &[&str] = &[
-    "mul_mat",
+    "mul_mat_vec",
+    "mul_mat_tiled",
     "get_rows",
     "soft_max",
     "rope",

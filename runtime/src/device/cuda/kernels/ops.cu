@@ -3,15 +3,53 @@
 // kernels::reference's; values are computed in f32 (rope's angles in f64).
 // Launch geometry for each kernel is chosen in launch.rs, beside its args.
 
-// mul_mat: t0 = dst F32 [M, N, ne12, ne13], t1 = src0 [K, M, ne02, ne03] (any
-// dtype ldrow reads), t2 = src1 [K, N, ne12, ne13] (float). One warp per dst
-// row i and MM_COLS columns j: each weight element is read once per group.
-// grid (ceil(M / warps), ceil(N / MM_COLS), ne12 * ne13), block 32 * warps.
+// mul_mat: t0 = dst F32 [M, N, ne12, ne13], t1 = src0 [K, M, ne02, ne03]
+// (weights: floats with any strides, or Q8_0 / Q4_0 / Q4_1 rows of whole
+// blocks), t2 = src1 [K, N, ne12, ne13] (floats); src0's matrix (k2 / r2,
+// k3 / r3) for dst's (k2, k3). Each kernel is a template over src0's dtype,
+// so a block is decoded with its scale read once.
+
+// Bytes from one chunk to the next along a row.
+template <int DT>
+__device__ __forceinline__ long long chunk_bytes(long long nb0) {
+  return DT == DT_Q4_1 ? 20 : DT == DT_Q4_0 ? 18 : DT == DT_Q8_0 ? 34 : 32 * nb0;
+}
+
+// Elements part .. part + 7 of the chunk at `q` into v, the block's scale
+// read once (floats: zero past K, for a row of K elements from chunk c).
+template <int DT>
+__device__ __forceinline__ void chunk8(const char *q, long long nb0, int part, long long kbase, long long K, float *v) {
+  if (DT == DT_Q4_1 || DT == DT_Q4_0) {
+    const float d = h2f(ld_u16(q));
+    const float m = DT == DT_Q4_1 ? h2f(ld_u16(q + 2)) : -8.0f * d;
+    const unsigned char *qs = (const unsigned char *)q + (DT == DT_Q4_1 ? 4 : 2);
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      const int k = part + e;
+      const unsigned char x = qs[k & 15];
+      v[e] = d * (float)(k < 16 ? (x & 15) : (x >> 4)) + m;
+    }
+  } else if (DT == DT_Q8_0) {
+    const float d = h2f(ld_u16(q));
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = d * (float)(signed char)q[2 + part + e];
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = kbase + part + e < K ? ldf(q + (part + e) * nb0, DT) : 0.0f;
+  }
+}
+
+// Few columns (decode, N <= MM_COLS): one warp per dst row i and up to
+// MM_COLS columns; four lanes per 32-element chunk, eight elements each, so a
+// warp reads eight consecutive chunks of the row (and of each column) per
+// step, coalesced. grid (ceil(M / 4), ceil(N / MM_COLS), ne12 * ne13),
+// block 128.
 #define MM_COLS 8
-extern "C" __global__ void mul_mat(const Args a) {
+template <int DT>
+__device__ void mm_vec(const Args &a) {
   const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
   const long long K = A.ne[0], M = A.ne[1], N = B.ne[1];
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, part = (lane & 3) * 8;
   const long long i = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const long long j0 = (long long)blockIdx.y * MM_COLS;
   const long long k2 = blockIdx.z % B.ne[2], k3 = blockIdx.z / B.ne[2];
@@ -20,21 +58,122 @@ extern "C" __global__ void mul_mat(const Args a) {
   const char *arow = A.d + i * A.nb[1] + (k2 / r2) * A.nb[2] + (k3 / r3) * A.nb[3];
   const char *bcol = B.d + j0 * B.nb[1] + k2 * B.nb[2] + k3 * B.nb[3];
   const int nc = (int)(N - j0 < MM_COLS ? N - j0 : MM_COLS);
+  const long long chunks = (K + 31) / 32;
   float acc[MM_COLS];
 #pragma unroll
   for (int c = 0; c < MM_COLS; c++) acc[c] = 0.0f;
-  for (long long k = lane; k < K; k += 32) {
-    const float x = ldrow(arow, A.dt, A.nb[0], k);
-    const char *b = bcol + k * B.nb[0];
+  for (long long ch = lane >> 2; ch < chunks; ch += 8) {
+    float w[8];
+    chunk8<DT>(arow + ch * chunk_bytes<DT>(A.nb[0]), A.nb[0], part, ch * 32, K, w);
+    const long long k = ch * 32 + part;
 #pragma unroll
-    for (int c = 0; c < MM_COLS; c++)
-      if (c < nc) acc[c] += x * ldf(b + c * B.nb[1], B.dt);
+    for (int c = 0; c < MM_COLS; c++) {
+      if (c >= nc) break;
+      const char *b = bcol + c * B.nb[1] + k * B.nb[0];
+      float s = 0.0f;
+      if (B.dt == DT_F32 && B.nb[0] == 4 && k + 8 <= K && ((unsigned long long)b & 15) == 0) {
+        const float4 x0 = *(const float4 *)b, x1 = *((const float4 *)b + 1);
+        s = w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w + w[4] * x1.x + w[5] * x1.y +
+            w[6] * x1.z + w[7] * x1.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+          if (k + e < K) s += w[e] * ldf(b + e * B.nb[0], B.dt);
+      }
+      acc[c] += s;
+    }
   }
 #pragma unroll
   for (int c = 0; c < MM_COLS; c++) {
     const float s = warp_sum(acc[c]);
     if (lane == 0 && c < nc) stf(at_mut(D, i, j0 + c, k2, k3), D.dt, s);
   }
+}
+
+// Many columns (prefill): 64 x 64 tiles of dst, K in steps of one 32-element
+// chunk through shared memory (src0 decoded once per tile), 4 x 4 outputs
+// per thread. grid (ceil(M / 64), ceil(N / 64), ne12 * ne13), block 256.
+#define TM 64
+#define TN 64
+template <int DT>
+__device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]) {
+  const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
+  const long long K = A.ne[0], M = A.ne[1], N = B.ne[1];
+  const long long i0 = (long long)blockIdx.x * TM, j0 = (long long)blockIdx.y * TN;
+  const long long k2 = blockIdx.z % B.ne[2], k3 = blockIdx.z / B.ne[2];
+  const long long r2 = B.ne[2] / A.ne[2], r3 = B.ne[3] / A.ne[3];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  // Loading: thread tid fills 8 elements of row / column tid / 4.
+  const int lr = tid / 4, part = (tid % 4) * 8;
+  const long long wi = i0 + lr, xj = j0 + lr;
+  const char *arow = A.d + wi * A.nb[1] + (k2 / r2) * A.nb[2] + (k3 / r3) * A.nb[3];
+  const char *bcol = B.d + xj * B.nb[1] + k2 * B.nb[2] + k3 * B.nb[3];
+  float acc[4][4];
+#pragma unroll
+  for (int r = 0; r < 4; r++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
+  const long long chunks = (K + 31) / 32;
+  for (long long ch = 0; ch < chunks; ch++) {
+    float w[8];
+    if (wi < M) {
+      chunk8<DT>(arow + ch * chunk_bytes<DT>(A.nb[0]), A.nb[0], part, ch * 32, K, w);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; e++) w[e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      const long long k = ch * 32 + part + e;
+      Ws[part + e][lr] = w[e];
+      Xs[part + e][lr] = xj < N && k < K ? ldf(bcol + k * B.nb[0], B.dt) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < 32; kk++) {
+      float w[4], x[4];
+#pragma unroll
+      for (int r = 0; r < 4; r++) w[r] = Ws[kk][ty * 4 + r];
+#pragma unroll
+      for (int c = 0; c < 4; c++) x[c] = Xs[kk][tx * 4 + c];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[r][c] += w[r] * x[c];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const long long i = i0 + ty * 4 + r;
+    if (i >= M) continue;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      const long long j = j0 + tx * 4 + c;
+      if (j < N) stf(at_mut(D, i, j, k2, k3), D.dt, acc[r][c]);
+    }
+  }
+}
+
+// One instantiation per src0 dtype; `...` are the extra arguments (the
+// shared tiles, declared once in the entry point).
+#define MM_DISPATCH(KERNEL, ...)                            \
+  switch (a.t[1].dt) {                                      \
+    case DT_F32: KERNEL<DT_F32>(a, ##__VA_ARGS__); break;   \
+    case DT_F16: KERNEL<DT_F16>(a, ##__VA_ARGS__); break;   \
+    case DT_BF16: KERNEL<DT_BF16>(a, ##__VA_ARGS__); break; \
+    case DT_Q8_0: KERNEL<DT_Q8_0>(a, ##__VA_ARGS__); break; \
+    case DT_Q4_0: KERNEL<DT_Q4_0>(a, ##__VA_ARGS__); break; \
+    case DT_Q4_1: KERNEL<DT_Q4_1>(a, ##__VA_ARGS__); break; \
+    default: break;                                         \
+  }
+
+extern "C" __global__ void mul_mat_vec(const Args a) { MM_DISPATCH(mm_vec) }
+
+extern "C" __global__ void mul_mat_tiled(const Args a) {
+  __shared__ float Ws[32][TM + 4];
+  __shared__ float Xs[32][TN + 4];
+  MM_DISPATCH(mm_tiled, Ws, Xs)
 }
 
 // get_rows: t0 = dst [ne00, n, ne11, ne12], t1 = src0, t2 = I32 indices
@@ -153,24 +292,27 @@ extern "C" __global__ void copy_elements(const Args a) {
 // set_rows: t0 = dst (src0's bytes), t1 = rows [ne0, n, ne2, ne3], t2 = I32
 // indices [n, ne2', ne3'] (broadcast over dims 1, 2). Row (i, i2, i3) of rows
 // goes to row idx[i, i2 % ne1', i3 % ne2'] of dst's matrix (i2, i3). One
-// block per destination row: it finds the last source row naming it (the
-// later row wins, as in the reference, even with repeated indices) and
-// copies it; a row no index names keeps its bytes, and an index outside dst
-// names no row. grid = rows of t0, block 256.
+// block per source row; a row skips itself when a later row of its plane
+// names the same destination (the later row wins, as in the reference, even
+// with repeated indices), so every destination is written once. O(n^2)
+// index reads per plane for n source rows, never O(destination rows): a
+// transposed V cache has n_ctx x width one-element destination rows. A row
+// no index names keeps its bytes; an index outside dst names no row.
+// grid = rows of t1, block 32 or 256.
 extern "C" __global__ void set_rows(const Args a) {
-  __shared__ long long last;
+  __shared__ int later;
   const T &D = a.t[0], &R = a.t[1], &I = a.t[2];
-  long long r, i2, i3;
-  unrow(blockIdx.x, D.ne, r, i2, i3);
-  if (threadIdx.x == 0) last = -1;
+  long long i, i2, i3;
+  unrow(blockIdx.x, R.ne, i, i2, i3);
+  const long long j2 = i2 % I.ne[1], j3 = i3 % I.ne[2];
+  const long long r = *(const int *)at(I, i, j2, j3, 0);
+  if (r < 0 || r >= D.ne[1]) return;
+  if (threadIdx.x == 0) later = 0;
   __syncthreads();
-  long long mine = -1;
-  for (long long i = threadIdx.x; i < R.ne[1]; i += blockDim.x)
-    if (*(const int *)at(I, i, i2 % I.ne[1], i3 % I.ne[2], 0) == r) mine = i;
-  if (mine >= 0) atomicMax(&last, mine);
+  for (long long j = i + 1 + threadIdx.x; j < R.ne[1]; j += blockDim.x)
+    if (*(const int *)at(I, j, j2, j3, 0) == r) atomicExch(&later, 1);
   __syncthreads();
-  const long long i = last;
-  if (i < 0) return;
+  if (later) return;
   for (long long i0 = threadIdx.x; i0 < R.ne[0]; i0 += blockDim.x)
     stf(at_mut(D, i0, r, i2, i3), D.dt, ldf(at(R, i0, i, i2, i3), R.dt));
 }
