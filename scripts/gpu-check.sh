@@ -6,10 +6,13 @@
 #   .gpu/cache/       PTX of the op library and the generated kernels
 #                     (compiled by tests/cuda_kernels.rs with NVRTC 12.9)
 #   .gpu/model.part-* SmolLM2-135M Q4_1 in two parts (one transfer each)
+#   .gpu/minilm/      all-MiniLM-L6-v2: config, tokenizer, weights in two parts
 #
 #   scripts/gpu-check.sh prepare       # build host: fill .gpu/
 #   scripts/gpu-check.sh examples OUT  # GPU host: example plans, sanitizers
 #   scripts/gpu-check.sh smollm2 OUT   # GPU host: SmolLM2 logits, greedy 32, bench
+#   scripts/gpu-check.sh minilm OUT    # GPU host: MiniLM embeddings (after `examples`
+#                                      # carried .gpu/minilm/model.part-aa)
 # Logs and outputs go to OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,11 +42,15 @@ prepare)
   . .models/paths.env
   rm -f .gpu/model.part-*
   split -n 2 "$GGPLAN_SMOLLM2_GGUF" .gpu/model.part-
+  rm -rf .gpu/minilm && mkdir -p .gpu/minilm
+  cp "$GGPLAN_MINILM_DIR"/{config.json,tokenizer.json} .gpu/minilm/
+  split -n 2 "$GGPLAN_MINILM_DIR/model.safetensors" .gpu/minilm/model.part-
   du -sh .gpu/*
   ;;
 examples)
   out="${2:?OUT}"; log="$out/examples.log"
   [ -f .gpu/model.part-aa ] && cp .gpu/model.part-aa /tmp/model.part-aa
+  [ -f .gpu/minilm/model.part-aa ] && cp .gpu/minilm/model.part-aa /tmp/minilm.part-aa
   { nvidia-smi -L; "$B" devices; } 2>&1 | tee -a "$log"
   fails=0
   for g in mlp llama2l llama2l_kv bert2l; do
@@ -56,6 +63,15 @@ examples)
       echo "exit $rc" | tee -a "$log"
       [ "$rc" = 0 ] || fails=$((fails + 1))
     done
+  done
+  for t in cuda0 cpu+cuda0; do
+    "$B" compile tests/data/cuda_ops.ron --target "$t" -o "/tmp/ops.$t.plan.ron" >/dev/null
+    echo "== every CUDA op (tests/data/cuda_ops.ron) on $t: run --check=all" | tee -a "$log"
+    timeout 300 "$B" run "/tmp/ops.$t.plan.ron" --random-weights 7 --check=all >/tmp/run.txt 2>&1
+    rc=$?
+    grep -E "step|checked|output|error" /tmp/run.txt | tee -a "$log"
+    echo "exit $rc" | tee -a "$log"
+    [ "$rc" = 0 ] || fails=$((fails + 1))
   done
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool: llama2l on cuda0" | tee -a "$log"
@@ -99,6 +115,16 @@ PY
     echo "== bench $g on cuda0, each kernel waited for (GGPLAN_CUDA_PROFILE=1)" | tee -a "$log"
     GGPLAN_CUDA_PROFILE=1 timeout 200 "$B" bench /tmp/$g.plan.ron --weights /tmp/smollm2.gguf \
       --runs 5 2>&1 | sed -n '/per op kind/,/^$/p' | tee -a "$log"
+  done
+  ;;
+minilm)
+  out="${2:?OUT}"; log="$out/minilm.log"
+  mkdir -p /tmp/minilm && cp .gpu/minilm/config.json .gpu/minilm/tokenizer.json /tmp/minilm/
+  cat /tmp/minilm.part-aa .gpu/minilm/model.part-ab >/tmp/minilm/model.safetensors || exit 1
+  for t in cuda0 cpu+cuda0 cpu; do
+    echo "== embed on $t" | tee -a "$log"
+    timeout 200 "$B" embed --hf /tmp/minilm --target "$t" --save "$out/minilm_${t/+/_}.npy" \
+      "The quick brown fox jumps over the lazy dog." "What is the capital of France?" 2>&1 | tee -a "$log"
   done
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;

@@ -90,3 +90,19 @@ if ! "$models_dir/venv/bin/python" -c 'import gguf, numpy' >/dev/null 2>&1; then
   echo "setup: installing ${check_pkgs[*]} into .models/venv" >&2
   "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${check_pkgs[@]}"
 fi
+
+# NVRTC and ptxas for tests/cuda_kernels.rs, which compiles every CUDA kernel
+# to PTX and assembles it on machines without a GPU: NVIDIA's PyPI wheels (no
+# driver needed), into the same venv. Their paths go to .models/cuda.env,
+# which scripts/cuda-env.sh reads.
+cuda_pkgs=(nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79)
+cuda_env="$models_dir/cuda.env"
+site="$("$models_dir/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+nvrtc_lib="$site/nvidia/cuda_nvrtc/lib"
+ptxas="$site/nvidia/cuda_nvcc/bin/ptxas"
+if [ ! -f "$nvrtc_lib/libnvrtc.so.12" ] || [ ! -x "$ptxas" ]; then
+  echo "setup: installing ${cuda_pkgs[*]} into .models/venv" >&2
+  "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${cuda_pkgs[@]}"
+fi
+printf 'GGPLAN_NVRTC_LIB_DIR=%s\nGGPLAN_PTXAS=%s\n' "$nvrtc_lib" "$ptxas" >"$cuda_env.tmp"
+mv "$cuda_env.tmp" "$cuda_env"

@@ -7,14 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# NVRTC and ptxas (PyPI wheels) for tests/cuda_kernels.rs, required here.
+. scripts/cuda-env.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The facade's documentation builds without a warning (broken links included),
 # and without its `jit` feature it builds with no runtime and so no LLVM...
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo build -p ggplan --no-default-features --locked
-# ...and the runtime without its `cuda` feature (no cudarc) still builds.
+# ...and the runtime without its `cuda` feature (no cudarc) still builds, and
+# without LLVM (the runtime of a GPU host's ggplan: scripts/gpu-check.sh).
 cargo check -p ggplan --no-default-features --features jit --locked
+cargo check -p ggplan-runtime --no-default-features --features cuda --locked
 # The concurrency crate's loom models (concurrency/tests/loom.rs) build in their
 # own target folder: `--cfg loom` rebuilds the crate and its dependencies.
 loom=(env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom)

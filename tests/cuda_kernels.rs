@@ -1,6 +1,7 @@
 //! The CUDA kernels compiled without a GPU: the op library and the kernels
-//! generated for every CUDA step of the example plans (on `cuda0` and
-//! `cpu+cuda0`) and of SmolLM2's and MiniLM's plans, compiled by NVRTC to PTX
+//! generated for every CUDA step of the example plans and of
+//! tests/data/cuda_ops.ron (on `cuda0` and `cpu+cuda0`) and of SmolLM2's and
+//! MiniLM's plans, compiled by NVRTC to PTX
 //! for sm_80 and sm_90 and assembled by ptxas (registers, spills). A kernel
 //! that does not compile, or a hot kernel that spills, fails.
 //!
@@ -29,12 +30,17 @@ fn ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("GGPLAN_PTXAS") {
         return Some(PathBuf::from(p));
     }
-    let ok = Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("ptxas")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     ok.then(|| PathBuf::from("ptxas"))
 }
 
 fn plans() -> Vec<(String, ir::plan::Plan)> {
-    let mut graphs: Vec<(String, ir::Graph)> = example_graph_files()
+    let mut files = example_graph_files();
+    files.push(ggplan_tests::workspace_root().join("tests/data/cuda_ops.ron"));
+    let mut graphs: Vec<(String, ir::Graph)> = files
         .into_iter()
         .map(|p| {
             let name = p.file_stem().unwrap().to_string_lossy().to_string();
@@ -44,10 +50,16 @@ fn plans() -> Vec<(String, ir::plan::Plan)> {
     if let Some(path) = ggplan_tests::models::smollm2_gguf() {
         let file = ir::files::gguf::GgufFile::open(&path).unwrap();
         let cfg = models::llama::LlamaConfig::from_gguf(&file, 16).unwrap();
-        graphs.push(("smollm2".into(), models::llama::build_prefill(&cfg).unwrap()));
+        graphs.push((
+            "smollm2".into(),
+            models::llama::build_prefill(&cfg).unwrap(),
+        ));
         let cfg = models::llama::LlamaConfig::from_gguf(&file, 1).unwrap();
         for kv_dtype in [ir::DType::F32, ir::DType::F16] {
-            let cache = models::llama::CacheConfig { n_ctx: 64, kv_dtype };
+            let cache = models::llama::CacheConfig {
+                n_ctx: 64,
+                kv_dtype,
+            };
             let g = models::llama::build_cached(&cfg, &cache).unwrap();
             graphs.push((format!("smollm2-decode-{kv_dtype}"), g));
         }
@@ -63,9 +75,13 @@ fn plans() -> Vec<(String, ir::plan::Plan)> {
     let mut out = Vec::new();
     for (name, graph) in graphs {
         for target in ["cuda0", "cpu+cuda0"] {
-            let plan = compile(&graph, &Target::preset(target).unwrap(), &CompileOptions::default())
-                .unwrap_or_else(|e| panic!("{name} for {target}: {e}"))
-                .plan;
+            let plan = compile(
+                &graph,
+                &Target::preset(target).unwrap(),
+                &CompileOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{name} for {target}: {e}"))
+            .plan;
             out.push((format!("{name} on {target}"), plan));
         }
     }
@@ -87,7 +103,10 @@ fn every_cuda_step_of_the_example_and_model_plans_has_a_kernel() {
         assert!(k.steps > 0, "{name} runs something on cuda0");
         generated.extend(k.generated);
     }
-    assert!(generated.len() >= 3, "fused bodies and elementwise ops: {generated:?}");
+    assert!(
+        generated.len() >= 3,
+        "fused bodies and elementwise ops: {generated:?}"
+    );
 }
 
 /// (kernel, registers, spill store bytes) per entry point, from `ptxas -v`.
@@ -118,7 +137,11 @@ fn ptxas_report(ptxas: &PathBuf, ptx: &str, sm: &str) -> Vec<(String, u32, u32)>
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(0);
         } else if let Some(rest) = line.split("Used ").nth(1) {
-            let regs = rest.split(' ').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let regs = rest
+                .split(' ')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
             report.push((current.clone(), regs, spills));
         }
     }
@@ -136,7 +159,10 @@ fn the_cuda_kernels_compile_with_nvrtc_and_assemble_with_ptxas() {
     }
     let ptxas = ptxas();
     if ptxas.is_none() {
-        assert!(!required(), "GGPLAN_REQUIRE_NVRTC=1 but ptxas is not on PATH or GGPLAN_PTXAS");
+        assert!(
+            !required(),
+            "GGPLAN_REQUIRE_NVRTC=1 but ptxas is not on PATH or GGPLAN_PTXAS"
+        );
         println!("ptxas not found: PTX is compiled but not assembled");
     }
     // Every module loading compiles (and caches), once each.

@@ -37,6 +37,10 @@ pub struct EmbedArgs {
     /// Threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Where the plans run: a preset (`cpu`, `cuda0`, `cpu0+cpu1`, ...) or a
+    /// target file.
+    #[arg(long, default_value = "cpu")]
+    target: String,
 }
 
 /// Where the encoder comes from.
@@ -48,6 +52,9 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         (None, Some(path)) => Embedder::open_gguf(path, args.threads)?,
         (None, None) => bail!("give --hf DIR or --gguf FILE"),
     };
+    if args.target != "cpu" {
+        embedder = embedder.on_target(ggplan::target::resolve(&args.target)?)?;
+    }
     // A bar over the first plan's kernels: later plans reuse them.
     let bar = crate::progress::bar(0, "preparing kernels");
     embedder.set_progress(Some(crate::progress::preparing(&bar)));

@@ -122,7 +122,7 @@ pub fn load(
     let uploaded = match r.weight_bytes_uploaded {
         0 => String::new(),
         b => format!(
-            " + {:.1} MiB uploaded to remote devices",
+            " + {:.1} MiB uploaded to device memory",
             b as f64 / 1048576.0
         ),
     };

@@ -67,7 +67,7 @@ fn a_plan_over_two_servers_runs_checked_and_is_refused_without_them() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("uploaded to remote devices"),
+        text(&out).contains("uploaded to device memory"),
         "{}",
         text(&out)
     );

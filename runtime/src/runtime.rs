@@ -20,8 +20,8 @@ use crate::addresses::resolve;
 use crate::cpu::ThreadPool;
 use crate::cpu::matmul::Precision;
 use crate::device::cpu::CpuDevice;
-use crate::device::registry::Registry;
 use crate::device::cuda::CudaDevice;
+use crate::device::registry::Registry;
 use crate::device::rpc::{RemoteDevice, RemoteServers};
 use crate::device::{Device, TensorBytes};
 use crate::executor::Executor;
@@ -89,7 +89,7 @@ pub struct LoadReport {
     pub weight_bytes_in_place: u64,
     /// Weight bytes copied into the weights arena.
     pub weight_bytes_copied: u64,
-    /// Weight bytes uploaded to remote devices (once, at load).
+    /// Weight bytes uploaded to remote devices and GPUs (once, at load).
     pub weight_bytes_uploaded: u64,
     /// Weight bytes a remote server already held for this job (uploaded by
     /// an earlier runtime sharing its servers).
@@ -307,7 +307,8 @@ impl Runtime {
                     // Shared state stays on the GPU, by name, for every
                     // runtime of the job.
                     if let (Some(store), Some(c)) = (&options.state, on_cuda) {
-                        overrides[t] = Some(c.bind_state(store, &pt.name, &layout)? as usize as *mut u8);
+                        overrides[t] =
+                            Some(c.bind_state(store, &pt.name, &layout)? as usize as *mut u8);
                     }
                 }
                 Role::Weight if on_remote => {

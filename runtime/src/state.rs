@@ -86,7 +86,8 @@ impl StateStore {
 
     /// The device address of state tensor `name` with `layout` on device
     /// `device`, allocated (zeroed) by `alloc` on first use; the same rules
-    /// as [`StateStore::bind`].
+    /// as for host state: the first binding fixes the dtype and extents, later
+    /// ones must match.
     pub fn bind_device(
         &self,
         device: &str,
@@ -94,7 +95,10 @@ impl StateStore {
         layout: &Layout,
         alloc: &dyn Fn(u64) -> Result<Box<dyn DeviceState>, RuntimeError>,
     ) -> Result<u64, RuntimeError> {
-        let mut entries = self.device_entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self
+            .device_entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let key = (device.to_string(), name.to_string());
         if let Some(e) = entries.get(&key) {
             if (e.dtype, e.ne) != (layout.dtype, layout.ne) {
@@ -130,7 +134,10 @@ impl StateStore {
             // SAFETY: the buffer owns len bytes; no runtime runs (run lock held).
             unsafe { std::ptr::write_bytes(e.buffer.as_ptr(), 0, e.buffer.len()) };
         }
-        let device_entries = self.device_entries.lock().unwrap_or_else(|e| e.into_inner());
+        let device_entries = self
+            .device_entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for e in device_entries.values() {
             let _ = e.buffer.zero();
         }

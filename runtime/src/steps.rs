@@ -185,10 +185,8 @@ impl Preparer<'_> {
     fn copy_kernel(&self, src: u32, dst: u32, bytes: usize) -> Box<dyn CpuKernel> {
         let gpu_end = |t: u32| {
             let device = self.plan.tensors[t as usize].device.index();
-            match self.cuda.get(device).and_then(Option::as_ref) {
-                Some(dev) => Some(GpuEnd::Gpu(Arc::clone(dev), self.addr[t as usize] as u64)),
-                None => None,
-            }
+            (self.cuda.get(device).and_then(Option::as_ref))
+                .map(|dev| GpuEnd::Gpu(Arc::clone(dev), self.addr[t as usize] as u64))
         };
         match (gpu_end(src), gpu_end(dst)) {
             (None, None) => {}
@@ -283,7 +281,16 @@ impl Preparer<'_> {
                 let s: Vec<RawTensor> = srcs.iter().map(|&t| self.raw(t)).collect();
                 let launch = launch::op(op, self.raw(*dst), &s).map_err(on_gpu)?;
                 let (bytes, flops) = self.op_costs(op, *dst, srcs);
-                (launch, op.name(), Some(*op), None, *dst, srcs.clone(), bytes, flops)
+                (
+                    launch,
+                    op.name(),
+                    Some(*op),
+                    None,
+                    *dst,
+                    srcs.clone(),
+                    bytes,
+                    flops,
+                )
             }
             Step::Fused { kernel: index } => {
                 let k: &FusedKernel = &self.plan.kernels[*index as usize];
@@ -294,7 +301,16 @@ impl Preparer<'_> {
                 let bytes =
                     self.span(k.output) + k.inputs.iter().map(|&t| self.span(t)).sum::<u64>();
                 let flops = out.n_elements() as u64 * k.body.len() as u64;
-                (launch, "fused", None, Some(*index), k.output, k.inputs.clone(), bytes, flops)
+                (
+                    launch,
+                    "fused",
+                    None,
+                    Some(*index),
+                    k.output,
+                    k.inputs.clone(),
+                    bytes,
+                    flops,
+                )
             }
         };
         Ok(PreparedStep {

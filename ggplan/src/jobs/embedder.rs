@@ -91,6 +91,19 @@ impl Embedder {
         })
     }
 
+    /// This embedder with its plans compiled for `target` (`cuda0`, a core
+    /// group split, ...) instead of `cpu`.
+    pub fn on_target(mut self, target: crate::target::Target) -> Result<Embedder> {
+        let threads = Some(self.session.threads());
+        self.session = Session::for_target(
+            threads,
+            Precision::Exact,
+            target,
+            crate::CompileOptions::default(),
+        )?;
+        Ok(self)
+    }
+
     /// Shows each plan's kernel preparation to `progress` (a progress bar);
     /// `None` stops showing it.
     pub fn set_progress(&mut self, progress: Option<Progress>) {

@@ -26,13 +26,7 @@ pub struct Generated {
 /// The one-node body of an elementwise or norm op, or `None` for other ops.
 pub fn op_body(op: &Op) -> Option<Vec<Expr>> {
     let unary = |f| Some(vec![Expr::Input(0), Expr::Unary(f, 0)]);
-    let binary = |f| {
-        Some(vec![
-            Expr::Input(0),
-            Expr::Input(1),
-            Expr::Binary(f, 0, 1),
-        ])
-    };
+    let binary = |f| Some(vec![Expr::Input(0), Expr::Input(1), Expr::Binary(f, 0, 1)]);
     match *op {
         Op::Scale { scale, bias } => unary(UnaryFn::Scale { scale, bias }),
         Op::Sqr => unary(UnaryFn::Sqr),
@@ -74,9 +68,7 @@ fn float(v: f32) -> String {
 /// An input's element at the output index (broadcast by modulo).
 fn input(i: u32) -> String {
     let t = format!("a.t[{}]", i + 1);
-    format!(
-        "ldf(at({t}, i0 % {t}.ne[0], i1 % {t}.ne[1], i2 % {t}.ne[2], i3 % {t}.ne[3]), {t}.dt)"
-    )
+    format!("ldf(at({t}, i0 % {t}.ne[0], i1 % {t}.ne[1], i2 % {t}.ne[2], i3 % {t}.ne[3]), {t}.dt)")
 }
 
 /// The kernel for `body`. `body` must be well formed (the plan checker
@@ -167,7 +159,10 @@ mod tests {
     #[test]
     fn bodies_generate_stable_named_kernels() {
         let body = [
-            Expr::RmsNorm { input: 0, eps: 1e-5 },
+            Expr::RmsNorm {
+                input: 0,
+                eps: 1e-5,
+            },
             Expr::Input(1),
             Expr::Binary(BinaryFn::Mul, 0, 1),
         ];
@@ -187,9 +182,18 @@ mod tests {
         assert_eq!(op_body(&Op::Add).map(|b| b.len()), Some(3));
         assert_eq!(
             op_body(&Op::RmsNorm { eps: 1e-6 }),
-            Some(vec![Expr::RmsNorm { input: 0, eps: 1e-6 }])
+            Some(vec![Expr::RmsNorm {
+                input: 0,
+                eps: 1e-6
+            }])
         );
         assert!(op_body(&Op::MulMat).is_none());
-        assert!(op_body(&Op::SoftMax { scale: 1.0, max_bias: 0.0 }).is_none());
+        assert!(
+            op_body(&Op::SoftMax {
+                scale: 1.0,
+                max_bias: 0.0
+            })
+            .is_none()
+        );
     }
 }

@@ -8,7 +8,6 @@
 //! every set/get is range-checked against the tensor before the driver sees it.
 
 use super::driver::{DeviceMemory, Function, Gpu, Graph, Module};
-use std::collections::HashMap;
 use super::launch::Kernel;
 use super::nvrtc::architecture;
 use super::sources::{LIBRARY_KERNELS, kernel_module, library_source};
@@ -18,7 +17,11 @@ use crate::device::{Caps, Device, DeviceInfo, TensorBytes};
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// The op library's module and each generated kernel's, by name.
+type LoadedKernels = (Arc<Module>, BTreeMap<String, Arc<Module>>);
 
 /// A CUDA device of a loaded plan.
 pub struct CudaDevice {
@@ -27,7 +30,7 @@ pub struct CudaDevice {
     arch: &'static str,
     arenas: Mutex<Vec<DeviceMemory>>,
     generated: Mutex<BTreeMap<String, String>>,
-    modules: OnceLock<(Arc<Module>, BTreeMap<String, Arc<Module>>)>,
+    modules: OnceLock<LoadedKernels>,
     failure: Mutex<Option<RuntimeError>>,
     /// Each segment's launches captured as a CUDA graph on its first run,
     /// by (address of its first step, steps): a plan is static, so every
@@ -196,7 +199,12 @@ impl CudaDevice {
         if let Err(e) = self.gpu.synchronize() {
             self.fail(e);
         }
-        match self.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        match self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -246,17 +254,22 @@ impl Device for CudaDevice {
         } else {
             let key = (steps.as_ptr() as usize, steps.len());
             let mut graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-            if !graphs.contains_key(&key) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = graphs.entry(key) {
                 let captured = self.gpu.capture(|| {
                     launch_all();
-                    match self.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    match self
+                        .failure
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take()
+                    {
                         Some(e) => Err(e),
                         None => Ok(()),
                     }
                 });
                 match captured {
                     Ok(graph) => {
-                        graphs.insert(key, graph);
+                        slot.insert(graph);
                     }
                     Err(e) => self.fail(e),
                 }

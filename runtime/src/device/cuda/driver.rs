@@ -82,8 +82,8 @@ impl Gpu {
         let err = |what: &'static str| move |e| driver_error(name, what, e);
         let device = result::device::get(ordinal).map_err(err("cuDeviceGet"))?;
         // SAFETY: `device` came from cuDeviceGet.
-        let context =
-            unsafe { result::primary_ctx::retain(device) }.map_err(err("cuDevicePrimaryCtxRetain"))?;
+        let context = unsafe { result::primary_ctx::retain(device) }
+            .map_err(err("cuDevicePrimaryCtxRetain"))?;
         // SAFETY: the context was just retained.
         unsafe { result::ctx::set_current(context) }.map_err(err("cuCtxSetCurrent"))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)

@@ -167,7 +167,10 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
                 format!("src1 must be a float tensor, not {}", x.dtype)
             })?;
             require(name, is_float(w.dtype) || w.ne[0] % 32 == 0, || {
-                format!("a {} row of {} values is not whole blocks", w.dtype, w.ne[0])
+                format!(
+                    "a {} row of {} values is not whole blocks",
+                    w.dtype, w.ne[0]
+                )
             })?;
             let batches = dim(name, x.ne[2] * x.ne[3], GRID_YZ)?;
             if x.ne[1] <= MM_COLS {
@@ -211,9 +214,11 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             require(name, srcs[1].dtype == DType::I32, || {
                 format!("positions must be I32, not {}", srcs[1].dtype)
             })?;
-            require(name, p.n_dims as i64 <= srcs[0].ne[0] && p.n_dims % 2 == 0, || {
-                format!("n_dims {} does not fit rows of {}", p.n_dims, srcs[0].ne[0])
-            })?;
+            require(
+                name,
+                p.n_dims as i64 <= srcs[0].ne[0] && p.n_dims % 2 == 0,
+                || format!("n_dims {} does not fit rows of {}", p.n_dims, srcs[0].ne[0]),
+            )?;
             let [low, high] = kernels::reference::rope_yarn_corr_dims(
                 p.n_dims,
                 p.n_ctx_orig,
@@ -241,9 +246,11 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             let src = srcs[0];
             a = args(name, &[dst, src])?;
             let same_ints = src.dtype == DType::I32 && dst.dtype == DType::I32;
-            require(name, same_ints || (is_float(src.dtype) && is_float(dst.dtype)), || {
-                format!("copies {} to {}", src.dtype, dst.dtype)
-            })?;
+            require(
+                name,
+                same_ints || (is_float(src.dtype) && is_float(dst.dtype)),
+                || format!("copies {} to {}", src.dtype, dst.dtype),
+            )?;
             require(name, n_elements(&src) == n_elements(&dst), || {
                 "element counts differ".to_string()
             })?;
@@ -259,9 +266,11 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             require(name, is_float(dst.dtype), || {
                 format!("rows are written as floats, not {}", dst.dtype)
             })?;
-            require(name, srcs[1].ne[2] == dst.ne[2] && srcs[1].ne[3] == dst.ne[3], || {
-                "rows and destination differ in dims 2 and 3".to_string()
-            })?;
+            require(
+                name,
+                srcs[1].ne[2] == dst.ne[2] && srcs[1].ne[3] == dst.ne[3],
+                || "rows and destination differ in dims 2 and 3".to_string(),
+            )?;
             let block = if srcs[1].ne[0] <= 32 { 32 } else { 256 };
             (Kernel::Library("set_rows"), row_grid(&srcs[1])?, block)
         }
@@ -275,7 +284,9 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             (Kernel::Library("row_sum"), row_grid(&srcs[0])?, 256)
         }
         Op::Argmax => {
-            require(name, dst.dtype == DType::I32, || "argmax writes I32".to_string())?;
+            require(name, dst.dtype == DType::I32, || {
+                "argmax writes I32".to_string()
+            })?;
             (
                 Kernel::Library("argmax"),
                 [dim(name, srcs[0].ne[1], GRID_X)?, 1, 1],
@@ -314,7 +325,10 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
                 Op::GetRows | Op::SetRows | Op::Rope(_) | Op::Argmax | Op::Cpy | Op::Cont
             );
         require(name, weight || index || is_float(t.dtype), || {
-            format!("reads or writes {}, which only mul_mat and get_rows take as src0", t.dtype)
+            format!(
+                "reads or writes {}, which only mul_mat and get_rows take as src0",
+                t.dtype
+            )
         })?;
     }
     Ok(Launch {
@@ -335,12 +349,21 @@ mod tests {
             _ => 4,
         };
         let nb0 = if dtype == DType::Q4_1 { 20 } else { es };
-        let row = if dtype == DType::Q4_1 { ne[0] / 32 * 20 } else { ne[0] * es };
+        let row = if dtype == DType::Q4_1 {
+            ne[0] / 32 * 20
+        } else {
+            ne[0] * es
+        };
         RawTensor {
             data: 0x1000 as *mut u8,
             dtype,
             ne,
-            nb: [nb0 as u64, row as u64, (row * ne[1]) as u64, (row * ne[1] * ne[2]) as u64],
+            nb: [
+                nb0 as u64,
+                row as u64,
+                (row * ne[1]) as u64,
+                (row * ne[1] * ne[2]) as u64,
+            ],
         }
     }
 
@@ -370,7 +393,15 @@ mod tests {
         let l = op(&Op::Add, a, &[a, b]).expect("launch");
         assert!(matches!(l.kernel, Kernel::Generated(_)));
         assert_eq!(l.grid, [5, 1, 1]);
-        let g = op(&Op::Glu { kind: ir::GluKind::SwiGlu, swapped: false }, b, &[a]).expect("glu");
+        let g = op(
+            &Op::Glu {
+                kind: ir::GluKind::SwiGlu,
+                swapped: false,
+            },
+            b,
+            &[a],
+        )
+        .expect("glu");
         assert_eq!(g.kernel, Kernel::Library("glu_halves"));
     }
 

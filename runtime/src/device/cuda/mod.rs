@@ -42,4 +42,4 @@ pub mod device;
 pub use device as step;
 
 pub use device::CudaDevice;
-pub use probe::{CudaStatus, CudaDevice as ProbedGpu};
+pub use probe::{CudaDevice as ProbedGpu, CudaStatus};

@@ -18,7 +18,11 @@ pub struct CudaDevice {
 
 impl CudaDevice {
     /// Refused: this build has no CUDA support.
-    pub fn open(name: &str, _ordinal: u32, _alignment: u64) -> Result<Arc<CudaDevice>, RuntimeError> {
+    pub fn open(
+        name: &str,
+        _ordinal: u32,
+        _alignment: u64,
+    ) -> Result<Arc<CudaDevice>, RuntimeError> {
         Err(RuntimeError::NoDevice {
             device: name.to_string(),
             kind: "CUDA GPU".to_string(),
@@ -27,7 +31,12 @@ impl CudaDevice {
     }
 
     /// Never called (no device exists).
-    pub fn alloc_arena(&self, _arena: usize, _bytes: u64, _usage: &str) -> Result<u64, RuntimeError> {
+    pub fn alloc_arena(
+        &self,
+        _arena: usize,
+        _bytes: u64,
+        _usage: &str,
+    ) -> Result<u64, RuntimeError> {
         match self.never {}
     }
 

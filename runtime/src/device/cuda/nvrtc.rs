@@ -61,8 +61,7 @@ pub fn cache_name(source: &str, arch: &str) -> String {
 /// True when NVRTC can be loaded.
 pub fn nvrtc_present() -> bool {
     // SAFETY: only tries to dlopen libnvrtc under its usual names.
-    std::panic::catch_unwind(|| unsafe { cudarc::nvrtc::sys::is_culib_present() })
-        .unwrap_or(false)
+    std::panic::catch_unwind(|| unsafe { cudarc::nvrtc::sys::is_culib_present() }).unwrap_or(false)
 }
 
 /// The PTX of `source` for `arch`: from the cache, else compiled (and

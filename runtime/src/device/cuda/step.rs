@@ -37,9 +37,11 @@ impl CudaStep {
     fn launch(&self) -> Result<(), crate::RuntimeError> {
         let f = match self.function.get() {
             Some(f) => *f,
-            None => *self
-                .function
-                .get_or_init(|| self.device.function(&self.launch.kernel).unwrap_or(NO_FUNCTION)),
+            None => *self.function.get_or_init(|| {
+                self.device
+                    .function(&self.launch.kernel)
+                    .unwrap_or(NO_FUNCTION)
+            }),
         };
         if f.is_null() {
             return Err(crate::RuntimeError::Cuda {
