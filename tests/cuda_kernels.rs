@@ -191,3 +191,23 @@ fn the_cuda_kernels_compile_with_nvrtc_and_assemble_with_ptxas() {
         generated.len()
     );
 }
+
+#[test]
+fn a_kernel_that_does_not_compile_is_an_error_with_nvrtcs_log() {
+    if !nvrtc::nvrtc_present() {
+        assert!(
+            !required(),
+            "GGPLAN_REQUIRE_NVRTC=1 but NVRTC cannot be loaded"
+        );
+        println!("skipped: NVRTC (libnvrtc.so) cannot be loaded");
+        return;
+    }
+    let source = "extern \"C\" __global__ void broken(float *x) { x[0] = undeclared_name; }";
+    let err = nvrtc::compile(source, "compute_90", "cuda0")
+        .expect_err("does not compile")
+        .to_string();
+    assert!(
+        err.contains("cuda0") && err.contains("NVRTC") && err.contains("undeclared_name"),
+        "{err}"
+    );
+}

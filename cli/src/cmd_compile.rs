@@ -89,6 +89,12 @@ pub struct CompileArgs {
     /// from each server, their links measured now.
     #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
     rpc: Vec<String>,
+    /// Also write the CUDA kernels the plan's GPU steps launch into DIR: each
+    /// module's source (.cu) and, where NVRTC can be loaded, its PTX for
+    /// sm_80 and sm_90 under the kernel cache's names, so a GPU host loading
+    /// the plan with GGPLAN_CUDA_CACHE=DIR compiles nothing.
+    #[arg(long, value_name = "DIR")]
+    emit_cuda: Option<PathBuf>,
     /// Where to write the plan.
     #[arg(short, long, value_name = "PLAN.ron")]
     output: PathBuf,
@@ -160,6 +166,10 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     };
     options.spelled = options.flags(&args.target);
     let compiled = compile(&graph, &target, &options)?;
+    // The kernels first: a plan whose GPU steps have none is refused whole.
+    if let Some(dir) = &args.emit_cuda {
+        emit_cuda(&compiled.plan, dir)?;
+    }
     ir::plan::write_plan(&args.output, &compiled.plan).with_context(|| "writing the plan")?;
     print!("{}", ggplan::plan::summary(&compiled.plan));
     let total: f64 = compiled.timings.iter().map(|t| t.micros).sum();
@@ -171,4 +181,39 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     println!("compiled in {:.2} ms: {}", total / 1e3, passes.join(", "));
     println!("wrote {}", args.output.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the CUDA modules `plan` loads into `dir` (see `--emit-cuda`).
+fn emit_cuda(plan: &ir::plan::Plan, dir: &std::path::Path) -> Result<()> {
+    use runtime::device::cuda::{nvrtc, sources};
+    let kernels = sources::plan_kernels(plan)?;
+    if kernels.steps == 0 {
+        anyhow::bail!("--emit-cuda: the plan runs nothing on a CUDA device");
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let modules = kernels.modules();
+    let compile = nvrtc::nvrtc_present();
+    for (name, source) in &modules {
+        let file = dir.join(format!("{}.cu", name.replace(' ', "_")));
+        ir::text::write_atomically(&file, source.as_bytes())?;
+        if compile {
+            for arch in ["compute_80", "compute_90"] {
+                let ptx = nvrtc::compile(source, arch, "cuda")?;
+                let file = dir.join(nvrtc::cache_name(source, arch));
+                ir::text::write_atomically(&file, ptx.as_bytes())?;
+            }
+        }
+    }
+    println!(
+        "wrote {} CUDA modules ({} steps on the GPU) to {}{}",
+        modules.len(),
+        kernels.steps,
+        dir.display(),
+        if compile {
+            ", with PTX for sm_80 and sm_90 (load with GGPLAN_CUDA_CACHE set to that folder)"
+        } else {
+            " (sources only: NVRTC cannot be loaded here, so no PTX)"
+        }
+    );
+    Ok(())
 }
