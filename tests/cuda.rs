@@ -9,7 +9,7 @@
 
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
-use ggplan_tests::outputs::{nmse_f32, outputs};
+use ggplan_tests::outputs::{assert_every_step_passes, nmse_f32, outputs};
 use ggplan_tests::{example_graph_files, workspace_root};
 use ir::plan::Plan;
 use runtime::device::cuda::CudaStatus;
@@ -75,13 +75,7 @@ fn plans_on_a_gpu_match_the_cpu_and_every_step_the_reference() {
                 let e = nmse_f32(&want[name], values);
                 assert!(e <= AGREE, "{what}: '{name}' NMSE {e:e} against the CPU");
             }
-            let steps = runtime::check::check_steps(&mut rt, &mut |_| {}).unwrap();
-            if let Some(c) = steps.iter().find(|c| !c.passed()) {
-                panic!(
-                    "{what}: step {:?} {} '{}' NMSE {:e} over {:e}",
-                    c.step, c.kind, c.tensor, c.nmse, c.threshold
-                );
-            }
+            assert_every_step_passes(&mut rt, &what);
         }
     }
 }
@@ -95,8 +89,7 @@ fn the_ops_graph_compiles_for_the_gpu_and_runs_on_the_cpu() {
     assert_eq!(kernels.steps, 25);
     let mut rt = load(plan_for(&graph, "cpu")).unwrap();
     outputs(&mut rt);
-    let steps = runtime::check::check_steps(&mut rt, &mut |_| {}).unwrap();
-    assert!(steps.iter().all(|c| c.passed()), "{steps:?}");
+    assert_every_step_passes(&mut rt, "cuda_ops on cpu");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::PlacementOptions;
 use compiler::target::Target;
 use ggplan_tests::example_graph_files;
-use ggplan_tests::outputs::{nmse_f32 as nmse, outputs};
+use ggplan_tests::outputs::{assert_every_step_passes, nmse_f32 as nmse, outputs};
 use ggplan_tests::rpc_server::RpcServer;
 use ir::plan::Plan;
 use runtime::device::rpc::RemoteServers;
@@ -86,13 +86,7 @@ fn example_graphs_split_over_two_servers_match_one_device() {
                 assert!(e <= AGREE, "{what}: '{name}' NMSE {e:e} against one device");
             }
             // Every step the servers ran, in isolation, against the reference.
-            let steps = runtime::check::check_steps(&mut rt, &mut |_| {}).unwrap();
-            if let Some(c) = steps.iter().find(|c| !c.passed()) {
-                panic!(
-                    "{what}: step {:?} {} '{}' NMSE {:e} over {:e}",
-                    c.step, c.kind, c.tensor, c.nmse, c.threshold
-                );
-            }
+            assert_every_step_passes(&mut rt, &what);
         }
     }
 }

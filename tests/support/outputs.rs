@@ -39,3 +39,17 @@ pub fn bits(v: &BTreeMap<String, Vec<f32>>) -> Vec<Vec<u32>> {
         .map(|x| x.iter().map(|f| f.to_bits()).collect())
         .collect()
 }
+
+/// Runs every step of `rt` in isolation against the reference kernels and
+/// panics naming the first over its DESIGN.md threshold (`what` says which
+/// plan); returns how many steps were checked.
+pub fn assert_every_step_passes(rt: &mut Runtime, what: &str) -> usize {
+    let steps = runtime::check::check_steps(rt, &mut |_| {}).unwrap();
+    if let Some(c) = steps.iter().find(|c| !c.passed()) {
+        panic!(
+            "{what}: step {:?} {} '{}' NMSE {:e} over {:e}",
+            c.step, c.kind, c.tensor, c.nmse, c.threshold
+        );
+    }
+    steps.len()
+}

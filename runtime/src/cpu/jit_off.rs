@@ -9,38 +9,8 @@ use super::{CpuKernel, RawTensor};
 use crate::RuntimeError;
 use ir::Op;
 use ir::plan::Expr;
-use std::time::Duration;
 
-/// When fused kernels write their output with non-temporal stores (no
-/// effect here).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum StreamingStores {
-    /// As the LLVM build decides.
-    #[default]
-    Auto,
-    /// Always.
-    Always,
-    /// Never.
-    Never,
-}
-
-/// Choices of a [`Jit`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct JitOptions {
-    /// Non-temporal stores of outputs.
-    pub streaming: StreamingStores,
-}
-
-/// What a [`Jit`] has done so far (always nothing here).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct JitStats {
-    /// Distinct kernels compiled.
-    pub kernels_compiled: usize,
-    /// Steps that reused a compiled kernel.
-    pub cache_hits: usize,
-    /// Time spent compiling.
-    pub compile_time: Duration,
-}
+pub use super::jit_choices::{JitOptions, JitStats, StreamingStores};
 
 /// The stand-in JIT: compiles nothing.
 pub struct Jit;

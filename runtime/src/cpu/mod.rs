@@ -2,6 +2,7 @@
 
 #[cfg(feature = "llvm")]
 pub mod jit;
+pub mod jit_choices;
 // A build without LLVM (a GPU host that runs plans on CUDA and has no
 // libLLVM): the same interface, declining every kernel, so the plain-Rust
 // and reference kernels take those steps.

@@ -54,37 +54,9 @@ use llvm::{Compiled, Llvm};
 use spec::{Access, Node, Spec, TensorSpec, arg_block, elem_bytes};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// When fused kernels write their output with non-temporal stores.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum StreamingStores {
-    /// Outputs larger than [`streaming_threshold_bytes`] (the rule in the module doc).
-    #[default]
-    Auto,
-    /// Every eligible output (packed, element-aligned), whatever its size.
-    Always,
-    /// Never.
-    Never,
-}
-
-/// Choices of a [`Jit`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct JitOptions {
-    /// Non-temporal stores of outputs.
-    pub streaming: StreamingStores,
-}
-
-/// What a [`Jit`] has done so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct JitStats {
-    /// Distinct kernels compiled.
-    pub kernels_compiled: usize,
-    /// Prepares served from the cache.
-    pub cache_hits: usize,
-    /// Total time spent generating, optimising and compiling.
-    pub compile_time: Duration,
-}
+pub use super::jit_choices::{JitOptions, JitStats, StreamingStores};
 
 /// Output size above which [`StreamingStores::Auto`] streams: the last-level
 /// cache's size (sysfs), or 32 MiB when it cannot be read.

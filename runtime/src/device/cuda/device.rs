@@ -199,15 +199,17 @@ impl CudaDevice {
         if let Err(e) = self.gpu.synchronize() {
             self.fail(e);
         }
-        match self
+        self.take_error()
+    }
+
+    /// Returns (and clears) the first error kept since the last take.
+    fn take_error(&self) -> Result<(), RuntimeError> {
+        let kept = self
             .failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+            .take();
+        kept.map_or(Ok(()), Err)
     }
 }
 
@@ -257,15 +259,7 @@ impl Device for CudaDevice {
             if let std::collections::hash_map::Entry::Vacant(slot) = graphs.entry(key) {
                 let captured = self.gpu.capture(|| {
                     launch_all();
-                    match self
-                        .failure
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take()
-                    {
-                        Some(e) => Err(e),
-                        None => Ok(()),
-                    }
+                    self.take_error()
                 });
                 match captured {
                     Ok(graph) => {
