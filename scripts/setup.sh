@@ -95,7 +95,7 @@ fi
 # to PTX and assembles it on machines without a GPU: NVIDIA's PyPI wheels (no
 # driver needed), into the same venv. Their paths go to .models/cuda.env,
 # which scripts/cuda-env.sh reads.
-cuda_pkgs=(nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79)
+cuda_pkgs=(nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-nvcc-cu12==12.9.86)
 cuda_env="$models_dir/cuda.env"
 site="$("$models_dir/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 nvrtc_lib="$site/nvidia/cuda_nvrtc/lib"
