@@ -33,10 +33,10 @@ cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
 # The thread pool and the host events under loom, counted in the total.
 "${loom[@]}" cargo test -p ggplan-concurrency --release --locked --test loom 2>&1 | tee -a "$log" ||
   status=$?
-# Every fuzz target for 15 seconds from its seeds (nightly + cargo-fuzz are
+# Every fuzz target for 10 seconds from its seeds (nightly + cargo-fuzz are
 # installed when missing), so a regression in a reader shows up here; long
 # runs are scripts/fuzz.sh TARGET SECONDS.
-GGPLAN_FUZZ_SMOKE=1 scripts/fuzz.sh all 15 2>&1 | tee -a "$log" || status=$?
+GGPLAN_FUZZ_SMOKE=1 scripts/fuzz.sh all 10 2>&1 | tee -a "$log" || status=$?
 # A test binary killed by a signal (loom aborts on a panic inside a model)
 # prints no result line: it counts as one failure.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
