@@ -191,43 +191,25 @@ impl Runtime {
             }
             return;
         }
-        for (t, pt) in self.plan.tensors.iter().enumerate() {
-            if pt.role == Role::State && matches!(pt.placement, Placement::Arena { .. }) {
-                let span = layout_of(&self.plan, t as u32).span_bytes() as usize;
-                let device = pt.device.index();
-                if self.cuda[device].is_some() {
-                    // SAFETY: the tensor's span lies in its GPU arena.
-                    let tensor = unsafe { crate::device::TensorBytes::new(self.addr[t], span) };
-                    if let Err(e) = self.devices[device].set_tensor(tensor, 0, &vec![0; span]) {
-                        tracing_free_report(&self.cuda[device], e);
-                    }
-                    continue;
-                }
-                if let Some(r) = &self.remote[device] {
-                    // A dead server is reported by the next run.
-                    if let Err(e) = r.write(self.addr[t] as u64, &vec![0; span], "reset_state") {
-                        r.fail(e);
-                    }
-                    continue;
-                }
-                // SAFETY: the tensor's bytes hold its span; no kernel runs.
-                unsafe { std::ptr::write_bytes(self.addr[t], 0, span) };
+        let states: Vec<usize> = (self.plan.tensors.iter().enumerate())
+            .filter(|(_, pt)| {
+                pt.role == Role::State && matches!(pt.placement, Placement::Arena { .. })
+            })
+            .map(|(t, _)| t)
+            .collect();
+        let span = |t: usize| layout_of(&self.plan, t as u32).span_bytes() as usize;
+        let zeros = vec![0u8; states.iter().map(|&t| span(t)).max().unwrap_or(0)];
+        for t in states {
+            let device = self.plan.tensors[t].device.index();
+            // SAFETY: the tensor's span lies in its device's arena (checker).
+            let tensor = unsafe { crate::device::TensorBytes::new(self.addr[t], span(t)) };
+            // Through the device, whatever its memory; a failure (a dead
+            // server, a GPU error) is reported by the next run.
+            if let Err(e) = self.devices[device].set_tensor(tensor, 0, &zeros[..span(t)]) {
+                self.keep_failure(device, e);
             }
         }
     }
-}
-
-/// Keeps a GPU's error for its next run (reset_state returns nothing).
-fn tracing_free_report(
-    device: &Option<std::sync::Arc<crate::device::cuda::CudaDevice>>,
-    e: crate::RuntimeError,
-) {
-    #[cfg(feature = "cuda")]
-    if let Some(d) = device {
-        d.fail(e);
-    }
-    #[cfg(not(feature = "cuda"))]
-    let _ = (device, e);
 }
 
 /// A kernel scratch address that closures on pool threads may share.

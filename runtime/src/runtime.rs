@@ -542,6 +542,17 @@ impl Runtime {
 
     /// Waits for what the remote devices still compute, then takes the
     /// first failure of the last run on one (so a later run starts clean).
+    /// Keeps `e` in plan device `device`'s failure slot (a remote or CUDA
+    /// device), for the next run to report; a CPU device has none and its
+    /// calls here only fail on a bug, so the error is dropped.
+    pub(crate) fn keep_failure(&self, device: usize, e: RuntimeError) {
+        if let Some(r) = &self.remote[device] {
+            r.fail(e);
+        } else if let Some(c) = &self.cuda[device] {
+            c.fail(e);
+        }
+    }
+
     pub(crate) fn take_remote_failure(&self) -> Result<(), RuntimeError> {
         let mut first = None;
         for r in self.remote.iter().flatten() {

@@ -175,11 +175,6 @@ impl CudaDevice {
         .ok_or_else(missing)
     }
 
-    /// The virtual architecture its kernels are compiled for.
-    pub fn arch(&self) -> &'static str {
-        self.arch
-    }
-
     /// Keeps the first error of a run for [`CudaDevice::take_failure`].
     pub fn fail(&self, e: RuntimeError) {
         let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());

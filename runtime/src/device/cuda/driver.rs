@@ -254,11 +254,6 @@ impl Gpu {
         }
         .map_err(self.err("cuLaunchKernel"))
     }
-
-    /// The driver's device handle (for attribute queries).
-    pub fn device(&self) -> sys::CUdevice {
-        self.device
-    }
 }
 
 /// A kernel of a loaded module.
@@ -295,16 +290,6 @@ impl DeviceMemory {
     pub fn addr(&self) -> u64 {
         self.ptr
     }
-
-    /// Its size.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// The GPU it is on.
-    pub fn gpu(&self) -> &Arc<Gpu> {
-        &self.gpu
-    }
 }
 
 impl Drop for DeviceMemory {
@@ -327,16 +312,6 @@ impl Drop for Gpu {
             // SAFETY: `device` came from cuDeviceGet and its context was retained once.
             let _ = unsafe { result::primary_ctx::release(self.device) };
         }
-    }
-}
-
-impl Function {
-    /// No function (a step whose kernel failed to load).
-    pub const NULL: Function = Function(std::ptr::null_mut());
-
-    /// True for [`Function::NULL`].
-    pub fn is_null(&self) -> bool {
-        self.0.is_null()
     }
 }
 

@@ -153,7 +153,14 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
     }
     let mut tensors = vec![dst];
     tensors.extend_from_slice(srcs);
-    let mut a = args(name, &tensors)?;
+    // The kernel's tensors: cpy writes src0 into dst (src1's bytes, the
+    // result's view); set_rows writes src1's rows into dst (src0's bytes).
+    let kernel_tensors = match op {
+        Op::Cpy => vec![dst, srcs[0]],
+        Op::SetRows => vec![dst, srcs[1], srcs[2]],
+        _ => tensors.clone(),
+    };
+    let mut a = args(name, &kernel_tensors)?;
     let row_grid = |t: &RawTensor| -> Result<[u32; 3], RuntimeError> {
         Ok([dim(name, rows(t), GRID_X)?, 1, 1])
     };
@@ -242,9 +249,7 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             (Kernel::Library("rope"), row_grid(&srcs[0])?, 64)
         }
         Op::Cpy | Op::Cont => {
-            // cpy's result is a view of src1's bytes: dst is where it lands.
             let src = srcs[0];
-            a = args(name, &[dst, src])?;
             let same_ints = src.dtype == DType::I32 && dst.dtype == DType::I32;
             require(
                 name,
@@ -258,8 +263,6 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             (Kernel::Library("copy_elements"), stride_grid(a.l[0]), 256)
         }
         Op::SetRows => {
-            // The result is src0's bytes: write the rows of src1 into dst.
-            a = args(name, &[dst, srcs[1], srcs[2]])?;
             require(name, srcs[2].dtype == DType::I32, || {
                 format!("indices must be I32, not {}", srcs[2].dtype)
             })?;

@@ -51,6 +51,11 @@ impl CudaDevice {
     }
 
     /// Never called (no device exists).
+    pub fn fail(&self, _e: RuntimeError) {
+        match self.never {}
+    }
+
+    /// Never called (no device exists).
     pub fn bind_state(
         &self,
         _store: &crate::StateStore,

@@ -100,11 +100,8 @@ pub fn compile(source: &str, arch: &'static str, device: &str) -> Result<String,
         ..Default::default()
     };
     let source = source.to_string();
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
     let result =
-        std::panic::catch_unwind(move || cudarc::nvrtc::compile_ptx_with_opts(source, options));
-    std::panic::set_hook(hook);
+        super::probe::catch_quietly(move || cudarc::nvrtc::compile_ptx_with_opts(source, options));
     match result {
         Ok(Ok(ptx)) => Ok(ptx.to_src()),
         Ok(Err(cudarc::nvrtc::CompileError::CompileError { log, .. })) => Err(fail(format!(

@@ -69,11 +69,7 @@ pub fn probe() -> CudaStatus {
     }
     // cudarc panics when a symbol is missing (a driver older than the API it
     // was built for): keep that panic quiet and turn it into a reason.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let found = std::panic::catch_unwind(query);
-    std::panic::set_hook(hook);
-    match found {
+    match catch_quietly(query) {
         Ok(Ok(status)) => status,
         Ok(Err(e)) => CudaStatus::Unavailable(format!("the CUDA driver is present but {e}")),
         Err(_) => CudaStatus::Unavailable(
@@ -81,6 +77,23 @@ pub fn probe() -> CudaStatus {
                 .to_string(),
         ),
     }
+}
+
+/// Runs `f`, turning a panic into `Err` without printing it: cudarc panics
+/// where a library lacks a symbol it was built for. The default hook is
+/// swapped out for the call, under a lock, so two callers never restore each
+/// other's hook.
+#[cfg(feature = "cuda")]
+pub(crate) fn catch_quietly<T>(
+    f: impl FnOnce() -> T + std::panic::UnwindSafe,
+) -> std::thread::Result<T> {
+    static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = QUIET.lock().unwrap_or_else(|e| e.into_inner());
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(f);
+    std::panic::set_hook(hook);
+    result
 }
 
 #[cfg(feature = "cuda")]

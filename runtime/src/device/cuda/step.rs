@@ -37,24 +37,17 @@ impl CudaStep {
     fn launch(&self) -> Result<(), crate::RuntimeError> {
         let f = match self.function.get() {
             Some(f) => *f,
-            None => *self.function.get_or_init(|| {
-                self.device
-                    .function(&self.launch.kernel)
-                    .unwrap_or(NO_FUNCTION)
-            }),
+            None => {
+                // Found on the first run: kernels load after preparation.
+                let f = self.device.function(&self.launch.kernel)?;
+                let _ = self.function.set(f);
+                f
+            }
         };
-        if f.is_null() {
-            return Err(crate::RuntimeError::Cuda {
-                device: self.device.gpu().name.clone(),
-                what: format!("kernel {} was not loaded", self.launch.kernel.name()),
-            });
-        }
         let l = &self.launch;
         self.device.gpu().launch(f, l.grid, l.block, &l.args)
     }
 }
-
-const NO_FUNCTION: Function = Function::NULL;
 
 impl CpuKernel for CudaStep {
     unsafe fn run(&self, ctx: &ThreadCtx<'_>, _scratch: *mut u8) {
