@@ -26,7 +26,9 @@ const TOKENS: i64 = 128;
 const RUNS: usize = 7;
 
 fn plan(graph: &Graph, target: &str, micro_batches: u32) -> Plan {
-    let layer_split = (target != "cpu").then(Vec::new);
+    // Equal shares of the layers, as the pipelined plans get by memory.
+    let n = Target::preset(target).unwrap().devices.len();
+    let layer_split = (target != "cpu").then(|| vec![1.0; n]);
     let options = CompileOptions {
         placement: PlacementOptions {
             layer_split,

@@ -142,7 +142,9 @@ fn target(config: &str) -> Target {
 fn plan(graph: &Graph, config: &str) -> Plan {
     let options = CompileOptions {
         placement: PlacementOptions {
-            layer_split: (config != "cpu").then(Vec::new),
+            // The split by memory (equal in these presets), measured as
+            // llama.cpp splits; the cost policy alone would keep the CPU.
+            layer_split: (config != "cpu").then(|| vec![1.0; config.split('+').count()]),
             ..PlacementOptions::default()
         },
         micro_batches: 1,

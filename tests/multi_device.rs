@@ -23,17 +23,19 @@ fn plan_for(graph: &ir::Graph, target: &str, policy: Policy) -> Plan {
 }
 
 fn pipelined_plan_for(graph: &ir::Graph, target: &str, policy: Policy, n: u32) -> Plan {
+    let target = Target::preset(target).unwrap();
     let options = CompileOptions {
         policy,
         placement: PlacementOptions {
-            layer_split: Some(Vec::new()),
+            // Equal shares: without them the cost policy would weigh the
+            // split, and keep these small graphs on one device.
+            layer_split: Some(vec![1.0; target.devices.len()]),
             ..PlacementOptions::default()
         },
         micro_batches: n,
         tensor_split: None,
         spelled: vec![],
     };
-    let target = Target::preset(target).unwrap();
     compile(graph, &target, &options).unwrap().plan
 }
 

@@ -77,8 +77,9 @@ fn waits_not_for_data(p: &Plan) -> Vec<String> {
 
 #[test]
 fn every_wait_in_the_multi_device_examples_is_for_data() {
-    let layer = || PlacementOptions {
-        layer_split: Some(Vec::new()),
+    // Given shares: the cost policy alone would keep one device.
+    let layer = |devices: usize| PlacementOptions {
+        layer_split: Some(vec![1.0; devices]),
         ..PlacementOptions::default()
     };
     let offload = || PlacementOptions {
@@ -87,13 +88,13 @@ fn every_wait_in_the_multi_device_examples_is_for_data() {
     };
     let mut plans = Vec::new();
     for micro in [1, 2, 4, 8] {
-        let p = compile_example("llama2l_kv", "cpu0+cpu1", layer(), micro);
+        let p = compile_example("llama2l_kv", "cpu0+cpu1", layer(2), micro);
         plans.push((format!("llama2l_kv cpu0+cpu1 --pipeline {micro}"), p));
     }
     for graph in ["llama2l", "bert2l"] {
         let p = compile_example(graph, "cpu+cuda0", offload(), 1);
         plans.push((format!("{graph} cpu+cuda0 --offload-layers 1"), p));
-        let p = compile_example(graph, "cpu0+cpu1+cpu2+cpu3", layer(), 1);
+        let p = compile_example(graph, "cpu0+cpu1+cpu2+cpu3", layer(4), 1);
         plans.push((format!("{graph} cpu0+cpu1+cpu2+cpu3 layer split"), p));
     }
     let mut waits = 0;

@@ -159,6 +159,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             offload_layers: args.offload_layers,
             fit: args.fit,
             layer_split,
+            // Set by the compile pipeline from `micro_batches`.
+            pipelined: false,
         },
         micro_batches: args.pipeline,
         tensor_split,

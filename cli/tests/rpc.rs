@@ -31,6 +31,8 @@ fn a_plan_over_two_servers_runs_checked_and_is_refused_without_them() {
         "cpu+rpc0+rpc1",
         "--split-mode",
         "layer",
+        "--tensor-split",
+        "1,1,1",
         "-o",
         plan,
     ]);
@@ -92,6 +94,8 @@ fn devices_and_host_targets_ask_the_servers() {
         &list,
         "--split-mode",
         "layer",
+        "--tensor-split",
+        "1,1,1",
         "-o",
         plan,
     ]);
@@ -108,6 +112,34 @@ fn devices_and_host_targets_ask_the_servers() {
         &list,
     ]);
     assert!(out.status.success(), "{}", text(&out));
+
+    // Without proportions the cost model chooses each device's layers from
+    // the servers' measured link and matmul rates, and says so.
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "host",
+        "--rpc",
+        &list,
+        "--split-mode",
+        "layer",
+        "-o",
+        plan,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let notes = text(&out);
+    assert!(
+        notes.contains("rpc1 at ") && notes.contains(" GFLOP/s f32, "),
+        "{notes}"
+    );
+    let out = ggplan(&["explain", plan, "l1.wq"]);
+    let why = text(&out);
+    assert!(
+        why.contains("the cost model's layer split (")
+            && why.contains(" for the split by device memory"),
+        "{why}"
+    );
 
     let out = ggplan(&[
         "compile",

@@ -199,7 +199,11 @@ pub fn compile(
             (&sharded.graph, sharded.assignment.clone())
         }
         None => {
-            let assignment = assign_devices(graph, target, &options.placement, options.policy)?;
+            let placement = PlacementOptions {
+                pipelined: options.micro_batches > 1,
+                ..options.placement.clone()
+            };
+            let assignment = assign_devices(graph, target, &placement, options.policy)?;
             timed("assign", t);
             (graph, assignment)
         }

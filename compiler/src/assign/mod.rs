@@ -72,7 +72,7 @@ pub fn assign_devices(
     target.validate()?;
     placement.validate(target)?;
     check_support(graph, target)?;
-    let weights = place_weights(graph, target, placement)?;
+    let weights = place_weights(graph, target, placement, policy)?;
     match policy {
         Policy::Ggml => ggml_policy::assign_like_ggml(graph, target, &weights),
         Policy::Cost => cost_policy::assign_by_cost(graph, target, &weights),

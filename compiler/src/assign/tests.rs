@@ -71,11 +71,12 @@ pub(super) fn check_invariants(
     graph: &Graph,
     target: &Target,
     o: &PlacementOptions,
+    policy: Policy,
     a: &Assignment,
 ) {
     assert_eq!(a.device.len(), graph.len());
     assert_eq!(a.reason.len(), graph.len());
-    let pins = crate::placement::Pins::new(o, target, graph);
+    let pins = crate::placement::Pins::new(o, target, graph, policy);
     for id in graph.ids() {
         let t = graph.tensor(id);
         let d = a.device[id.index()];
@@ -121,7 +122,7 @@ fn both_policies_keep_every_invariant_on_the_examples() {
         for (what, t, o) in scenarios() {
             for p in [Policy::Ggml, Policy::Cost] {
                 let a = run(&g, &t, &o, p);
-                check_invariants(&g, &t, &o, &a);
+                check_invariants(&g, &t, &o, p, &a);
                 assert_eq!(
                     a,
                     run(&g, &t, &o, p),
@@ -235,7 +236,7 @@ fn writes_into_state_run_on_the_state_device() {
         let g = kv_graph(cache, set_rows);
         for p in [Policy::Ggml, Policy::Cost] {
             let a = run(&g, &t, &o, p);
-            check_invariants(&g, &t, &o, &a);
+            check_invariants(&g, &t, &o, p, &a);
             let cache_dev = device_of(&g, &t, &a, "cache_k");
             assert_eq!(device_of(&g, &t, &a, "k_store"), cache_dev, "{cache} {p:?}");
             assert_eq!(device_of(&g, &t, &a, "k_all"), cache_dev, "{cache} {p:?}");
@@ -313,7 +314,7 @@ fn weights_that_fit_no_device_are_an_error_naming_them() {
 fn fit_fills_devices_in_priority_order_block_by_block() {
     let g = example_graph("llama2l");
     let (_, t, o) = scenarios().swap_remove(2);
-    let w = place_weights(&g, &t, &o).expect("placement");
+    let w = place_weights(&g, &t, &o, Policy::Cost).expect("placement");
     let at = |n: &str| {
         let id = g.find(n).expect(n);
         t.devices[w.device[id.index()].expect("placed").index()]
@@ -351,7 +352,7 @@ fn a_weight_on_a_device_that_cannot_run_its_user_says_so() {
     );
     for p in [Policy::Ggml, Policy::Cost] {
         let a = run(&g, &t, &PlacementOptions::default(), p);
-        check_invariants(&g, &t, &PlacementOptions::default(), &a);
+        check_invariants(&g, &t, &PlacementOptions::default(), p, &a);
         assert_eq!(device_of(&g, &t, &a, "tok_embd"), "cuda0");
         assert_eq!(device_of(&g, &t, &a, "inp_embd"), "cpu");
         let why = reason_of(&g, &a, "tok_embd");

@@ -133,7 +133,7 @@ fn a_two_device_cut_with_a_known_answer() {
     let target = toy_target();
     let o = PlacementOptions::default();
     let a = run(&g, &target, &o, Policy::Cost);
-    check_invariants(&g, &target, &o, &a);
+    check_invariants(&g, &target, &o, Policy::Cost, &a);
     let at = |n| device_of(&g, &target, &a, n);
     assert_eq!(
         [at("x"), at("y"), at("t"), at("c1"), at("c2"), at("c3")],
@@ -201,7 +201,7 @@ fn the_two_device_cut_is_exact_against_brute_force() {
     let mut rng = Lcg(3);
     for case in 0..60 {
         let g = random_graph(&mut rng);
-        let w = place_weights(&g, &target, &o).expect("weights");
+        let w = place_weights(&g, &target, &o, Policy::Cost).expect("weights");
         let p = Problem::new(&g, &target, &w).expect("problem");
         let free: Vec<usize> = (0..p.root.len())
             .filter(|&i| {
@@ -238,7 +238,7 @@ fn pure_time_answers_and_the_copy_budget() {
     // that the policy's answer is within ggml's copies.
     let g = example_graph("llama2l");
     for (what, t, o) in scenarios() {
-        let w = place_weights(&g, &t, &o).expect("weights");
+        let w = place_weights(&g, &t, &o, Policy::Cost).expect("weights");
         let p = Problem::new(&g, &t, &w).expect("problem");
         let fastest = p.solve(1);
         let (pairs, bytes) = p.copy_stats(&fastest);
@@ -258,7 +258,7 @@ fn three_devices_use_expansion_and_all_weights_stay() {
     let g = example_graph("llama2l");
     let (_, t, o) = scenarios().swap_remove(2);
     let a = run(&g, &t, &o, Policy::Cost);
-    let w = place_weights(&g, &t, &o).expect("weights");
+    let w = place_weights(&g, &t, &o, Policy::Cost).expect("weights");
     for id in g.ids().filter(|&id| w.device[id.index()].is_some()) {
         assert_eq!(Some(a.device[id.index()]), w.device[id.index()]);
     }

@@ -1,8 +1,11 @@
 //! Weight placement: the device of every weight, shared by both policies
-//! (so comparing policies compares them on the same weight placement).
+//! (so comparing policies compares them on the same weight placement), but
+//! for a layer split without proportions, which the cost policy prices
+//! ([`crate::placement::layer_cost`]) and the ggml policy makes by memory.
 //!
 //! Precedence, per weight:
-//! 1. an explicit `--pin` rule, else `--offload-layers N` ([`Pins`]);
+//! 1. an explicit `--pin` rule, else `--offload-layers N` or
+//!    `--split-mode layer` ([`Pins`]);
 //! 2. with `--fit`: devices are filled greedily in priority order, one unit
 //!    at a time in graph order, a unit being a block's weights together
 //!    ([`layer_of`]) or a weight in no block alone. A unit that does not fit
@@ -29,6 +32,7 @@
 //! a copy (ggml does the same), and its reason says so.
 
 use crate::Error;
+use crate::assign::Policy;
 use crate::placement::{Pins, PlacementOptions, layer_of};
 use crate::target::{DeviceId, Target};
 use ir::{Graph, Role, TensorId};
@@ -68,9 +72,10 @@ pub fn place_weights(
     graph: &Graph,
     target: &Target,
     options: &PlacementOptions,
+    policy: Policy,
 ) -> Result<WeightPlacement, Error> {
     target.validate()?;
-    let pins = Pins::new(options, target, graph);
+    let pins = Pins::new(options, target, graph, policy);
     let reserve = compute_reserve_bytes(graph);
     let mut free: Vec<u64> = target
         .devices

@@ -13,6 +13,7 @@
 
 use crate::{Error, Result};
 use compiler::pipeline::{CompileOptions, compile};
+use compiler::placement::{PinRule, PlacementOptions};
 use compiler::target::{MatmulGflops, Target, Throughput};
 use ir::{DType, Graph, GraphBuilder};
 use runtime::{LoadOptions, Runtime, Weights};
@@ -80,12 +81,23 @@ fn launch_graph() -> Result<Graph, ir::Error> {
 fn best_run_seconds(graph: &Graph, threads: usize) -> Result<f64> {
     let target = Target::preset("cpu")
         .ok_or_else(|| Error::Usage("the cpu target preset is missing".to_string()))?;
-    let plan = compile(graph, &target, &CompileOptions::default())?.plan;
     let options = LoadOptions {
         threads,
         ..LoadOptions::default()
     };
-    let mut rt = Runtime::load(Arc::new(plan), Weights::Random { seed: 1 }, &options)?;
+    best_run_seconds_on(graph, &target, &CompileOptions::default(), &options)
+}
+
+/// The best of [`RUNS`] timed runs (after a warm-up) of `graph` compiled for
+/// `target` with `compile_options` and loaded with random weights, in seconds.
+fn best_run_seconds_on(
+    graph: &Graph,
+    target: &Target,
+    compile_options: &CompileOptions,
+    options: &LoadOptions,
+) -> Result<f64> {
+    let plan = compile(graph, target, compile_options)?.plan;
+    let mut rt = Runtime::load(Arc::new(plan), Weights::Random { seed: 1 }, options)?;
     rt.run()?;
     let mut best = f64::INFINITY;
     for _ in 0..RUNS {
@@ -121,6 +133,47 @@ pub fn calibrate(threads: usize) -> Result<Calibration> {
             launch_overhead_us,
         },
         took_ms: start.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// Measures the matmul rates of the first device of the ggml RPC server
+/// `servers` holds (one server): the same products as [`calibrate`], every
+/// operand on the server (`cpu+rpc0` with every weight pinned to `rpc0`), so a
+/// run is one graph sent and its result read back. `transfer_us(bytes)` is
+/// the link's time for reading back `bytes` (from the measured link), taken
+/// off each run so that the rate is the server's alone.
+pub fn remote_matmul_gflops(
+    servers: Arc<runtime::device::rpc::device::RemoteServers>,
+    transfer_us: &dyn Fn(u64) -> f64,
+) -> Result<MatmulGflops> {
+    let target = Target::preset("cpu+rpc0")
+        .ok_or_else(|| Error::Usage("the cpu+rpc0 target preset is missing".to_string()))?;
+    let everything_remote = PinRule::parse(".=rpc0", &target)?;
+    let compile_options = CompileOptions {
+        placement: PlacementOptions {
+            pins: vec![everything_remote],
+            ..PlacementOptions::default()
+        },
+        ..CompileOptions::default()
+    };
+    let options = LoadOptions {
+        threads: 1,
+        rpc: Some(servers),
+        ..LoadOptions::default()
+    };
+    let mm_flops = 2.0 * (MM_K * MM_M * MM_N) as f64;
+    let result_bytes = (4 * MM_M * MM_N) as u64;
+    let gflops = |dtype| -> Result<f64> {
+        let run = best_run_seconds_on(&matmul_graph(dtype)?, &target, &compile_options, &options)?;
+        // What is left after the read-back, never below a tenth of the run
+        // (a link measured slower than it is must not make the rate absurd).
+        let compute = (run - transfer_us(result_bytes) * 1e-6).max(run / 10.0);
+        Ok(mm_flops / compute / 1e9)
+    };
+    Ok(MatmulGflops {
+        f32: gflops(DType::F32)?,
+        f16: gflops(DType::F16)?,
+        quantized: gflops(DType::Q4_0)?,
     })
 }
 

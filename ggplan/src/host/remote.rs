@@ -10,15 +10,24 @@
 //!   and freed after; both rounded to two significant digits, so that a
 //!   link measured twice gives the same plan unless it really changed;
 //! - between two servers: through the host (the protocol has no copy between
-//!   servers), the slower link's bandwidth halved, latencies added.
+//!   servers), the slower link's bandwidth halved, latencies added;
+//! - matmul rates (f32, f16, quantized): measured on the server with the
+//!   host calibration's products (`calibrate::remote_matmul_gflops`), the
+//!   read-back of each result taken off by the measured link, two significant
+//!   digits. The memory rate and per-step overhead stay the preset's
+//!   estimates (a server runs a whole segment per call, so neither is
+//!   visible apart from the link).
 //!
 //! Invariant: every connection is closed before this returns (a server serves
 //! one client at a time, and the runtime connects next).
 
+use super::calibrate::remote_matmul_gflops;
 use crate::{Error, Result};
 use compiler::target::presets::remote;
-use compiler::target::{Link, Target};
+use compiler::target::{Link, MatmulGflops, Target};
 use runtime::device::rpc::client::RpcClient;
+use runtime::device::rpc::device::RemoteServers;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What one server says of itself and its link.
@@ -28,6 +37,7 @@ struct Measured {
     alignment: u64,
     link_gbps: f64,
     latency_us: f64,
+    matmul: MatmulGflops,
 }
 
 const PROBE_BYTES: usize = 8 << 20;
@@ -49,10 +59,14 @@ pub fn add_remote_devices(
         }
         let m = measure(endpoint)?;
         note(&format!(
-            "rpc{i} at {endpoint}: {:.1} GiB, link {:.2} GB/s, {:.0} µs per call",
+            "rpc{i} at {endpoint}: {:.1} GiB, link {:.2} GB/s, {:.0} µs per call, \
+             matmul {} GFLOP/s f32, {} f16, {} quantized",
             m.memory as f64 / (1u64 << 30) as f64,
             m.link_gbps,
-            m.latency_us
+            m.latency_us,
+            m.matmul.f32,
+            m.matmul.f16,
+            m.matmul.quantized
         ));
         measured.push(m);
     }
@@ -62,6 +76,7 @@ pub fn add_remote_devices(
         d.memory_bytes = m.memory;
         d.max_buffer_bytes = m.max_buffer.min(m.memory);
         d.alignment = d.alignment.max(m.alignment);
+        d.throughput.matmul_gflops = m.matmul.clone();
         for host in &host_devices {
             target
                 .links
@@ -108,12 +123,23 @@ fn measure(endpoint: &str) -> Result<Measured> {
     let max_buffer = c.max_size(0)?;
     let alignment = c.alignment(0)?;
     let link = runtime::device::rpc::link::measure(&mut c, 32, 3, PROBE_BYTES)?;
+    // The server serves one connection at a time: close this one before the
+    // compute probe connects.
+    drop(c);
+    let servers = RemoteServers::connect(&[endpoint.to_string()], Duration::from_secs(10))?;
+    let transfer_us = |bytes: u64| bytes as f64 / (link.upload_gbps * 1e3) + link.latency_us;
+    let rates = remote_matmul_gflops(Arc::new(servers), &transfer_us)?;
     Ok(Measured {
         memory: total,
         max_buffer,
         alignment,
         link_gbps: two_digits(link.upload_gbps),
         latency_us: two_digits(link.latency_us),
+        matmul: MatmulGflops {
+            f32: two_digits(rates.f32),
+            f16: two_digits(rates.f16),
+            quantized: two_digits(rates.quantized),
+        },
     })
 }
 

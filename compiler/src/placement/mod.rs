@@ -29,9 +29,13 @@
 //! without both a CPU and an accelerator. Unvalidated options never panic: a
 //! rule naming a missing device is skipped, and offloading then pins nothing.
 
+pub mod layer_cost;
+
 use crate::Error;
+use crate::assign::Policy;
 use crate::target::{DeviceId, Target};
 use ir::{Graph, Role};
+use layer_cost::UnitCosts;
 use regex::Regex;
 
 /// One `--pin REGEX=DEVICE` rule.
@@ -97,9 +101,16 @@ pub struct PlacementOptions {
     /// `--split-mode layer [--tensor-split P0,P1,...]`: whole blocks (and the
     /// input layer and output head as units of their own) spread over the
     /// target's devices in priority order, each device's share of the matmul
-    /// work in proportion to `P` (llama.cpp's `-sm layer -ts`), or to their
-    /// memory when `P` is empty.
+    /// work in proportion to `P` (llama.cpp's `-sm layer -ts`). When `P` is
+    /// empty: the split with the least estimated time under the cost policy
+    /// ([`layer_cost`]), in proportion to device memory under the ggml policy
+    /// (llama.cpp's rule).
     pub layer_split: Option<Vec<f64>>,
+    /// The batch is cut into micro-batches (`--pipeline N`; the compile
+    /// pipeline sets it). The cost policy's layer split prices one pass run
+    /// device after device, which a pipelined plan is not, so such a plan
+    /// keeps the split by memory.
+    pub pipelined: bool,
 }
 
 impl PlacementOptions {
@@ -197,7 +208,7 @@ pub fn n_layers(graph: &Graph) -> u32 {
 
 /// True for the output head's weights: `output`, `output_norm`, `lm_head`,
 /// `model.norm`, alone or followed by `.suffix`.
-fn is_output_head(name: &str) -> bool {
+pub(crate) fn is_output_head(name: &str) -> bool {
     ["output", "output_norm", "lm_head", "model.norm"]
         .iter()
         .any(|h| {
@@ -214,11 +225,19 @@ pub struct Pins<'a> {
     /// Where each layer-split unit's middle sits in the model's work, in
     /// `[0, 1)` (see [`unit_positions`]).
     unit_positions: Vec<f64>,
+    /// The cost policy's layer split, when it decides one (see [`layer_cost`]).
+    cost_split: Option<CostSplit>,
+}
+
+/// The device of each unit chosen by [`layer_cost`], and why, in one sentence.
+struct CostSplit {
+    devices: Vec<usize>,
+    why: String,
 }
 
 /// A weight's unit in a layer split: 0 the input layer, `1..=n` block
 /// `l + 1`, `n + 1` the output head.
-fn unit_of(name: &str, n_layers: u32) -> usize {
+pub(crate) fn unit_of(name: &str, n_layers: u32) -> usize {
     match layer_of(name) {
         Some(l) => l.min(n_layers.saturating_sub(1)) as usize + 1,
         None if is_output_head(name) => n_layers as usize + 1,
@@ -270,16 +289,58 @@ fn unit_positions(costs: &[f64]) -> Vec<f64> {
 }
 
 impl<'a> Pins<'a> {
-    /// Resolves `options` for `target` and `graph` (counts the graph's blocks
-    /// and their work once).
-    pub fn new(options: &'a PlacementOptions, target: &'a Target, graph: &Graph) -> Pins<'a> {
+    /// Resolves `options` for `target` and `graph` under `policy` (counts the
+    /// graph's blocks and their work once; prices the layer split when the
+    /// cost policy chooses it).
+    pub fn new(
+        options: &'a PlacementOptions,
+        target: &'a Target,
+        graph: &Graph,
+        policy: Policy,
+    ) -> Pins<'a> {
         let n_layers = n_layers(graph);
-        Pins {
+        let mut pins = Pins {
             options,
             target,
             n_layers,
             unit_positions: unit_positions(&unit_costs(graph, n_layers)),
+            cost_split: None,
+        };
+        let by_cost = options.layer_split.as_ref().is_some_and(|p| p.is_empty());
+        if by_cost && policy == Policy::Cost && !options.pipelined && target.devices.len() > 1 {
+            pins.cost_split = pins.split_by_cost(graph);
         }
+        pins
+    }
+
+    /// The layer split with the least estimated time, with the estimate of
+    /// llama.cpp's split by memory beside it in the reason; `None` when no
+    /// contiguous split fits (the memory split then stands, and reports what
+    /// does not fit).
+    fn split_by_cost(&self, graph: &Graph) -> Option<CostSplit> {
+        let costs = UnitCosts::of(graph, self.target, self.n_layers);
+        let devices = layer_cost::best_split(graph, self.target, &costs)?;
+        let shares = self.memory_shares();
+        let by_memory: Option<Vec<usize>> = (self.unit_positions.iter())
+            .map(|&at| share_device(&shares, at))
+            .collect();
+        let estimate = crate::assign::fmt_us(costs.time_us(self.target, &devices));
+        let against = by_memory.map_or(String::new(), |m| {
+            let us = crate::assign::fmt_us(costs.time_us(self.target, &m));
+            format!(" against {us} for the split by device memory")
+        });
+        let why = format!(
+            "the cost model's layer split ({}) is estimated at {estimate} per run{against} \
+             (--split-mode layer, --policy cost)",
+            layer_cost::describe(self.target, &devices)
+        );
+        Some(CostSplit { devices, why })
+    }
+
+    /// Every device's memory, as layer-split proportions.
+    fn memory_shares(&self) -> Vec<f64> {
+        let memory = self.target.devices.iter().map(|d| d.memory_bytes as f64);
+        memory.collect()
     }
 
     /// Where the options put the weight `name`, and why; `None` when they
@@ -334,31 +395,28 @@ impl Pins<'_> {
     /// counted with them), they are shares of the work per token, so a large
     /// output head weighs what it costs.
     fn layer_split_device(&self, name: &str, proportions: &[f64]) -> Option<(DeviceId, String)> {
-        let shares: Vec<f64> = if proportions.is_empty() {
-            let memory = self.target.devices.iter().map(|d| d.memory_bytes as f64);
-            memory.collect()
-        } else {
-            let padded = proportions.iter().copied().chain(std::iter::repeat(0.0));
-            padded.take(self.target.devices.len()).collect()
-        };
-        let total: f64 = shares.iter().sum();
         let n = self.n_layers.max(1);
-        let at = self.unit_positions[unit_of(name, self.n_layers)];
-        let mut cumulative = 0.0;
-        let mut device = shares.iter().rposition(|&s| s > 0.0)?;
-        for (k, s) in shares.iter().enumerate() {
-            cumulative += s / total;
-            if *s > 0.0 && at <= cumulative {
-                device = k;
-                break;
-            }
-        }
-        let dev = &self.target.devices[device].name;
+        let unit = unit_of(name, self.n_layers);
         let what = match layer_of(name) {
             Some(l) => format!("block {l} of {n}"),
             None if is_output_head(name) => "the output head".to_string(),
             None => "the input layer".to_string(),
         };
+        if let Some(split) = &self.cost_split {
+            let device = split.devices[unit];
+            let dev = &self.target.devices[device].name;
+            let why = format!("{what} goes to {dev}: {}", split.why);
+            return Some((DeviceId(device as u32), why));
+        }
+        let shares: Vec<f64> = if proportions.is_empty() {
+            self.memory_shares()
+        } else {
+            let padded = proportions.iter().copied().chain(std::iter::repeat(0.0));
+            padded.take(self.target.devices.len()).collect()
+        };
+        let at = self.unit_positions[unit];
+        let device = share_device(&shares, at)?;
+        let dev = &self.target.devices[device].name;
         let by = if proportions.is_empty() {
             "device memory".to_string()
         } else {
@@ -375,16 +433,32 @@ impl Pins<'_> {
     }
 }
 
-/// Where `options` put the weight `weight_name` of `graph` on `target`, and why
-/// (`None`: not pinned). Counts the graph's blocks on every call; to ask about
-/// many weights, build [`Pins`] once.
+/// The device whose cumulative share of `shares` first reaches `at` (a
+/// position in `[0, 1)` of the model's work), skipping devices with no share;
+/// `None` when every share is 0.
+fn share_device(shares: &[f64], at: f64) -> Option<usize> {
+    let total: f64 = shares.iter().sum();
+    let mut cumulative = 0.0;
+    for (k, s) in shares.iter().enumerate() {
+        cumulative += s / total;
+        if *s > 0.0 && at <= cumulative {
+            return Some(k);
+        }
+    }
+    shares.iter().rposition(|&s| s > 0.0)
+}
+
+/// Where `options` put the weight `weight_name` of `graph` on `target` under
+/// `policy`, and why (`None`: not pinned). Counts the graph's blocks on every
+/// call; to ask about many weights, build [`Pins`] once.
 pub fn pinned_device(
     options: &PlacementOptions,
     target: &Target,
     graph: &Graph,
+    policy: Policy,
     weight_name: &str,
 ) -> Option<(DeviceId, String)> {
-    Pins::new(options, target, graph).device_for(weight_name)
+    Pins::new(options, target, graph, policy).device_for(weight_name)
 }
 
 #[cfg(test)]
@@ -434,7 +508,7 @@ mod tests {
 
     /// The device each name lands on ("-" when not pinned), and its reason.
     fn place(t: &Target, g: &Graph, o: &PlacementOptions, names: &[&str]) -> Vec<String> {
-        let pins = Pins::new(o, t, g);
+        let pins = Pins::new(o, t, g, Policy::Cost);
         let at = |n: &&str| {
             pins.device_for(n)
                 .map(|(id, _)| t.devices[id.index()].name.clone())
@@ -446,7 +520,9 @@ mod tests {
     }
 
     fn why(t: &Target, g: &Graph, o: &PlacementOptions, name: &str) -> String {
-        pinned_device(o, t, g, name).expect("pinned").1
+        pinned_device(o, t, g, Policy::Cost, name)
+            .expect("pinned")
+            .1
     }
 
     #[test]
@@ -498,7 +574,10 @@ mod tests {
         );
         assert!(why(&t, &g, &o, "output.weight").ends_with("(--offload-layers 2)"));
         let none = PlacementOptions::default();
-        assert_eq!(pinned_device(&none, &t, &g, "output.weight"), None);
+        assert_eq!(
+            pinned_device(&none, &t, &g, Policy::Cost, "output.weight"),
+            None
+        );
     }
 
     #[test]
@@ -633,5 +712,47 @@ mod tests {
             place(&t, &g, &one_one, &names),
             ["cpu0", "cpu0", "cpu1", "cpu1"]
         );
+    }
+
+    #[test]
+    fn without_proportions_the_cost_policy_prices_the_layer_split() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/graphs/llama2l.ron"
+        );
+        let g = ir::text::read_graph(std::path::Path::new(path)).expect("example graph");
+        let t = target("cpu+rpc0");
+        let o = PlacementOptions {
+            layer_split: Some(vec![]),
+            ..Default::default()
+        };
+        let names = ["tok_embd", "l0.wq", "l1.wq", "output"];
+        // ggml's rule: by memory (the preset's server and CPU hold the same).
+        let ggml = Pins::new(&o, &t, &g, Policy::Ggml);
+        let at = |p: &Pins, n: &str| t.devices[p.device_for(n).expect(n).0.index()].name.clone();
+        let by_memory: Vec<String> = names.iter().map(|n| at(&ggml, n)).collect();
+        assert_eq!(by_memory, ["rpc0", "rpc0", "rpc0", "cpu"]);
+        // The cost model: the CPU is faster and has room, so it takes it all.
+        let cost = Pins::new(&o, &t, &g, Policy::Cost);
+        assert!(names.iter().all(|n| at(&cost, n) == "cpu"));
+        let (_, why) = cost.device_for("l1.wq").expect("placed");
+        assert!(
+            why.starts_with("block 1 of 2 goes to cpu: the cost model's layer split (cpu: the input layer, blocks 0-1, the output head) is estimated at ")
+                && why.contains(" for the split by device memory (--split-mode layer, --policy cost)"),
+            "{why}"
+        );
+        // Pipelined plans and given proportions keep their rules.
+        let pipelined = PlacementOptions {
+            pipelined: true,
+            ..o.clone()
+        };
+        let p = Pins::new(&pipelined, &t, &g, Policy::Cost);
+        assert_eq!(at(&p, "tok_embd"), "rpc0");
+        let given = PlacementOptions {
+            layer_split: Some(vec![1.0, 1.0]),
+            ..o
+        };
+        let p = Pins::new(&given, &t, &g, Policy::Cost);
+        assert_eq!(at(&p, "tok_embd"), "rpc0");
     }
 }
