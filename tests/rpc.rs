@@ -285,6 +285,118 @@ fn an_arena_larger_than_the_servers_free_memory_is_refused_naming_it() {
 }
 
 #[test]
+fn a_failed_load_leaves_nothing_allocated_on_the_servers() {
+    // llama2l split three ways, with rpc1's last arena grown past any
+    // server's memory: the load allocates rpc0's arenas (and rpc1's earlier
+    // ones) first and is refused at that arena. The runtime it was building
+    // frees every buffer it took, on both servers, and the connections stay
+    // usable for the next load.
+    let graph = ir::text::read_graph(&examples::graph_path("llama2l")).unwrap();
+    let good = plan_for(&graph, "cpu+rpc0+rpc1", true);
+    let mut plan = good.clone();
+    let on = |plan: &Plan, name: &str| {
+        let device = plan.devices.iter().position(|d| d.name == name).unwrap();
+        (plan.arenas.iter())
+            .rposition(|a| a.device.index() == device)
+            .unwrap()
+    };
+    let (first_rpc0, last_rpc1) = (on(&plan, "rpc0"), on(&plan, "rpc1"));
+    assert!(first_rpc0 < last_rpc1, "rpc0's arenas come first");
+    // A plan the checker accepts (the plan believes rpc1 holds 2 TiB), so
+    // the refusal is the server's memory, met at load.
+    let grown = (1u64 << 40) - plan.arenas[last_rpc1].size;
+    plan.arenas[last_rpc1].size = 1 << 40;
+    let rpc1 = plan.arenas[last_rpc1].device;
+    let device = &mut plan.devices[rpc1.index()];
+    (device.memory_bytes, device.max_buffer_bytes) = (2 << 40, 2 << 40);
+    let stats = (plan.stats.devices.iter_mut())
+        .find(|d| d.device == rpc1)
+        .unwrap();
+    stats.compute_bytes += grown;
+
+    let servers = servers(2);
+    let rpc = connect(&servers);
+    let held = || -> Vec<u64> {
+        (0..2)
+            .map(|i| rpc.get(i).unwrap().stats().buffers_held)
+            .collect()
+    };
+    let before = held();
+    let err = load(plan, Some(rpc.clone()))
+        .err()
+        .expect("1 TiB does not fit");
+    let text = err.to_string();
+    assert!(text.contains(servers[1].endpoint()), "{text}");
+    assert_eq!(
+        held(),
+        before,
+        "buffers left on the servers after a failed load"
+    );
+
+    // The same connections load and run the good plan, and its buffers go
+    // when the runtime does.
+    let mut rt = load(good, Some(rpc.clone())).unwrap();
+    outputs(&mut rt);
+    assert!(held().iter().zip(&before).all(|(now, was)| now > was));
+    drop(rt);
+    assert_eq!(held(), before, "buffers left after the runtime was dropped");
+}
+
+#[test]
+fn a_server_lost_mid_run_leaves_the_local_kv_cache_as_it_was() {
+    // llama2l_kv with the CPU first: the input layer and block 0 (with its
+    // KV cache) on the CPU, block 1 and the head on rpc0. A run after rpc0
+    // died writes the CPU's cache before the server's part fails; the run
+    // fails naming the server, and the CPU's cache holds what the last good
+    // run left, byte for byte (`runtime::state_journal`).
+    let graph = ir::text::read_graph(&examples::graph_path("llama2l_kv")).unwrap();
+    let mut target = Target::preset("cpu+rpc0").unwrap();
+    target.devices.rotate_left(1);
+    let options = CompileOptions {
+        placement: PlacementOptions {
+            layer_split: Some(vec![1.0, 1.0]),
+            ..PlacementOptions::default()
+        },
+        ..CompileOptions::default()
+    };
+    let plan = compile(&graph, &target, &options).unwrap().plan;
+    let local_caches: Vec<u32> = (0..plan.tensors.len() as u32)
+        .filter(|&t| {
+            let pt = &plan.tensors[t as usize];
+            pt.role == ir::Role::State && plan.devices[pt.device.index()].name == "cpu"
+        })
+        .collect();
+    assert!(!local_caches.is_empty(), "block 0's cache is on the CPU");
+
+    let mut servers = servers(1);
+    let mut rt = load(plan, Some(connect(&servers))).unwrap();
+    let set_inputs = |rt: &mut Runtime, seed: u64| {
+        for name in rt.input_names() {
+            rt.set_random_input(&name, seed).unwrap();
+        }
+    };
+    set_inputs(&mut rt, 1);
+    rt.run().unwrap();
+    let cache = |rt: &Runtime| -> Vec<Vec<u8>> {
+        (local_caches.iter())
+            .map(|&t| rt.tensor_bytes(t).unwrap())
+            .collect()
+    };
+    let before = cache(&rt);
+
+    let gone = servers[0].endpoint().to_string();
+    servers[0].kill();
+    // Other tokens: a run that went through would change every cache row.
+    set_inputs(&mut rt, 2);
+    let err = rt.run().expect_err("the server is gone").to_string();
+    assert!(err.contains(&gone), "{err}");
+    assert!(
+        cache(&rt) == before,
+        "the failed run changed the local KV cache"
+    );
+}
+
+#[test]
 fn injected_delays_do_not_change_what_the_servers_compute() {
     // Random delays before every segment and copy (the executor's test hook)
     // reorder the local stream against the servers' work: 20 runs give the

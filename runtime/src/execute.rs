@@ -86,10 +86,18 @@ impl Runtime {
         self.check_inputs()?;
         let state = self.state.clone();
         let _running = state.as_ref().map(|s| s.lock_run());
+        // A run that fails on a server or GPU leaves host state as it found
+        // it (`state_journal`).
+        let journal = self.journal_host_state()?;
         let mut trace = Trace::default();
         self.executor
             .run(&self.steps, &self.devices, Some(&mut trace));
-        self.take_remote_failure()?;
+        if let Err(e) = self.take_remote_failure() {
+            if let Some(journal) = journal {
+                self.undo(journal);
+            }
+            return Err(e);
+        }
         Ok(trace)
     }
 

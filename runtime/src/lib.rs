@@ -19,6 +19,7 @@ pub mod memory;
 pub mod runtime;
 mod session_io;
 pub mod state;
+mod state_journal;
 pub mod steps;
 pub mod traffic;
 pub mod weights;

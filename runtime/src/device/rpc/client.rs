@@ -45,6 +45,9 @@ pub struct RpcStats {
     pub requests: u64,
     /// Requests whose answer was waited for.
     pub round_trips: u64,
+    /// Buffers the server allocated for this connection and that it has not
+    /// been told to free (it frees the rest when the connection closes).
+    pub buffers_held: u64,
 }
 
 /// A connection to one `ggml-rpc-server` (protocol 7.0), over TCP (`S`
@@ -250,6 +253,7 @@ impl<S: Read + Write> RpcClient<S> {
             let detail = format!("the server could not allocate {size} bytes on device {dev}");
             return Err(self.error(&what, detail));
         }
+        self.stats.buffers_held += 1;
         Ok((a.handle, a.size))
     }
 
@@ -263,7 +267,9 @@ impl<S: Read + Write> RpcClient<S> {
     /// Frees a buffer (no answer; an unknown handle closes the connection).
     pub fn free_buffer(&mut self, handle: u64) -> Result<(), RuntimeError> {
         let msg = wire::buffer_request(Command::FreeBuffer, handle);
-        self.tell(&format!("free_buffer of buffer {handle:#x}"), &[&msg])
+        self.tell(&format!("free_buffer of buffer {handle:#x}"), &[&msg])?;
+        self.stats.buffers_held = self.stats.buffers_held.saturating_sub(1);
+        Ok(())
     }
 
     /// Sets every byte of a buffer to `value` (no answer).
