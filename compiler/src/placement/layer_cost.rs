@@ -12,10 +12,10 @@
 //!
 //! The model, per unit `u` and device `d`:
 //! - compute: the sum of [`op_time_us`] over the nodes of `u` (a node belongs
-//!   to the unit of the weights it reads, else to the latest unit among its
-//!   sources; leafs that are not weights belong to the unit their name names,
-//!   the input layer otherwise). A node `d` cannot run makes `u` impossible
-//!   there;
+//!   to the latest unit among the weights it reads and its sources, so a tied
+//!   output head, which reads the token table, counts with the head; leafs
+//!   that are not weights belong to the unit their name names, the input
+//!   layer otherwise). A node `d` cannot run makes `u` impossible there;
 //! - boundary: when unit `u` starts a new device, the bytes that earlier units
 //!   produce and `u` or later units read cross it, priced by [`copy_time_us`]
 //!   from the previous device (tensors read across several boundaries are
@@ -83,7 +83,9 @@ impl UnitCosts {
                 .map(|r| unit[r.index()])
                 .max();
             let latest = roots.map(|r| unit[r.index()]).max().unwrap_or(0);
-            unit[id.index()] = of_weights.unwrap_or(latest);
+            // Never before its sources: a tied output head reads the token
+            // table (the input layer's) but runs after the last block.
+            unit[id.index()] = of_weights.map_or(latest, |w| w.max(latest));
         }
         let mut compute_us = vec![vec![0.0; n_devices]; n_units];
         // The latest unit reading each non-weight root, to price crossings.
@@ -112,7 +114,12 @@ impl UnitCosts {
                 continue;
             };
             let bytes = graph.tensor(root).layout.span_bytes();
-            for crossing in &mut crossing_bytes[unit[root.index()] + 1..=reader] {
+            // Readers never come before their source's unit (see above).
+            for crossing in crossing_bytes
+                .iter_mut()
+                .take(reader + 1)
+                .skip(unit[root.index()] + 1)
+            {
                 *crossing += bytes;
             }
         }
@@ -340,6 +347,41 @@ mod tests {
         t.devices[0].memory_bytes = reserve;
         t.devices[1].memory_bytes = reserve;
         assert_eq!(best_split(&g, &t, &costs), None);
+    }
+
+    #[test]
+    fn a_tied_head_counts_with_the_last_unit() {
+        // The head multiplies by the token table (the input layer's weight)
+        // after the last block: it must not count as input-layer work, and
+        // the hidden state crosses every boundary up to it.
+        let mut b = ir::GraphBuilder::new("tied");
+        let ids = b.input("ids", ir::DType::I32, [4, 1, 1, 1]).expect("ids");
+        let table = b
+            .weight("token_embd.weight", ir::DType::F32, [64, 100, 1, 1])
+            .expect("t");
+        let w = b
+            .weight("blk.0.ffn.weight", ir::DType::F32, [64, 64, 1, 1])
+            .expect("w");
+        let x = b.get_rows("x", table, ids).expect("x");
+        let h = b.mul_mat("h", w, x).expect("h");
+        let norm = b
+            .weight("output_norm.weight", ir::DType::F32, [64, 1, 1, 1])
+            .expect("n");
+        let hn = b.mul("hn", h, norm).expect("hn");
+        let logits = b.mul_mat("logits", table, hn).expect("logits");
+        b.mark_output(logits).expect("out");
+        let g = b.finish().expect("graph");
+        let t = Target::preset("cpu+rpc0").expect("preset");
+        let costs = UnitCosts::of(&g, &t, n_layers(&g));
+        // Units: input layer, block 0, head (the norm, and the product by
+        // the token table, the largest matmul).
+        assert_eq!(costs.compute_us.len(), 3);
+        assert!(costs.compute_us[2][1] > costs.compute_us[1][1], "{costs:?}");
+        assert!(
+            costs.crossing_bytes[1] > 0 && costs.crossing_bytes[2] > 0,
+            "{costs:?}"
+        );
+        assert!(best_split(&g, &t, &costs).is_some());
     }
 
     #[test]
