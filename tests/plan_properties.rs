@@ -37,9 +37,17 @@ fn random_graphs_compile_check_and_compute_the_same_outputs() {
             PlacementOptions::default(),
         ),
         (
-            small,
+            small.clone(),
             PlacementOptions {
                 fit: true,
+                ..Default::default()
+            },
+        ),
+        // The cost policy's layer split (the ggml policy's: by memory).
+        (
+            small,
+            PlacementOptions {
+                layer_split: Some(Vec::new()),
                 ..Default::default()
             },
         ),

@@ -387,3 +387,66 @@ fn bert_config_from_hf_dir_reads_the_pooling_module() {
     let err = BertConfig::from_hf_dir(&both.0, 9).unwrap_err().to_string();
     assert!(err.contains("only one pooling mode"), "{err}");
 }
+
+#[test]
+fn smollm2_layer_split_by_cost_fills_a_small_gpu_then_the_cpu() {
+    // SmolLM2 (tied output head) with a GPU holding about half its weights:
+    // the cost policy's layer split puts what fits on the faster GPU, the
+    // rest on the CPU, in contiguous runs of blocks, and the plan passes the
+    // checker (compile runs it).
+    let Some(path) = smollm2_gguf() else {
+        panic!("SmolLM2 GGUF not installed: run scripts/setup.sh");
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let cfg = LlamaConfig::from_gguf(&file, 16).unwrap();
+    let graph = llama::build_prefill(&cfg).unwrap();
+    let weights: u64 = (graph.with_role(ir::Role::Weight))
+        .map(|w| graph.tensor(w).layout.span_bytes())
+        .sum();
+    let mut target = compiler::Target::preset("cpu+cuda0").unwrap();
+    let gpu = target
+        .devices
+        .iter()
+        .position(|d| d.name == "cuda0")
+        .unwrap();
+    target.devices[gpu].memory_bytes = weights / 2;
+    target.devices[gpu].max_buffer_bytes = weights / 2;
+    let options = compiler::pipeline::CompileOptions {
+        placement: compiler::PlacementOptions {
+            layer_split: Some(Vec::new()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let plan = compiler::pipeline::compile(&graph, &target, &options)
+        .unwrap()
+        .plan;
+    let mut block_devices = Vec::new();
+    let mut on_gpu = 0;
+    for t in &plan.tensors {
+        if t.role != ir::Role::Weight {
+            continue;
+        }
+        let device = t.device.index();
+        if device == gpu {
+            on_gpu += t.nb[3] * t.ne[3] as u64;
+        }
+        if let Some(block) = compiler::layer_of(&t.name) {
+            block_devices.push((block, device));
+        }
+    }
+    assert!(
+        on_gpu > 0 && on_gpu <= weights / 2,
+        "{on_gpu} of {weights} bytes on the GPU"
+    );
+    block_devices.sort_unstable();
+    block_devices.dedup();
+    let devices: Vec<usize> = block_devices.iter().map(|&(_, d)| d).collect();
+    assert_eq!(devices.len(), cfg.n_layer, "each block on one device");
+    assert!(
+        devices.contains(&gpu) && devices.iter().any(|&d| d != gpu),
+        "{devices:?}"
+    );
+    // Contiguous runs in target order.
+    assert!(devices.windows(2).all(|w| w[0] <= w[1]), "{devices:?}");
+}
