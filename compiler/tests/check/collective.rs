@@ -229,6 +229,45 @@ fn a_partial_sum_read_by_silu() {
 }
 
 #[test]
+fn a_partial_sum_handed_out_as_a_graph_output() {
+    // A linear step (scale without bias) keeps p#0 a partial sum; its result
+    // is a graph output that no all-reduce adds up.
+    let mut p = tensor_parallel_plan();
+    let z = with_reader_of_a_part(&mut p, [16, 4, 1, 1], |z| {
+        let scale = Op::Scale {
+            scale: 2.0,
+            bias: 0.0,
+        };
+        op(scale, z, &[T_P0])
+    });
+    p.tensors[z as usize].part = Some(ir::plan::SplitPart::Partial { of: "p".into() });
+    only(
+        &p,
+        K::Collective,
+        "tensor 'z' (t13): is a graph output but a partial sum that no all_reduce_sum adds \
+         up: the caller would read one device's share as the value",
+    );
+    // Not marked partial, the scale is a non-linear reader (the rule above).
+    let mut p = tensor_parallel_plan();
+    with_reader_of_a_part(&mut p, [16, 4, 1, 1], |z| {
+        op(
+            Op::Scale {
+                scale: 2.0,
+                bias: 0.0,
+            },
+            z,
+            &[T_P0],
+        )
+    });
+    let v = violations(&p);
+    assert!(
+        v.iter().all(|x| !x.to_string().contains("graph output")),
+        "{}",
+        listed(&v)
+    );
+}
+
+#[test]
 fn a_partial_sum_read_by_a_fused_kernel() {
     let mut p = tensor_parallel_plan();
     let z = with_reader_of_a_part(&mut p, [16, 4, 1, 1], |_| Step::Fused { kernel: 0 });

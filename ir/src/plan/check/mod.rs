@@ -83,7 +83,8 @@
 //!     same op (and `dim`) over the same `ranks` and the same parts in the
 //!     same order (their results' shapes are family 1's); a partial sum (a
 //!     part of an all-reduce) is read by nothing but all-reduce participants:
-//!     no other step, no fused kernel, no copy, directly or through a view.
+//!     no other step, no fused kernel, no copy, directly or through a view;
+//!     and no graph output is a partial sum that no all-reduce adds up.
 //! 11. `shards` — [`ViolationKind::Shard`]: a tensor with a `shard` is a graph
 //!     weight and a valid slice of its source
 //!     ([`crate::WeightShard::problem`]); the shards of one source agree on

@@ -13,6 +13,11 @@
 //! not the tensor whose bytes it views. Copies are refused as well:
 //! participants read the parts in place where they are.
 //!
+//! And a partial sum that the plan hands out is added up: a graph output is
+//! never a partial sum that no `all_reduce_sum` (directly, or through linear
+//! steps) reads, since the caller would read one device's share as the value.
+//! A partial sum nothing reads (a dead node of the graph) is harmless.
+//!
 //! Bytes are compared within their owner (the tensor with the arena
 //! placement), never across owners: two tensors sharing arena bytes at
 //! different times (lifetime reuse, family 4) do not make each other partial.
@@ -71,9 +76,17 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
     if parts.is_empty() {
         return;
     }
+    // Partial sums some all-reduce or linear step adds up or carries on.
+    let mut added_up: BTreeSet<u32> = BTreeSet::new();
     // In global order, so a linear step's result is known partial before
     // anything reads it.
-    for a in accesses.iter().filter(|a| !a.sums_parts) {
+    for a in accesses {
+        if a.sums_parts {
+            for &r in &a.reads {
+                added_up.extend(parts_read(c, &parts, r).map(|p| p.tensor));
+            }
+            continue;
+        }
         let mut read_parts: Vec<(u32, u32, Vec<u32>)> = Vec::new();
         let mut whole_reads = 0;
         for &r in &a.reads {
@@ -106,6 +119,7 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
                 _ => false,
             };
         if linear && !a.is_copy {
+            added_up.extend(read_parts.iter().map(|&(tensor, _, _)| tensor));
             // Its result is a partial sum of the same groups.
             for &w in &a.writes {
                 if let Some((owner, lo, hi)) = bytes_in_owner(c, w) {
@@ -124,6 +138,8 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
         let mut reported = BTreeSet::new();
         for (tensor, r, groups) in read_parts {
             if reported.insert(tensor) {
+                // Refused below: not also reported as never added up.
+                added_up.insert(tensor);
                 let part = Part {
                     tensor,
                     groups,
@@ -134,6 +150,33 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
             }
         }
     }
+    let handed_out: BTreeSet<u32> = (parts.values().flatten())
+        .map(|p| p.tensor)
+        .filter(|&t| !added_up.contains(&t))
+        .filter(|&t| c.tensor(t).is_some_and(|pt| pt.role == crate::Role::Output))
+        .collect();
+    for t in handed_out {
+        c.tensor_problem(
+            Collective,
+            t,
+            "is a graph output but a partial sum that no all_reduce_sum adds up: the caller \
+             would read one device's share as the value"
+                .to_string(),
+        );
+    }
+}
+
+/// The partial sums whose bytes tensor `r` reads.
+fn parts_read<'p>(
+    c: &Checker<'_>,
+    parts: &'p BTreeMap<u32, Vec<Part>>,
+    r: u32,
+) -> impl Iterator<Item = &'p Part> {
+    let bytes = bytes_in_owner(c, r);
+    bytes
+        .and_then(|(owner, lo, hi)| parts.get(&owner).map(|owned| (owned, lo, hi)))
+        .into_iter()
+        .flat_map(move |(owned, lo, hi)| owned.iter().filter(move |p| p.lo < hi && lo < p.hi))
 }
 
 /// Reports that `a` reads partial sum `part` (through tensor `read`).
