@@ -110,7 +110,7 @@ pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
             let qs = row.qs.add(b * QK) as *mut i8;
             let (d, sum) = match isa {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 | Isa::Avx512 { .. } => x86::quantize_block(block, qs),
+                Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 { .. } => x86::quantize_block(block, qs),
                 _ => quantize_block(block, qs),
             };
             *(row.d.add(b) as *mut f32) = d;

@@ -66,8 +66,9 @@ impl QuantMatMul {
     }
 
     /// A kernel that uses `isa` (tests compare every set the host has).
-    /// AVX2 and AVX-512 with VNNI repack (the lane kernel, with `vpdpbusd`
-    /// under VNNI); AVX-512 without VNNI keeps its natural-layout kernels.
+    /// AVX2, AVX-VNNI and AVX-512 with VNNI repack (the lane kernel, with
+    /// `vpdpbusd` under either VNNI); AVX-512 without VNNI keeps its
+    /// natural-layout kernels.
     ///
     /// Panics when src0 is not Q8_0, Q4_0 or Q4_1 or the host lacks `isa`.
     ///
@@ -78,7 +79,7 @@ impl QuantMatMul {
         assert!(Isa::available().contains(&isa), "the host lacks {isa:?}");
         let packed = match (isa, repack) {
             // SAFETY: src0 never changes (caller's contract).
-            (Isa::Avx2 | Isa::Avx512 { vnni: true }, Some(cache)) => unsafe {
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 { vnni: true }, Some(cache)) => unsafe {
                 cache.get(&geo.src0)
             },
             _ => None,

@@ -27,8 +27,9 @@
 //! - Q4_0: `acc += d (d1 sum(u q) - 64 s8)`;
 //! - Q4_1: `acc += d d1 sum(u q) + m 8 s8`.
 //!
-//! With VNNI ([`tile_vnni`]: AVX512-VNNI with AVX512-VL, on 256-bit vectors)
-//! each `maddubs` + i16 add + `madd` becomes one `vpdpbusd` accumulating
+//! With VNNI ([`tile_vnni`]: AVX512-VNNI with AVX512-VL, on 256-bit vectors;
+//! [`tile_avx_vnni`]: AVX-VNNI, the same instruction VEX-encoded for hosts
+//! without AVX-512) each `maddubs` + i16 add + `madd` becomes one `vpdpbusd` accumulating
 //! into i32 lanes. The integer sums are the same numbers (no i16 saturates
 //! in either form, bounds above), so both variants give the same bits. The
 //! body is one `#[inline(always)]` function per variant, compiled inside
@@ -93,7 +94,7 @@ unsafe fn f16s<const FULL: bool>(p: *const u8, pairs: __m128i, lanes: __m256) ->
 /// always inlined into feature-enabled entry points, left some closures'
 /// intrinsics as calls: 5x slower on Q8_0 tails.)
 macro_rules! lane_kernel {
-    ($module:ident, $features:literal, $vnni:literal) => {
+    ($module:ident, $features:literal, $vnni:literal, $dpbusd:ident) => {
         mod $module {
             use super::*;
 
@@ -208,8 +209,8 @@ macro_rules! lane_kernel {
                                 // Two chains of four, each lane's 4 products a step.
                                 let mut s = [_mm256_setzero_si256(); 2];
                                 for v in 0..4 {
-                                    s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], lo[v], q(v));
-                                    s[v % 2] = _mm256_dpbusd_epi32(s[v % 2], hi[v], q(v + 4));
+                                    s[v % 2] = $dpbusd(s[v % 2], lo[v], q(v));
+                                    s[v % 2] = $dpbusd(s[v % 2], hi[v], q(v + 4));
                                 }
                                 _mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1]))
                             } else {
@@ -328,8 +329,8 @@ macro_rules! lane_kernel {
                                 let q =
                                     |h: usize| _mm256_loadu_si256(ql.add(32 * h) as *const __m256i);
                                 let sum = if VNNI {
-                                    let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, q(0));
-                                    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(s, hi, q(1)))
+                                    let s = $dpbusd(_mm256_setzero_si256(), lo, q(0));
+                                    _mm256_cvtepi32_ps($dpbusd(s, hi, q(1)))
                                 } else {
                                     let m = _mm256_add_epi16(
                                         _mm256_maddubs_epi16(lo, q(0)),
@@ -371,7 +372,7 @@ macro_rules! lane_kernel {
                 unsafe {
                     let (u, s) = (_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
                     if VNNI {
-                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+                        $dpbusd(_mm256_setzero_si256(), u, s)
                     } else {
                         _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones)
                     }
@@ -391,8 +392,7 @@ macro_rules! lane_kernel {
                         let mut s = [_mm256_setzero_si256(); 2];
                         for v in 0..8 {
                             let u = _mm256_sign_epi8(w[v], w[v]);
-                            s[v % 2] =
-                                _mm256_dpbusd_epi32(s[v % 2], u, _mm256_sign_epi8(q[v], w[v]));
+                            s[v % 2] = $dpbusd(s[v % 2], u, _mm256_sign_epi8(q[v], w[v]));
                         }
                         return _mm256_add_epi32(s[0], s[1]);
                     }
@@ -406,13 +406,28 @@ macro_rules! lane_kernel {
     };
 }
 
-lane_kernel!(plain, "avx2,fma,f16c", false);
-lane_kernel!(with_vnni, "avx2,fma,f16c,avx512vnni,avx512vl", true);
+lane_kernel!(plain, "avx2,fma,f16c", false, _mm256_dpbusd_epi32);
+lane_kernel!(
+    with_vnni,
+    "avx2,fma,f16c,avx512vnni,avx512vl",
+    true,
+    _mm256_dpbusd_epi32
+);
+lane_kernel!(
+    with_avx_vnni,
+    "avx2,fma,f16c,avxvnni",
+    true,
+    _mm256_dpbusd_avx_epi32
+);
 
 /// The AVX2 lane kernel (`out[r][c] = dot(w[r], a[c])` over `nb` blocks of
 /// format `K`, weight rows repacked). Safety: the host has AVX2, FMA, F16C;
 /// the rows and columns as `plain::tile` states.
 pub(super) use plain::tile;
+/// [`tile`] with AVX-VNNI's `vpdpbusd` (the VEX form, on AVX2 hosts without
+/// AVX-512: Alder Lake and later, Zen 5). Safety: as [`tile`], and the host
+/// has AVX-VNNI.
+pub(super) use with_avx_vnni::tile as tile_avx_vnni;
 /// [`tile`] with `vpdpbusd` (module doc). Safety: as [`tile`], and the host
 /// has AVX512-VNNI and AVX512-VL.
 pub(super) use with_vnni::tile as tile_vnni;

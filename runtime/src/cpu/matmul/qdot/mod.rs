@@ -12,8 +12,8 @@
 //! The integer sums are exact; only the f32 accumulation over blocks rounds.
 //!
 //! Instruction sets, chosen at run time ([`Isa::detect`]): AVX-512 (BW, VNNI
-//! when present), AVX2 (+FMA, F16C), and a portable scalar path that is also
-//! the tests' oracle for the others.
+//! when present), AVX2 (+FMA, F16C; with AVX-VNNI where present), and a
+//! portable scalar path that is also the tests' oracle for the others.
 //!
 //! Weight rows come in their file layout ([`RowLayout::Natural`]: every
 //! kernel) or, for weights, repacked at load ([`RowLayout::Packed`],
@@ -105,6 +105,9 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA + F16C.
     Avx2,
+    /// AVX2 + FMA + F16C + AVX-VNNI (VEX `vpdpbusd`): the AVX2 kernels, with
+    /// the lane kernel summing by `vpdpbusd`.
+    AvxVnni,
     /// AVX-512 F + BW (and AVX2, FMA, F16C); `vnni`: use VPDPBUSD.
     Avx512 {
         /// AVX512-VNNI is present.
@@ -129,7 +132,11 @@ impl Isa {
     /// at memory speed). Rows that are not repacked then take the AVX2
     /// tiles ([`crate::cpu::matmul::quantized::QuantMatMul::new`]).
     ///
-    /// `GGPLAN_QDOT_ISA` (`scalar`, `avx2`, `avx512`, `avx512vnni`) names
+    /// Without AVX-512, AVX-VNNI where the host has it: the same lane kernel
+    /// with the VEX `vpdpbusd` (figures in the README's AVX-512 host section,
+    /// measured with this set forced on a host that has both).
+    ///
+    /// `GGPLAN_QDOT_ISA` (`scalar`, `avx2`, `avxvnni`, `avx512`, `avx512vnni`) names
     /// another set the host has, to compare them on one machine; a name the
     /// host lacks is ignored.
     pub fn detect() -> Isa {
@@ -137,6 +144,8 @@ impl Isa {
         let wanted = Isa::requested();
         let default = if available.contains(&Isa::Avx512 { vnni: true }) {
             Isa::Avx512 { vnni: true }
+        } else if available.contains(&Isa::AvxVnni) {
+            Isa::AvxVnni
         } else if available.contains(&Isa::Avx2) {
             Isa::Avx2
         } else {
@@ -156,6 +165,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512 { vnni: false } => "avx512",
             Isa::Avx512 { vnni: true } => "avx512vnni",
         }
@@ -169,6 +179,9 @@ impl Isa {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx2") && has!("fma") && has!("f16c") {
                 v.push(Isa::Avx2);
+                if has!("avxvnni") {
+                    v.push(Isa::AvxVnni);
+                }
                 if has!("avx512f") && has!("avx512bw") {
                     v.push(Isa::Avx512 { vnni: false });
                     if has!("avx512vnni") && has!("avx512vl") {
@@ -270,6 +283,15 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
             (Isa::Avx512 { vnni: true }, RowLayout::Packed) => {
                 return avx2_lane::tile_vnni::<Q4_1, TILE_R, C>;
             }
+            (Isa::AvxVnni, RowLayout::Packed) if k == Q8_0 => {
+                return avx2_lane::tile_avx_vnni::<Q8_0, TILE_R, C>;
+            }
+            (Isa::AvxVnni, RowLayout::Packed) if k == Q4_0 => {
+                return avx2_lane::tile_avx_vnni::<Q4_0, TILE_R, C>;
+            }
+            (Isa::AvxVnni, RowLayout::Packed) => {
+                return avx2_lane::tile_avx_vnni::<Q4_1, TILE_R, C>;
+            }
             (_, RowLayout::Packed) if k == Q8_0 => return avx2_lane::tile::<Q8_0, TILE_R, C>,
             (_, RowLayout::Packed) if k == Q4_0 => return avx2_lane::tile::<Q4_0, TILE_R, C>,
             (_, RowLayout::Packed) => return avx2_lane::tile::<Q4_1, TILE_R, C>,
@@ -279,9 +301,13 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
             (Isa::Avx512 { .. }, _) if k == Q8_0 => return avx512_full::<false, Q8_0, C>,
             (Isa::Avx512 { .. }, _) if k == Q4_0 => return avx512_full::<false, Q4_0, C>,
             (Isa::Avx512 { .. }, _) => return avx512_full::<false, Q4_1, C>,
-            (Isa::Avx2, _) if k == Q8_0 => return avx2_group::tile::<Q8_0, TILE_R, C>,
-            (Isa::Avx2, _) if k == Q4_0 => return avx2_group::tile::<Q4_0, TILE_R, C>,
-            (Isa::Avx2, _) => return avx2_group::tile::<Q4_1, TILE_R, C>,
+            (Isa::Avx2 | Isa::AvxVnni, _) if k == Q8_0 => {
+                return avx2_group::tile::<Q8_0, TILE_R, C>;
+            }
+            (Isa::Avx2 | Isa::AvxVnni, _) if k == Q4_0 => {
+                return avx2_group::tile::<Q4_0, TILE_R, C>;
+            }
+            (Isa::Avx2 | Isa::AvxVnni, _) => return avx2_group::tile::<Q4_1, TILE_R, C>,
         }
     }
     assert_eq!(rows, RowLayout::Natural, "packed rows need a SIMD kernel");
@@ -326,6 +352,11 @@ unsafe fn simd_tile(
                     kind::Q8_0 => avx2_lane::tile_vnni::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_lane::tile_vnni::<{ kind::Q4_0 }, R, C>(w, a, nb),
                     _ => avx2_lane::tile_vnni::<{ kind::Q4_1 }, R, C>(w, a, nb),
+                },
+                (Isa::AvxVnni, RowLayout::Packed) => match kind {
+                    kind::Q8_0 => avx2_lane::tile_avx_vnni::<{ kind::Q8_0 }, R, C>(w, a, nb),
+                    kind::Q4_0 => avx2_lane::tile_avx_vnni::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    _ => avx2_lane::tile_avx_vnni::<{ kind::Q4_1 }, R, C>(w, a, nb),
                 },
                 (_, RowLayout::Packed) => match kind {
                     kind::Q8_0 => avx2_lane::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),

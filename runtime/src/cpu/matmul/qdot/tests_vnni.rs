@@ -1,5 +1,6 @@
-//! The lane kernel with `vpdpbusd` gives the AVX2 lane kernel's bits: the
-//! integer sums are the same numbers, and the float work is the same code.
+//! The lane kernel with `vpdpbusd` (AVX512-VNNI's and AVX-VNNI's) gives the
+//! AVX2 lane kernel's bits: the integer sums are the same numbers, and the
+//! float work is the same code.
 
 use super::{Isa, RowLayout, TILE_C, TILE_R, tile, weight_kind};
 use crate::cpu::matmul::packed::repack_rows;
@@ -14,11 +15,23 @@ fn buf(bytes: usize) -> Vec<[u64; 8]> {
 
 #[test]
 fn vnni_lanes_equal_avx2_lanes_to_the_bit() {
-    let vnni = Isa::Avx512 { vnni: true };
-    if !Isa::available().contains(&vnni) {
-        eprintln!("this host has no AVX512-VNNI: the VNNI lane kernel is not checked here");
-        return;
+    let mut checked = 0;
+    for vnni in [Isa::Avx512 { vnni: true }, Isa::AvxVnni] {
+        if !Isa::available().contains(&vnni) {
+            eprintln!(
+                "this host has no {}: its lane kernel is not checked here",
+                vnni.name()
+            );
+            continue;
+        }
+        lanes_equal_avx2_lanes(vnni);
+        checked += 1;
     }
+    eprintln!("{checked} VNNI lane kernels checked against the AVX2 one");
+}
+
+/// The lane kernel of `vnni` against the AVX2 one, bit for bit.
+fn lanes_equal_avx2_lanes(vnni: Isa) {
     let mut rng = Rng::new(29);
     for t in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
         let kind = weight_kind(t).unwrap();
@@ -67,7 +80,7 @@ fn vnni_lanes_equal_avx2_lanes_to_the_bit() {
                 unsafe { tile(isa, kind, RowLayout::Packed, &rows, &cols, nb, &mut out) };
                 out.map(|r| r.map(f32::to_bits))
             };
-            assert_eq!(run(vnni), run(Isa::Avx2), "{t} nb {nb}");
+            assert_eq!(run(vnni), run(Isa::Avx2), "{} {t} nb {nb}", vnni.name());
         }
     }
 }
