@@ -1,5 +1,6 @@
 //! AVX2 (+FMA) tiles of K-quant weight rows x Q8_K activation rows, and the
-//! same code with AVX512-VNNI's 256-bit `vpdpwssd` ([`tile_vnni`]).
+//! same code with AVX512-VNNI's 256-bit `vpdpwssd` ([`tile_vnni`]) or
+//! AVX-VNNI's VEX-encoded one ([`tile_avx_vnni`], rows not interleaved).
 //!
 //! Per super-block and weight row, the quants are unpacked once into 32-byte
 //! vectors of unsigned values (Q4_K 0..=15, Q5_K 0..=31, Q6_K 0..=63), each
@@ -38,14 +39,22 @@
 //! 3.7 / 3.7 (VNNI 2.9 / 3.1 / 3.1); 4 x 1 at 6.2 / 7.6 / 8.2 (VNNI
 //! interleaved 4.6 / 6.8 / 6.4).
 //!
-//! Every function but the two entry points [`tile`] and [`tile_vnni`] is
-//! `#[inline(always)]` without target features of its own: it is compiled
-//! into those two, whose features cover every intrinsic it calls.
+//! Every function but the entry points [`tile`], [`tile_vnni`] and
+//! [`tile_avx_vnni`] is `#[inline(always)]` without target features of its
+//! own: it is compiled into them, whose features cover every intrinsic it
+//! calls.
 
 use super::kind;
 use super::q8k::{Q8KRow, QK_K, SUM_ELEMS};
 use crate::cpu::matmul::qdot::f16_table;
 use std::arch::x86_64::*;
+
+/// `madd` + `add` (plain AVX2).
+const PLAIN: u8 = 0;
+/// AVX512-VNNI's `vpdpwssd` on 256-bit vectors (with VL's 32 registers).
+const EVEX: u8 = 1;
+/// AVX-VNNI's `vpdpwssd` (VEX-encoded, 16 registers).
+const VEX: u8 = 2;
 
 /// Most outputs (rows x columns) of a VNNI tile whose rows are interleaved
 /// (measured: 8 helped Q4_K 4 x 2 tiles and cost Q6_K's more).
@@ -63,7 +72,7 @@ pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
     nb: usize,
 ) -> [[f32; C]; R] {
     // SAFETY: forwarded; the features are enabled here.
-    unsafe { tile_body::<K, R, C, false>(w, a, nb) }
+    unsafe { tile_body::<K, R, C, PLAIN>(w, a, nb) }
 }
 
 /// [`tile`] with `vpdpwssd` for `madd` + `add`.
@@ -77,7 +86,22 @@ pub(super) unsafe fn tile_vnni<const K: u8, const R: usize, const C: usize>(
     nb: usize,
 ) -> [[f32; C]; R] {
     // SAFETY: forwarded; the features are enabled here.
-    unsafe { tile_body::<K, R, C, true>(w, a, nb) }
+    unsafe { tile_body::<K, R, C, EVEX>(w, a, nb) }
+}
+
+/// [`tile`] with AVX-VNNI's `vpdpwssd` (the VEX form, for AVX2 hosts
+/// without AVX-512), rows one after another (16 vector registers).
+///
+/// # Safety
+/// As [`tile`]; the host also has AVX-VNNI.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(super) unsafe fn tile_avx_vnni<const K: u8, const R: usize, const C: usize>(
+    w: [*const u8; R],
+    a: [Q8KRow; C],
+    nb: usize,
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded; the features are enabled here.
+    unsafe { tile_body::<K, R, C, VEX>(w, a, nb) }
 }
 
 /// The body of both entry points: per super-block, every row's block
@@ -87,7 +111,7 @@ pub(super) unsafe fn tile_vnni<const K: u8, const R: usize, const C: usize>(
 /// As [`tile`] (and [`tile_vnni`] when `VNNI`); called only where those
 /// features are enabled.
 #[inline(always)]
-unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: bool>(
+unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: u8>(
     w: [*const u8; R],
     a: [Q8KRow; C],
     nb: usize,
@@ -99,7 +123,7 @@ unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: boo
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for b in 0..nb {
-            if VNNI && R * C <= INTERLEAVE {
+            if VNNI == EVEX && R * C <= INTERLEAVE {
                 let blk: [*const u8; R] = std::array::from_fn(|r| w[r].add(b * bytes));
                 if K == kind::Q6_K {
                     q6k_rows::<R, C, VNNI>(table, blk, &a, b, &mut acc);
@@ -132,15 +156,16 @@ unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: boo
 /// `isum + madd(p, s)`.
 ///
 /// # Safety
-/// The caller has AVX2, and AVX512-VNNI + VL when `VNNI`.
+/// The caller has AVX2, and AVX512-VNNI + VL when `VNNI` is [`EVEX`],
+/// AVX-VNNI when it is [`VEX`].
 #[inline(always)]
-unsafe fn dot_add<const VNNI: bool>(isum: __m256i, p: __m256i, s: __m256i) -> __m256i {
+unsafe fn dot_add<const VNNI: u8>(isum: __m256i, p: __m256i, s: __m256i) -> __m256i {
     // SAFETY: the caller's features.
     unsafe {
-        if VNNI {
-            _mm256_dpwssd_epi32(isum, p, s)
-        } else {
-            _mm256_add_epi32(isum, _mm256_madd_epi16(p, s))
+        match VNNI {
+            EVEX => _mm256_dpwssd_epi32(isum, p, s),
+            VEX => _mm256_dpwssd_avx_epi32(isum, p, s),
+            _ => _mm256_add_epi32(isum, _mm256_madd_epi16(p, s)),
         }
     }
 }
@@ -265,7 +290,7 @@ unsafe fn mins_control() -> __m256i {
 /// Each `blk[r]` points to one block of `K`; every `a[c]` has block `b`;
 /// the caller has [`tile_body`]'s features.
 #[inline(always)]
-unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: bool>(
+unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: u8>(
     table: &[f32; 65536],
     blk: [*const u8; RR],
     a: &[Q8KRow; C],
@@ -336,7 +361,7 @@ unsafe fn pick_pair(lo: i16) -> __m256i {
 /// Each `blk[r]` points to one Q6_K block; every `a[c]` has block `b`; the
 /// caller has [`tile_body`]'s features.
 #[inline(always)]
-unsafe fn q6k_rows<const RR: usize, const C: usize, const VNNI: bool>(
+unsafe fn q6k_rows<const RR: usize, const C: usize, const VNNI: u8>(
     table: &[f32; 65536],
     blk: [*const u8; RR],
     a: &[Q8KRow; C],

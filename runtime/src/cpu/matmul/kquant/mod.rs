@@ -98,6 +98,9 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA.
     Avx2,
+    /// The AVX2 kernels with AVX-VNNI's `vpdpwssd` (the VEX form: hosts
+    /// without AVX-512).
+    AvxVnni,
     /// The AVX2 kernels with AVX512-VNNI's 256-bit `vpdpwssd` (needs
     /// AVX512-VNNI and AVX512-VL besides).
     Avx512Vnni,
@@ -109,7 +112,9 @@ impl Isa {
     /// 15-20 % faster than plain AVX2 and, rows interleaved, matrix-vector
     /// tiles 10-25 % faster, so it is preferred where present.
     ///
-    /// `GGPLAN_KQUANT_ISA` (`scalar`, `avx2`, `avx512vnni`) names another
+    /// Without AVX-512, AVX-VNNI where present (figures in the README).
+    ///
+    /// `GGPLAN_KQUANT_ISA` (`scalar`, `avx2`, `avxvnni`, `avx512vnni`) names another
     /// set the host has, to compare them on one machine; a name the host
     /// lacks is ignored.
     pub fn detect() -> Isa {
@@ -128,6 +133,9 @@ impl Isa {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx2") && has!("fma") {
                 v.push(Isa::Avx2);
+                if has!("avxvnni") {
+                    v.push(Isa::AvxVnni);
+                }
                 if has!("avx512vnni") && has!("avx512vl") {
                     v.push(Isa::Avx512Vnni);
                 }
@@ -142,6 +150,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512Vnni => "avx512vnni",
         }
     }

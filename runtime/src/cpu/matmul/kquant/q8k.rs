@@ -76,7 +76,7 @@ pub unsafe fn quantize_row(x: &[f32], out: *mut u8, isa: Isa) {
             let bsums = row.bsums.add(b * (QK_K / SUM_ELEMS)) as *mut i16;
             let d = match isa {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 | Isa::Avx512Vnni => x86::quantize_block(block, qs, bsums),
+                Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86::quantize_block(block, qs, bsums),
                 _ => quantize_block(block, qs, bsums),
             };
             *(row.d.add(b) as *mut f32) = d;

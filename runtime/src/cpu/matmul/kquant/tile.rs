@@ -39,6 +39,12 @@ pub fn full_tile<const R: usize, const C: usize>(isa: Isa, kind: u8) -> TileFn<R
         #[cfg(target_arch = "x86_64")]
         (Isa::Avx2, _) => super::avx2::tile::<Q6_K, R, C>,
         #[cfg(target_arch = "x86_64")]
+        (Isa::AvxVnni, Q4_K) => super::avx2::tile_avx_vnni::<Q4_K, R, C>,
+        #[cfg(target_arch = "x86_64")]
+        (Isa::AvxVnni, Q5_K) => super::avx2::tile_avx_vnni::<Q5_K, R, C>,
+        #[cfg(target_arch = "x86_64")]
+        (Isa::AvxVnni, _) => super::avx2::tile_avx_vnni::<Q6_K, R, C>,
+        #[cfg(target_arch = "x86_64")]
         (Isa::Avx512Vnni, Q4_K) => super::avx2::tile_vnni::<Q4_K, R, C>,
         #[cfg(target_arch = "x86_64")]
         (Isa::Avx512Vnni, Q5_K) => super::avx2::tile_vnni::<Q5_K, R, C>,
