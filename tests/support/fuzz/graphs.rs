@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The setups graphs are compiled for: one CPU, CPU + GPU with half the
-/// layers offloaded, two core groups with a layer split, that split
-/// pipelined over two micro-batches, and two core groups with every weight
+/// layers offloaded, two core groups with the cost policy's layer split,
+/// the memory split pipelined over two micro-batches, and two core groups with every weight
 /// and state split along axis 0, then along axis 1 (tensor parallelism).
 fn setups() -> Vec<(Target, CompileOptions)> {
     let target = |name: &str| Target::preset(name).expect("preset");
