@@ -31,7 +31,8 @@ status=0
 # llama.cpp's ggml-rpc-server, for the remote-device tests (tests/rpc.rs,
 # runtime/tests/rpc_client.rs): built once into .rpc/ (about a minute).
 scripts/rpc-servers.sh build
-cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+# --no-fail-fast: every test binary runs, so the total counts them all.
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 # The thread pool and the host events under loom, counted in the total.
 "${loom[@]}" cargo test -p ggplan-concurrency --release --locked --test loom 2>&1 | tee -a "$log" ||
   status=$?
