@@ -145,6 +145,9 @@ pub struct Runtime {
     pub(crate) last_profile: Vec<u64>,
     /// Bytes of weights and state one run reads, counted once at load.
     memory_read_bytes: u64,
+    /// Steps writing host state that a run failing on a server or GPU
+    /// undoes (`state_journal`); empty for plans that cannot fail mid-run.
+    pub(crate) state_writers: Vec<crate::state_journal::StateWriter>,
 }
 
 // SAFETY: the raw addresses point into buffers this struct owns (or keeps
@@ -476,6 +479,10 @@ impl Runtime {
         let index_bounds = plan.index_tables();
         let n_steps = steps.len();
         let memory_read_bytes = crate::traffic::memory_read_bytes(&plan, &steps);
+        let host: Vec<bool> = cpu_devices.iter().map(Option::is_some).collect();
+        let can_fail_mid_run =
+            remote.iter().flatten().next().is_some() || cuda.iter().flatten().next().is_some();
+        let state_writers = crate::state_journal::state_writers(&plan, &host, can_fail_mid_run);
         Ok(Runtime {
             plan,
             _weights: weights,
@@ -498,6 +505,7 @@ impl Runtime {
             report,
             last_profile: vec![0; n_steps],
             memory_read_bytes,
+            state_writers,
         })
     }
 

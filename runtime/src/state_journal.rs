@@ -15,9 +15,11 @@
 //!   decode writes one row per cache, so this costs a row per cache);
 //! - anything else: the destination's whole span.
 //!
-//! Saving more bytes than a run writes is harmless: every saved byte is its
-//! value before the run. Invariants: a journal is only taken for plans with
-//! a device that can fail mid-run (remote or CUDA); it reads and writes host
+//! The steps are found once at load ([`state_writers`]); a run only reads
+//! their index inputs and copies the rows. Saving more bytes than a run
+//! writes is harmless: every saved byte is its value before the run.
+//! Invariants: a journal is only taken for plans with a device that can fail
+//! mid-run (remote or CUDA); it reads and writes host
 //! memory through the devices' `get_tensor`/`set_tensor` within the spans the
 //! checker proved, and an index outside its table saves nothing (the run
 //! refuses it before any step).
@@ -34,53 +36,82 @@ pub(crate) struct StateJournal {
     saved: Vec<(usize, usize, Vec<u8>)>,
 }
 
-impl Runtime {
-    /// The tensor owning `t`'s bytes.
-    fn root_of(&self, mut t: u32) -> u32 {
-        while let Some(Placement::View { of, .. }) =
-            self.plan.tensors.get(t as usize).map(|p| &p.placement)
-        {
-            t = *of;
+/// A step that writes into host state: found once at load
+/// ([`state_writers`]), its ranges read before each run.
+pub(crate) struct StateWriter {
+    /// The host device it runs on.
+    device: usize,
+    /// Its op (`set_rows` or `cpy`).
+    op: ir::Op,
+    /// The state tensor (or view of one) it writes into.
+    dest: u32,
+    /// Its sources.
+    srcs: Vec<u32>,
+}
+
+/// The tensor owning `t`'s bytes.
+fn root_of(plan: &ir::plan::Plan, mut t: u32) -> u32 {
+    while let Some(Placement::View { of, .. }) = plan.tensors.get(t as usize).map(|p| &p.placement)
+    {
+        t = *of;
+    }
+    t
+}
+
+/// Every step of `plan` on a host device (`host[d]`) that writes into a
+/// state tensor; empty unless `can_fail_mid_run` (a remote or CUDA device).
+pub(crate) fn state_writers(
+    plan: &ir::plan::Plan,
+    host: &[bool],
+    can_fail_mid_run: bool,
+) -> Vec<StateWriter> {
+    if !can_fail_mid_run {
+        return Vec::new();
+    }
+    let mut writers = Vec::new();
+    for split in &plan.splits {
+        let device = split.device.index();
+        if !host.get(device).copied().unwrap_or(false) {
+            continue;
         }
-        t
+        for step in &split.steps {
+            let Step::Op { op, srcs, .. } = step else {
+                continue;
+            };
+            let Some(&dest) = op.writes_into_source().and_then(|k| srcs.get(k)) else {
+                continue;
+            };
+            let root = root_of(plan, dest) as usize;
+            if plan
+                .tensors
+                .get(root)
+                .is_some_and(|t| t.role == Role::State)
+            {
+                writers.push(StateWriter {
+                    device,
+                    op: *op,
+                    dest,
+                    srcs: srcs.clone(),
+                });
+            }
+        }
     }
+    writers
+}
 
-    /// True when some device of the plan can fail in the middle of a run.
-    fn can_fail_mid_run(&self) -> bool {
-        self.remote.iter().flatten().next().is_some() || self.cuda.iter().flatten().next().is_some()
-    }
-
+impl Runtime {
     /// Saves what this run may overwrite in host state (see the module doc);
     /// `None` when the plan cannot fail mid-run or writes no host state.
     pub(crate) fn journal_host_state(&self) -> Result<Option<StateJournal>, RuntimeError> {
-        if !self.can_fail_mid_run() {
-            return Ok(None);
-        }
         let mut saved = Vec::new();
-        for split in &self.plan.splits {
-            let device = split.device.index();
-            if self.cpu_devices[device].is_none() {
-                continue;
-            }
-            for step in &split.steps {
-                let Step::Op { op, srcs, .. } = step else {
-                    continue;
-                };
-                let Some(&dest) = op.writes_into_source().and_then(|k| srcs.get(k)) else {
-                    continue;
-                };
-                let root = self.root_of(dest) as usize;
-                if self.plan.tensors[root].role != Role::State {
-                    continue;
-                }
-                for (addr, len) in self.written_ranges(op, dest, srcs)? {
-                    let mut bytes = vec![0u8; len];
-                    // SAFETY: the range lies in the destination's span,
-                    // which the checker proved inside its arena.
-                    let tensor = unsafe { TensorBytes::new(addr as *mut u8, len) };
-                    self.devices[device].get_tensor(tensor, 0, &mut bytes)?;
-                    saved.push((device, addr, bytes));
-                }
+        for w in &self.state_writers {
+            for (addr, len) in self.written_ranges(&w.op, w.dest, &w.srcs)? {
+                let mut bytes = vec![0u8; len];
+                // SAFETY: the range lies in the destination's span, which
+                // the checker proved inside its arena.
+                let tensor = unsafe { TensorBytes::new(addr as *mut u8, len) };
+                self.devices[w.device].get_tensor(tensor, 0, &mut bytes)?;
+                saved.push((w.device, addr, bytes));
             }
         }
         Ok((!saved.is_empty()).then_some(StateJournal { saved }))
@@ -100,7 +131,7 @@ impl Runtime {
             (ir::Op::SetRows, Some(&idx)) => idx,
             _ => return Ok(whole),
         };
-        let idx_root = self.root_of(idx) as usize;
+        let idx_root = root_of(&self.plan, idx) as usize;
         let idx_device = self.plan.tensors[idx as usize].device.index();
         if self.plan.tensors[idx_root].role != Role::Input || self.cpu_devices[idx_device].is_none()
         {

@@ -1,28 +1,32 @@
 //! Weight placement options, and which device they pin each weight to.
 //!
 //! Options as data: `--pin REGEX=DEVICE` rules (llama.cpp's `-ot`),
-//! `--offload-layers N` (llama.cpp's `-ngl`) and `--fit`. The assign pass asks
+//! `--offload-layers N` (llama.cpp's `-ngl`), `--split-mode layer` and
+//! `--fit`. The assign pass asks
 //! [`pinned_device`] (or a [`Pins`] built once) about every weight; a weight
 //! they do not pin is the policy's to place.
 //!
 //! Precedence, for one weight:
 //! 1. the first pin rule whose regex matches the name (regex *search*, as
 //!    llama.cpp's `-ot`: anchor with `^…$` for whole names);
-//! 2. with `offload_layers = Some(N)`, N > 0: the weights of the last N blocks,
+//! 2. with `layer_split`: the device of the weight's unit (input layer,
+//!    block, output head): by the proportions, else by [`layer_cost`] under
+//!    the cost policy or by memory under the ggml policy;
+//! 3. with `offload_layers = Some(N)`, N > 0: the weights of the last N blocks,
 //!    plus the output head (`output`, `output_norm`, `lm_head`, `model.norm`,
 //!    with any `.weight`/`.bias` suffix), go on the first accelerator; every
 //!    other weight (earlier blocks, the token embedding and the rest of the
 //!    input layer) stays on the CPU, as llama.cpp keeps its input layer there.
 //!    A tied output head *is* the token embedding, so it stays on the CPU too.
 //!    `Some(0)` pins everything to the CPU, like `-ngl 0`;
-//! 3. otherwise no pin.
+//! 4. otherwise no pin.
 //!
 //! Difference from llama.cpp: its current `-ngl N` counts the output layer as
 //! one of the N (`-ngl 1` offloads only the head, `-ngl n_layer + 1` everything);
 //! here N counts blocks only and the head always comes with them.
 //!
-//! `fit` is only recorded: the memory-aware assign pass reads it later (as
-//! many layers as fit under each device's memory). Nothing here looks at it.
+//! `fit` is only recorded here: `assign::weights` acts on it (as many
+//! layers as fit under each device's memory).
 //!
 //! Invariants: a [`PinRule`] from [`PinRule::parse`] names a device of its
 //! target; [`PlacementOptions::validate`] refuses `offload_layers` on a target
@@ -95,8 +99,8 @@ pub struct PlacementOptions {
     /// `--offload-layers N`: the last N blocks (and the output head) on the
     /// first accelerator, the rest on the CPU.
     pub offload_layers: Option<u32>,
-    /// `--fit`: place as many layers as fit each device's memory. Recorded
-    /// here; only the memory-aware assign pass (not built yet) acts on it.
+    /// `--fit`: place as many layers as fit each device's memory (acted on
+    /// by `assign::weights`).
     pub fit: bool,
     /// `--split-mode layer [--tensor-split P0,P1,...]`: whole blocks (and the
     /// input layer and output head as units of their own) spread over the

@@ -90,14 +90,12 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
         let mut read_parts: Vec<(u32, u32, Vec<u32>)> = Vec::new();
         let mut whole_reads = 0;
         for &r in &a.reads {
-            let Some((owner, lo, hi)) = bytes_in_owner(c, r) else {
+            // A read with no bytes of its own (a fused intermediate) counts
+            // neither way.
+            if bytes_in_owner(c, r).is_none() {
                 continue;
-            };
-            let hits: Vec<&Part> = parts
-                .get(&owner)
-                .map(|owned| owned.iter().filter(|p| p.lo < hi && lo < p.hi).collect())
-                .unwrap_or_default();
-            match hits.first() {
+            }
+            match parts_read(c, &parts, r).next() {
                 Some(p) => read_parts.push((p.tensor, r, p.groups.clone())),
                 None => whole_reads += 1,
             }
