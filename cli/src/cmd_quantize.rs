@@ -10,15 +10,15 @@ use std::process::ExitCode;
 #[derive(Args)]
 #[command(
     after_help = "Example:\n  ggplan quantize SmolLM2-135M-Instruct.Q4_1.gguf smollm2.q4_k_m.gguf --type q4_k_m\n\n\
-K-quant rows must be a multiple of 256 values; other rows fall back to q8_0\n\
-(llama.cpp uses q5_0/q5_1 there, which ggplan does not have), and the summary says how many."
+K-quant rows must be a multiple of 256 values; other rows take llama.cpp's fallback\n\
+(q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0), and the summary says how many."
 )]
 pub struct QuantizeArgs {
     /// The GGUF file to read.
     input: PathBuf,
     /// The GGUF file to write (never the input; written atomically).
     output: PathBuf,
-    /// Target format: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k or q4_k_m (llama.cpp's mix).
+    /// Target format: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k or q4_k_m (llama.cpp's mix).
     #[arg(long = "type", value_name = "TYPE")]
     target: String,
 }
@@ -61,8 +61,8 @@ fn summary_text(summary: &QuantizeSummary, target: QuantType, output: &std::path
     }
     for (wanted, used, n) in summary.fallbacks() {
         text.push_str(&format!(
-            "  fallback: {n} tensors wanted {} but use {} (ne0 not a multiple of {}; \
-             ggplan has no q5_0/q5_1)\n",
+            "  fallback: {n} tensors wanted {} but use {} (ne0 not a multiple of {}, \
+             as llama.cpp does)\n",
             wanted.name(),
             used.name(),
             wanted.block_elems()
@@ -103,8 +103,8 @@ mod tests {
         };
         let summary = QuantizeSummary {
             tensors: vec![
-                plan("a.weight", DType::F32, DType::Q8_0, Some(DType::Q4_K)),
-                plan("b.weight", DType::F32, DType::Q8_0, Some(DType::Q4_K)),
+                plan("a.weight", DType::F32, DType::Q5_0, Some(DType::Q4_K)),
+                plan("b.weight", DType::F32, DType::Q5_0, Some(DType::Q4_K)),
                 plan("c.weight", DType::F32, DType::Q8_0, Some(DType::Q6_K)),
                 plan("d.weight", DType::F32, DType::Q4_K, None),
                 plan("norm.weight", DType::F32, DType::F32, None),
@@ -116,7 +116,7 @@ mod tests {
         };
         let text = summary_text(&summary, QuantType::Q4KM, std::path::Path::new("out.gguf"));
         assert!(
-            text.contains("fallback: 2 tensors wanted q4_K but use q8_0"),
+            text.contains("fallback: 2 tensors wanted q4_K but use q5_0"),
             "{text}"
         );
         assert!(
@@ -124,7 +124,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("q8_0     3 tensors (3 requantized)"),
+            text.contains("q8_0     1 tensors (1 requantized)"),
             "{text}"
         );
         assert!(

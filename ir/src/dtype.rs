@@ -34,11 +34,16 @@ pub enum DType {
     Q5_K,
     /// 256 values in 16 sub-blocks of 16, 6-bit values, 8-bit scales.
     Q6_K,
+    /// 32 values: f16 scale + 32 x 5-bit (offset 16). Declared last so
+    /// that adding it kept the derived order of the older dtypes.
+    Q5_0,
+    /// 32 values: f16 scale, f16 min + 32 x 5-bit.
+    Q5_1,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 12] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -49,13 +54,15 @@ impl DType {
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
+        DType::Q5_0,
+        DType::Q5_1,
     ];
 
     /// Elements per block (1 for plain types).
     pub const fn block_elems(self) -> u64 {
         match self {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
             DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
@@ -68,6 +75,8 @@ impl DType {
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,
@@ -103,6 +112,8 @@ impl DType {
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
             DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
             DType::Q4_K => "q4_K",
             DType::Q5_K => "q5_K",
             DType::Q6_K => "q6_K",
@@ -116,6 +127,8 @@ impl DType {
             1 => DType::F16,
             2 => DType::Q4_0,
             3 => DType::Q4_1,
+            6 => DType::Q5_0,
+            7 => DType::Q5_1,
             8 => DType::Q8_0,
             12 => DType::Q4_K,
             13 => DType::Q5_K,
@@ -133,6 +146,8 @@ impl DType {
             DType::F16 => 1,
             DType::Q4_0 => 2,
             DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
+            DType::Q5_1 => 7,
             DType::Q8_0 => 8,
             DType::Q4_K => 12,
             DType::Q5_K => 13,
@@ -159,6 +174,8 @@ mod tests {
             (DType::Q8_0, 32, 34),
             (DType::Q4_0, 32, 18),
             (DType::Q4_1, 32, 20),
+            (DType::Q5_0, 32, 22),
+            (DType::Q5_1, 32, 24),
             (DType::Q4_K, 256, 144),
             (DType::Q5_K, 256, 176),
             (DType::Q6_K, 256, 210),
@@ -176,6 +193,6 @@ mod tests {
         for t in DType::ALL {
             assert_eq!(DType::from_ggml_type(t.ggml_type()), Some(t));
         }
-        assert_eq!(DType::from_ggml_type(6), None, "q5_0 is not supported");
+        assert_eq!(DType::from_ggml_type(9), None, "q8_1 is not supported");
     }
 }

@@ -24,11 +24,10 @@
 //! `i >= 7n/8`, or `(i - n/8) % 3 == 2`), Q4_K for everything else.
 //!
 //! Fallback: K-quants need `ne0` to be a multiple of 256. Where it is not (as
-//! SmolLM2's 576), llama.cpp falls back to Q5_0, Q5_1 or Q8_0 for Q4_K, Q5_K and
-//! Q6_K; this project has no Q5_0 or Q5_1, so **all three fall back to Q8_0**
-//! (more bits than llama.cpp's choice, never fewer). Each fallback is recorded in
-//! [`TensorPlan::wanted`] and counted by [`QuantizeSummary::fallbacks`], so
-//! callers can say so.
+//! SmolLM2's 576), the tensor takes llama.cpp's fallback type: Q5_0 for Q4_K,
+//! Q5_1 for Q5_K and Q8_0 for Q6_K (all need only a multiple of 32). Each
+//! fallback is recorded in [`TensorPlan::wanted`] and counted by
+//! [`QuantizeSummary::fallbacks`], so callers can say so.
 //!
 //! Invariant: the output holds the input's tensors in the input's order, with
 //! the same names and shapes; only types and bytes change.
@@ -50,6 +49,10 @@ pub enum QuantType {
     Q4_1,
     /// Every weight matrix Q8_0.
     Q8_0,
+    /// Every weight matrix Q5_0.
+    Q5_0,
+    /// Every weight matrix Q5_1.
+    Q5_1,
     /// Every weight matrix Q4_K (llama.cpp's Q4_K_S file type).
     Q4K,
     /// Every weight matrix Q5_K (llama.cpp's Q5_K_S file type).
@@ -62,9 +65,11 @@ pub enum QuantType {
 
 impl QuantType {
     /// Every type, in the order `--help` lists them.
-    pub const ALL: [QuantType; 7] = [
+    pub const ALL: [QuantType; 9] = [
         QuantType::Q4_0,
         QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q5_1,
         QuantType::Q8_0,
         QuantType::Q4K,
         QuantType::Q5K,
@@ -78,6 +83,8 @@ impl QuantType {
             QuantType::Q4_0 => "q4_0",
             QuantType::Q4_1 => "q4_1",
             QuantType::Q8_0 => "q8_0",
+            QuantType::Q5_0 => "q5_0",
+            QuantType::Q5_1 => "q5_1",
             QuantType::Q4K => "q4_k",
             QuantType::Q5K => "q5_k",
             QuantType::Q6K => "q6_k",
@@ -98,6 +105,8 @@ impl QuantType {
             QuantType::Q4_0 => 2,
             QuantType::Q4_1 => 3,
             QuantType::Q8_0 => 7,
+            QuantType::Q5_0 => 8,
+            QuantType::Q5_1 => 9,
             QuantType::Q4K => 14,
             QuantType::Q5K => 16,
             QuantType::Q6K => 18,
@@ -111,6 +120,8 @@ impl QuantType {
             QuantType::Q4_0 => DType::Q4_0,
             QuantType::Q4_1 => DType::Q4_1,
             QuantType::Q8_0 => DType::Q8_0,
+            QuantType::Q5_0 => DType::Q5_0,
+            QuantType::Q5_1 => DType::Q5_1,
             QuantType::Q4K | QuantType::Q4KM => DType::Q4_K,
             QuantType::Q5K => DType::Q5_K,
             QuantType::Q6K => DType::Q6_K,
@@ -230,8 +241,10 @@ pub fn plan_quantization(file: &GgufFile, target: QuantType) -> Vec<TensorPlan> 
             let ne0 = t.ne[0] as u64;
             let (to, fallback) = if ne0.is_multiple_of(wanted.block_elems()) {
                 (wanted, None)
-            } else if is_k_quant(wanted) && ne0.is_multiple_of(DType::Q8_0.block_elems()) {
-                (DType::Q8_0, Some(wanted))
+            } else if let Some(instead) = k_quant_fallback(wanted)
+                && ne0.is_multiple_of(instead.block_elems())
+            {
+                (instead, Some(wanted))
             } else {
                 return keep;
             };
@@ -244,8 +257,15 @@ pub fn plan_quantization(file: &GgufFile, target: QuantType) -> Vec<TensorPlan> 
         .collect()
 }
 
-fn is_k_quant(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K)
+/// llama.cpp's type for a K-quant tensor whose rows are not whole
+/// super-blocks (`None` for the other types).
+fn k_quant_fallback(dtype: DType) -> Option<DType> {
+    match dtype {
+        DType::Q4_K => Some(DType::Q5_0),
+        DType::Q5_K => Some(DType::Q5_1),
+        DType::Q6_K => Some(DType::Q8_0),
+        _ => None,
+    }
 }
 
 /// The layer number `i` of a tensor named `blk.{i}.{suffix}`.

@@ -228,6 +228,8 @@ fn smollm2(c: &Ceilings) {
 fn crossover(c: &Ceilings) {
     for (t, k, m) in [
         (DType::Q4_1, 576, 1536),
+        (DType::Q5_0, 576, 1536),
+        (DType::Q5_1, 576, 1536),
         (DType::Q8_0, 576, 4096),
         (DType::Q4_K, 1536, 1536),
         (DType::Q5_K, 1536, 1536),
@@ -305,6 +307,8 @@ fn main() {
         DType::Q8_0,
         DType::Q4_0,
         DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
@@ -323,6 +327,8 @@ fn main() {
         (DType::Q4_1, (1536, 576, 128), 20),
         (DType::Q8_0, (1536, 576, 128), 20),
         (DType::Q4_0, (1536, 576, 128), 20),
+        (DType::Q5_0, (1536, 576, 128), 20),
+        (DType::Q5_1, (1536, 576, 128), 20),
         (DType::F16, (1024, 1024, 128), 10),
     ] {
         if want(&format!("{t} prefill")) {

@@ -16,7 +16,7 @@ from gguf import GGUFReader
 from gguf.constants import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-QUANTIZED = {Q.Q4_0, Q.Q4_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K}
+QUANTIZED = {Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K}
 
 
 def main() -> None:

@@ -29,9 +29,14 @@ impl DTypeClass {
         match dtype {
             DType::F32 | DType::I32 => DTypeClass::F32,
             DType::F16 | DType::BF16 => DTypeClass::Half,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q5_K | DType::Q6_K => {
-                DTypeClass::Quantized
-            }
+            DType::Q8_0
+            | DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K => DTypeClass::Quantized,
         }
     }
 }

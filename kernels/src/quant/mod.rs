@@ -11,6 +11,8 @@
 //! | Q8_0 | 32 / 34 | [`q8_0`] |
 //! | Q4_0 | 32 / 18 | [`q4_0`] |
 //! | Q4_1 | 32 / 20 | [`q4_1`] |
+//! | Q5_0 | 32 / 22 | [`q5_0`] |
+//! | Q5_1 | 32 / 24 | [`q5_1`] |
 //! | Q4_K | 256 / 144 | [`q4_k`] |
 //! | Q5_K | 256 / 176 | [`q5_k`] |
 //! | Q6_K | 256 / 210 | [`q6_k`] |
@@ -18,7 +20,7 @@
 //! Invariants:
 //! - [`dequantize_row`] is exactly ggml's dequantization, including its f32
 //!   operation order, so values agree bit for bit with ggml's `to_float`;
-//! - [`quantize_row`] for Q8_0, Q4_0 and Q4_1 follows ggml's reference quantizers
+//! - [`quantize_row`] for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 follows ggml's reference quantizers
 //!   (`quantize_row_*_ref`); for the K-quants it is a simpler valid encoder (min/max
 //!   per sub-block, scales rounded up so every sub-block's range is covered) whose
 //!   error bound is stated in its module and tested;
@@ -32,10 +34,13 @@ pub mod plain;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 
+mod five_bit;
 mod k_common;
 #[cfg(test)]
 mod tests_blocks;
@@ -56,6 +61,8 @@ pub fn dequantize_row(dtype: DType, src: &[u8], out: &mut [f32]) {
         DType::Q8_0 => q8_0::dequantize_block,
         DType::Q4_0 => q4_0::dequantize_block,
         DType::Q4_1 => q4_1::dequantize_block,
+        DType::Q5_0 => q5_0::dequantize_block,
+        DType::Q5_1 => q5_1::dequantize_block,
         DType::Q4_K => q4_k::dequantize_block,
         DType::Q5_K => q5_k::dequantize_block,
         DType::Q6_K => q6_k::dequantize_block,
@@ -80,6 +87,8 @@ pub fn quantize_row(dtype: DType, src: &[f32], out: &mut [u8]) {
         DType::Q8_0 => q8_0::quantize_block,
         DType::Q4_0 => q4_0::quantize_block,
         DType::Q4_1 => q4_1::quantize_block,
+        DType::Q5_0 => q5_0::quantize_block,
+        DType::Q5_1 => q5_1::quantize_block,
         DType::Q4_K => q4_k::quantize_block,
         DType::Q5_K => q5_k::quantize_block,
         DType::Q6_K => q6_k::quantize_block,

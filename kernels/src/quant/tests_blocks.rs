@@ -55,6 +55,36 @@ fn q4_1_block_is_q_times_d_plus_m() {
     assert_eq!((y[0], y[1], y[15]), (-1.0, -0.5, 6.5));
 }
 
+#[test]
+fn q5_0_block_takes_the_fifth_bit_from_qh() {
+    // d = 2; qh sets the fifth bit of values 1, 3 (low half) and 16, 31 (high
+    // half); nibbles j low and 15 - j high.
+    let qh: u32 = (1 << 1) | (1 << 3) | (1 << 16) | (1 << 31);
+    let mut block = F16_TWO.to_vec();
+    block.extend(qh.to_le_bytes());
+    block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    let y = decode(DType::Q5_0, &block);
+    for j in 0..16 {
+        let fifth = |i: usize| if qh >> i & 1 == 1 { 16.0 } else { 0.0 };
+        assert_eq!(y[j], (j as f32 + fifth(j) - 16.0) * 2.0, "value {j}");
+        let high = (15 - j) as f32 + fifth(j + 16);
+        assert_eq!(y[j + 16], (high - 16.0) * 2.0, "value {}", j + 16);
+    }
+    assert_eq!((y[0], y[1], y[16], y[31]), (-32.0, 2.0, 30.0, 0.0));
+}
+
+#[test]
+fn q5_1_block_is_q_times_d_plus_m() {
+    // d = 0.5, m = -1; the fifth bit of every value 16..32 and of value 0.
+    let qh: u32 = 0xFFFF_0001;
+    let mut block = [F16_HALF, F16_MINUS_ONE].concat();
+    block.extend(qh.to_le_bytes());
+    block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    let y = decode(DType::Q5_1, &block);
+    assert_eq!((y[0], y[1], y[15]), (7.0, -0.5, 6.5));
+    assert_eq!((y[16], y[31]), (14.5, 7.0), "q = 16 + 15 and 16 + 0");
+}
+
 /// Scales [1, 2, 3, 4, 17, 33, 50, 63] and mins [0, 1, 5, 10, 20, 40, 61, 63],
 /// packed by hand as ggml's get_scale_min_k4 reads them.
 const K4_SC: [f32; 8] = [1.0, 2.0, 3.0, 4.0, 17.0, 33.0, 50.0, 63.0];

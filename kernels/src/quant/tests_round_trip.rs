@@ -124,6 +124,55 @@ fn q4_1_within_half_a_step() {
     }
 }
 
+#[test]
+fn q5_0_within_half_a_step_except_the_clamped_top() {
+    for row in test_rows(32 * 7, 21) {
+        let (_, y) = round_trip(DType::Q5_0, &row);
+        check(DType::Q5_0, &row, &y, |i| {
+            let block = &row[i / 32 * 32..][..32];
+            let max = block
+                .iter()
+                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+            let d = f64::from(max / -16.0);
+            let extra = 16.0 * f16_error(d as f32);
+            let t = if d != 0.0 { f64::from(row[i]) / d } else { 0.0 };
+            if t < 15.5 {
+                d.abs() / 2.0 + extra
+            } else {
+                d.abs() + extra
+            }
+        });
+    }
+}
+
+#[test]
+fn q5_0_keeps_the_largest_magnitude_value() {
+    let mut row = vec![0.1f32; 32];
+    row[20] = -4.0;
+    let (bytes, y) = round_trip(DType::Q5_0, &row);
+    assert_eq!(read_f16(&bytes, 0), 0.25, "d = max / -16");
+    assert_eq!(bytes[6 + 4] >> 4, 0, "max encodes as q = 0 (low 4 bits)");
+    assert_eq!(bytes[4] & 0x10, 0, "and no fifth bit (qh bit 20)");
+    assert_eq!(y[20], -4.0);
+}
+
+#[test]
+fn q5_1_within_half_a_step() {
+    for row in test_rows(32 * 7, 22) {
+        let (_, y) = round_trip(DType::Q5_1, &row);
+        let bounds: Vec<f64> = row
+            .chunks(32)
+            .map(|b| {
+                let min = b.iter().fold(f32::MAX, |m, &v| m.min(v));
+                let max = b.iter().fold(-f32::MAX, |m, &v| m.max(v));
+                let d = (max - min) / 31.0;
+                f64::from(d) / 2.0 + 31.0 * f16_error(d) + f16_error(min)
+            })
+            .collect();
+        check(DType::Q5_1, &row, &y, |i| bounds[i / 32]);
+    }
+}
+
 /// Checks the K-quant affine bound: within d*sc/2 of the reconstruction, or dmin/2
 /// below the sub-block's offset (decoded from the bytes), and a bound in terms of
 /// the input alone: range/(2 max_q) + amax/50 per 32-value sub-block.

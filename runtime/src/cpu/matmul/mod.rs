@@ -6,7 +6,8 @@
 //! Kernels ([`Route`]), chosen once at prepare time by src0's dtype, the
 //! precision asked for and, for quantized src0, the number of src1 columns
 //! ([`route`]: few columns take the integer route, many the f32 one):
-//! - [`quantized`] (Q8_0, Q4_0, Q4_1 src0): src1 is quantized once per run to
+//! - [`quantized`] (Q8_0, Q4_0, Q4_1 src0; Q5_0, Q5_1 weights where the
+//!   host repacks them): src1 is quantized once per run to
 //!   8-bit blocks of 32 ([`q8`]) into the shared scratch (phase 1, rows split
 //!   over threads), then integer dot products in tiles of src0 rows x src1
 //!   columns ([`qdot`], SIMD chosen at run time: AVX-512, AVX2 or scalar);
@@ -76,7 +77,7 @@ pub enum Precision {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
     /// src1 quantized to 8 bits, integer dot products ([`quantized`]); only
-    /// for Q8_0, Q4_0 and Q4_1 src0.
+    /// for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 src0.
     Int8Dot,
     /// src1 quantized to Q8_K, integer dot products with K-quant weights
     /// ([`kquant`]); only for Q4_K, Q5_K and Q6_K src0.
@@ -130,7 +131,9 @@ pub fn f32_route_min_columns(dtype: DType) -> usize {
 pub fn route(dtype: DType, n: usize, precision: Precision) -> Route {
     let fast = precision == Precision::Fast && n < f32_route_min_columns(dtype);
     match dtype {
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 if fast => Route::Int8Dot,
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 if fast => {
+            Route::Int8Dot
+        }
         DType::Q4_K | DType::Q5_K | DType::Q6_K if fast => Route::KQuantDot,
         _ => Route::F32Gemm,
     }
@@ -177,6 +180,14 @@ unsafe fn prepare(
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     let geo = Geometry::new(dst, src0, src1)?;
     let mut chosen = route(src0.dtype, geo.n, precision);
+    // Q5 rows have SIMD kernels only repacked (`qdot`); read in place they
+    // would take the scalar ones, slower than widening them for gemm.
+    if chosen == Route::Int8Dot
+        && matches!(src0.dtype, DType::Q5_0 | DType::Q5_1)
+        && (repack.is_none() || !qdot::Isa::detect().repacks())
+    {
+        chosen = Route::F32Gemm;
+    }
     if chosen == Route::F32Gemm
         && repack.is_some()
         && panel::applies(&geo)
@@ -216,9 +227,9 @@ unsafe fn prepare_route(
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     Ok(match route {
         Route::Int8Dot => {
-            if !matches!(geo.src0.dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1) {
+            if qdot::weight_kind(geo.src0.dtype).is_none() {
                 return Err(unsupported(format!(
-                    "the int8 route needs Q8_0, Q4_0 or Q4_1 weights, not {}",
+                    "the int8 route needs Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 weights, not {}",
                     geo.src0.dtype
                 )));
             }

@@ -1,4 +1,4 @@
-//! Q8_0, Q4_0 and Q4_1 weights repacked once at load for the AVX2 lane
+//! Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked once at load for the AVX2 lane
 //! kernel (`qdot::avx2_lane`), and the cache that shares one repacked copy
 //! between every kernel (and runtime) that reads the same weight (these, and
 //! float weights in panels for [`super::panel`]).
@@ -9,8 +9,10 @@
 //! `t < 8`); a group of `t` blocks starting at block `b` takes the bytes of
 //! those blocks (at `b * block_bytes`) and holds, in order:
 //! - the `t` f16 scales `d`;
-//! - Q4_1 only: the `t` f16 minimums `m`;
-//! - the quants (Q8_0: 32 bytes a block; Q4: 16 bytes of nibbles, whose low
+//! - Q4_1 and Q5_1 only: the `t` f16 minimums `m`;
+//! - Q5_0 and Q5_1 only: the `t` u32 words `qh` of fifth bits, in block order
+//!   (so a 32-byte load puts block `b + j`'s in lane `j`);
+//! - the quants (Q8_0: 32 bytes a block; Q4 and Q5: 16 bytes of nibbles, whose low
 //!   nibbles are values 0..16 and high nibbles values 16..32) as vectors of
 //!   `4 t` bytes (8 for Q8_0, 4 for Q4): in vector `v`, the 4 bytes of lane
 //!   `j` are bytes `4 v .. 4 v + 4` of block `b + j`'s quants;
@@ -79,9 +81,15 @@ impl PackedWeights {
 }
 
 /// Scale fields (f16 each) before the quants in a block of `kind`: d, and
-/// m for Q4_1.
+/// m for Q4_1 and Q5_1.
 pub(crate) fn scale_fields(kind: u8) -> usize {
-    if kind == kind::Q4_1 { 2 } else { 1 }
+    if kind::has_min(kind) { 2 } else { 1 }
+}
+
+/// Bytes of fifth bits after the scale fields in a block of `kind`: the u32
+/// `qh` of Q5_0 and Q5_1, none for the others.
+pub(crate) fn fifth_bit_bytes(kind: u8) -> usize {
+    if kind::five_bit(kind) { 4 } else { 0 }
 }
 
 /// Quant bytes in a block of `kind`: 32 for Q8_0, 16 of nibbles for Q4.
@@ -98,6 +106,7 @@ pub(crate) fn quant_bytes(kind: u8) -> usize {
 pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, nb: usize) {
     let bytes = kind::block_bytes(kind);
     let fields = scale_fields(kind);
+    let fifth = fifth_bit_bytes(kind);
     let quants = quant_bytes(kind);
     for r in 0..rows {
         for b in (0..nb).step_by(GROUP) {
@@ -107,13 +116,16 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
             unsafe {
                 let from = src.add((r * nb + b) * bytes);
                 let to = dst.add((r * nb + b) * bytes);
-                let qdst = to.add(2 * fields * t);
+                let hdst = to.add(2 * fields * t);
+                let qdst = hdst.add(fifth * t);
                 for j in 0..t {
                     let blk = from.add(j * bytes);
                     for f in 0..fields {
                         std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
                     }
-                    let q = blk.add(2 * fields);
+                    let h = blk.add(2 * fields);
+                    std::ptr::copy_nonoverlapping(h, hdst.add(fifth * j), fifth);
+                    let q = h.add(fifth);
                     if t > PAIRED_TAIL {
                         for v in 0..quants / 4 {
                             std::ptr::copy_nonoverlapping(
@@ -164,7 +176,7 @@ impl RepackCache {
     }
 
     /// The repacked copy of `src0`, made now or shared; `None` for dtypes
-    /// other than Q8_0, Q4_0 and Q4_1, tensors that are not contiguous, or
+    /// other than Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, tensors that are not contiguous, or
     /// when the memory cannot be had (the kernel then reads the original).
     ///
     /// # Safety

@@ -1,4 +1,4 @@
-//! mul_mat with Q8_0, Q4_0 or Q4_1 weights: integer dot products.
+//! mul_mat with Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 weights: integer dot products.
 //!
 //! Phase 1: every src1 row is quantized once per run ([`q8`]) into the shared
 //! scratch, the rows split over the threads. Barrier. Phase 2: each thread
@@ -48,7 +48,7 @@ pub struct QuantMatMul {
 }
 
 impl QuantMatMul {
-    /// A kernel for `geo` (src0 Q8_0, Q4_0 or Q4_1) with the host's best
+    /// A kernel for `geo` (src0 Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1) with the host's best
     /// SIMD; `repack`: src0 never changes and may be repacked through it.
     ///
     /// # Safety
@@ -70,19 +70,26 @@ impl QuantMatMul {
     /// `vpdpbusd` under either VNNI); AVX-512 without VNNI keeps its
     /// natural-layout kernels.
     ///
-    /// Panics when src0 is not Q8_0, Q4_0 or Q4_1 or the host lacks `isa`.
+    /// Q5_0 and Q5_1 rows that are not repacked run the scalar kernels.
+    ///
+    /// Panics when src0 is not Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 or the host
+    /// lacks `isa`.
     ///
     /// # Safety
     /// As [`QuantMatMul::new`].
     pub unsafe fn with_isa(geo: Geometry, isa: Isa, repack: Option<&RepackCache>) -> QuantMatMul {
-        let kind = qdot::weight_kind(geo.src0.dtype).expect("Q8_0, Q4_0 or Q4_1 src0");
+        let kind = qdot::weight_kind(geo.src0.dtype).expect("Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 src0");
         assert!(Isa::available().contains(&isa), "the host lacks {isa:?}");
-        let packed = match (isa, repack) {
+        let packed = match repack {
             // SAFETY: src0 never changes (caller's contract).
-            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 { vnni: true }, Some(cache)) => unsafe {
-                cache.get(&geo.src0)
-            },
+            Some(cache) if isa.repacks() => unsafe { cache.get(&geo.src0) },
             _ => None,
+        };
+        // Q5 rows read in place have only the scalar kernels (qdot doc).
+        let isa = if packed.is_none() && qdot::kind::five_bit(kind) {
+            Isa::Scalar
+        } else {
+            isa
         };
         QuantMatMul {
             geo,

@@ -49,7 +49,7 @@ pub fn dtype_code(dtype: DType) -> Option<i64> {
         DType::Q8_0 => 4,
         DType::Q4_0 => 5,
         DType::Q4_1 => 6,
-        DType::Q4_K | DType::Q5_K | DType::Q6_K => return None,
+        DType::Q5_0 | DType::Q5_1 | DType::Q4_K | DType::Q5_K | DType::Q6_K => return None,
     })
 }
 

@@ -1,4 +1,4 @@
-//! AVX2 tiles over Q8_0 / Q4_0 / Q4_1 rows repacked at load
+//! AVX2 tiles over Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 rows repacked at load
 //! ([`crate::cpu::matmul::packed`]): one block per 32-bit lane, so the
 //! integer sums of 8 blocks land in one vector (lane j = block j) with no
 //! horizontal reduction until the row's end, and the blocks' scales apply
@@ -9,6 +9,10 @@
 //!   and high nibbles (`shift`, `and`); 8 `maddubs` with the activations'
 //!   `ql`, added as i16 (each at most 2 * 15 * 127 = 3810 in magnitude, so 8
 //!   of them stay below 2^15), one `madd` with ones, one conversion, two FMAs;
+//! - Q5: as Q4, with each vector's fifth bits (bits 4v.. of the blocks' `qh`
+//!   words, shifted into place) spread to bytes by `pshufb` and a compare
+//!   ([`fifth_bits`]) and or-ed in as 16; the i16 tree then stops at four
+//!   `maddubs` (each at most 2 * 31 * 127 = 7874), two `madd`s widen;
 //! - Q8_0: 8 loads of 32 bytes; per vector the weights' signs move onto the
 //!   activations (`maddubs` takes unsigned x signed), a `maddubs` and a
 //!   `madd` (the i16 pair sums reach 2 * 128 * 127, so each is widened
@@ -25,7 +29,8 @@
 //! s8 = d1 sum(q) / 8):
 //! - Q8_0: `acc += d d1 sum(w q)`;
 //! - Q4_0: `acc += d (d1 sum(u q) - 64 s8)`;
-//! - Q4_1: `acc += d d1 sum(u q) + m 8 s8`.
+//! - Q4_1 and Q5_1: `acc += d d1 sum(u q) + m 8 s8`;
+//! - Q5_0: `acc += d (d1 sum(u q) - 128 s8)`.
 //!
 //! With VNNI ([`tile_vnni`]: AVX512-VNNI with AVX512-VL, on 256-bit vectors;
 //! [`tile_avx_vnni`]: AVX-VNNI, the same instruction VEX-encoded for hosts
@@ -37,7 +42,7 @@
 
 use super::avx2::hsums;
 use super::kind;
-use crate::cpu::matmul::packed::scale_fields;
+use crate::cpu::matmul::packed::{fifth_bit_bytes, scale_fields};
 use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
@@ -86,6 +91,51 @@ unsafe fn f16s<const FULL: bool>(p: *const u8, pairs: __m128i, lanes: __m256) ->
     // SAFETY: only the words under `pairs` are read.
     let h = unsafe { _mm_maskload_epi32(p as *const i32, pairs) };
     _mm256_and_ps(_mm256_cvtph_ps(h), lanes)
+}
+
+/// Q4_0 and Q5_0: values `(u - offset) d`, the offset taken off through the
+/// activations' sums; Q4_1 and Q5_1 add `m` through them instead.
+const fn signed_offset(k: u8) -> bool {
+    k == kind::Q4_0 || k == kind::Q5_0
+}
+
+/// The factor on `s8 = d1 sum(q) / 8` per block: `8 offset` (Q4_0 64, Q5_0
+/// 128) or 8 for the minimum's term (Q4_1, Q5_1).
+const fn offset_scale(k: u8) -> f32 {
+    match k {
+        kind::Q4_0 => 64.0,
+        kind::Q5_0 => 128.0,
+        _ => 8.0,
+    }
+}
+
+/// The fifth bits of one vector of 5-bit quants, as 16 in the bytes whose
+/// value has it: 32-bit lane `j` of `bits` holds, in bits 0..4, the fifth
+/// bits of the values in the low nibbles of its 4 quant bytes and, in bits
+/// 16..20, of those in the high nibbles. Returns (low, high), each 0 or 16
+/// per byte.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn fifth_bits(bits: __m256i) -> (__m256i, __m256i) {
+    // Byte 0 (low) or 2 (high) of each lane into all four of its bytes,
+    // then byte i keeps bit i.
+    #[rustfmt::skip]
+    let spread_low = _mm256_setr_epi8(
+        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+    );
+    #[rustfmt::skip]
+    let spread_high = _mm256_setr_epi8(
+        2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14,
+        2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14,
+    );
+    let select = _mm256_set1_epi32(0x0804_0201);
+    let sixteen = _mm256_set1_epi8(16);
+    let expand = |spread: __m256i| {
+        let b = _mm256_and_si256(_mm256_shuffle_epi8(bits, spread), select);
+        _mm256_and_si256(_mm256_cmpeq_epi8(b, select), sixteen)
+    };
+    (expand(spread_low), expand(spread_high))
 }
 
 /// The kernel once per instruction set: `$features` on every function (so
@@ -165,19 +215,21 @@ macro_rules! lane_kernel {
                         }
                     };
                     let d1: [__m256; C] = std::array::from_fn(|c| load(a[c].d.add(b)));
-                    // Q4_0: 64 s8 = 8 d1 sum(q); Q4_1: 8 s8 = d1 sum(q).
-                    let f = _mm256_set1_ps(if K == kind::Q4_0 { 64.0 } else { 8.0 });
+                    // Q4_0: 64 s8 = 8 d1 sum(q); Q5_0: 128 s8 = 16 d1 sum(q);
+                    // Q4_1, Q5_1: 8 s8 = d1 sum(q).
+                    let f = _mm256_set1_ps(offset_scale(K));
                     let s: [__m256; C] =
                         std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), f));
                     for r in 0..R {
                         let p = w[r].add(b * kind::block_bytes(K));
                         let dw = f16s::<FULL>(p, pairs, lanes);
-                        let mw = if K == kind::Q4_1 {
+                        let mw = if kind::has_min(K) {
                             f16s::<FULL>(p.add(2 * t), pairs, lanes)
                         } else {
                             _mm256_setzero_ps()
                         };
-                        let qw = p.add(2 * fields * t);
+                        let qh = p.add(2 * fields * t);
+                        let qw = qh.add(fifth_bit_bytes(K) * t);
                         let vector = |v: usize| {
                             let q = qw.add(4 * t * v);
                             if FULL {
@@ -200,8 +252,21 @@ macro_rules! lane_kernel {
                             continue;
                         }
                         let x: [__m256i; 4] = std::array::from_fn(vector);
-                        let lo = x.map(|v| _mm256_and_si256(v, low));
-                        let hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+                        let mut lo = x.map(|v| _mm256_and_si256(v, low));
+                        let mut hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+                        if kind::five_bit(K) {
+                            let words = if FULL {
+                                _mm256_loadu_si256(qh as *const __m256i)
+                            } else {
+                                _mm256_maskload_epi32(qh as *const i32, mask)
+                            };
+                            for v in 0..4 {
+                                let shift = _mm_cvtsi32_si128(4 * v as i32);
+                                let (l5, h5) = fifth_bits(_mm256_srl_epi32(words, shift));
+                                lo[v] = _mm256_or_si256(lo[v], l5);
+                                hi[v] = _mm256_or_si256(hi[v], h5);
+                            }
+                        }
                         for c in 0..C {
                             let ql = a[c].ql.add(b * QK);
                             let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
@@ -214,20 +279,27 @@ macro_rules! lane_kernel {
                                 }
                                 _mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1]))
                             } else {
-                                // A tree of i16 adds: 8 products, depth 3.
+                                // A tree of i16 adds: 8 products, depth 3
+                                // (Q5: two trees of 4, widened apart).
                                 let m: [__m256i; 4] = std::array::from_fn(|v| {
                                     _mm256_add_epi16(
                                         _mm256_maddubs_epi16(lo[v], q(v)),
                                         _mm256_maddubs_epi16(hi[v], q(v + 4)),
                                     )
                                 });
-                                let m = _mm256_add_epi16(
-                                    _mm256_add_epi16(m[0], m[1]),
-                                    _mm256_add_epi16(m[2], m[3]),
-                                );
-                                _mm256_cvtepi32_ps(_mm256_madd_epi16(m, ones))
+                                let (m01, m23) =
+                                    (_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+                                let sum = if kind::five_bit(K) {
+                                    _mm256_add_epi32(
+                                        _mm256_madd_epi16(m01, ones),
+                                        _mm256_madd_epi16(m23, ones),
+                                    )
+                                } else {
+                                    _mm256_madd_epi16(_mm256_add_epi16(m01, m23), ones)
+                                };
+                                _mm256_cvtepi32_ps(sum)
                             };
-                            acc[r][c] = if K == kind::Q4_0 {
+                            acc[r][c] = if signed_offset(K) {
                                 _mm256_fmadd_ps(dw, _mm256_fmsub_ps(sum, d1[c], s[c]), acc[r][c])
                             } else {
                                 _mm256_fmadd_ps(
@@ -272,8 +344,8 @@ macro_rules! lane_kernel {
                         _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
                         _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
                     ];
-                    // The block sums' term over 4 lanes: Q4_0 64 s8 / 4, Q4_1 8 s8 / 4.
-                    let f = _mm256_set1_ps(if K == kind::Q4_0 { 16.0 } else { 2.0 });
+                    // The block sums' term over 4 lanes: a quarter of the group's.
+                    let f = _mm256_set1_ps(offset_scale(K) / 4.0);
                     let d1: [__m256; C] =
                         std::array::from_fn(|c| _mm256_maskload_ps(a[c].d.add(b), mask));
                     let s: [__m256; C] = std::array::from_fn(|c| {
@@ -282,12 +354,19 @@ macro_rules! lane_kernel {
                     for r in 0..R {
                         let p0 = w[r].add(b * kind::block_bytes(K));
                         let dw = f16s::<false>(p0, words, lanes);
-                        let mw = if K == kind::Q4_1 {
+                        let mw = if kind::has_min(K) {
                             f16s::<false>(p0.add(2 * t), words, lanes)
                         } else {
                             _mm256_setzero_ps()
                         };
-                        let qw = p0.add(2 * fields * t);
+                        let qh = p0.add(2 * fields * t);
+                        let qw = qh.add(fifth_bit_bytes(K) * t);
+                        // Q5: lane j = block j's fifth bits (zero past t).
+                        let qh_words = if kind::five_bit(K) {
+                            _mm256_maskload_epi32(qh as *const i32, mask)
+                        } else {
+                            _mm256_setzero_si256()
+                        };
                         for (p, &spread) in spread.iter().enumerate().take(t.div_ceil(2)) {
                             let dwp = _mm256_permutevar8x32_ps(dw, spread);
                             // 32 bytes at `at`, or 16 (a last block alone) and zeros.
@@ -321,8 +400,17 @@ macro_rules! lane_kernel {
                             } else {
                                 half(qw.add(32 * p))
                             };
-                            let lo = _mm256_and_si256(x, low);
-                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+                            let mut lo = _mm256_and_si256(x, low);
+                            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
+                            if kind::five_bit(K) {
+                                // Lane l of a half holds its block's quant
+                                // bytes 4l..4l + 4: fifth bits 4l.. and 16 + 4l..
+                                let own = _mm256_permutevar8x32_epi32(qh_words, spread);
+                                let by = _mm256_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12);
+                                let (l5, h5) = fifth_bits(_mm256_srlv_epi32(own, by));
+                                lo = _mm256_or_si256(lo, l5);
+                                hi = _mm256_or_si256(hi, h5);
+                            }
                             let mwp = _mm256_permutevar8x32_ps(mw, spread);
                             for c in 0..C {
                                 let ql = a[c].ql.add(b * QK + 64 * p);
@@ -340,7 +428,7 @@ macro_rules! lane_kernel {
                                 };
                                 let d1p = _mm256_permutevar8x32_ps(d1[c], spread);
                                 let sp = _mm256_permutevar8x32_ps(s[c], spread);
-                                acc[r][c] = if K == kind::Q4_0 {
+                                acc[r][c] = if signed_offset(K) {
                                     _mm256_fmadd_ps(dwp, _mm256_fmsub_ps(sum, d1p, sp), acc[r][c])
                                 } else {
                                     _mm256_fmadd_ps(

@@ -1,4 +1,4 @@
-//! Dot products of quantized weight rows (Q8_0, Q4_0, Q4_1) with activation
+//! Dot products of quantized weight rows (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) with activation
 //! rows quantized by [`super::q8`], in tiles of up to [`TILE_R`] weight rows x
 //! [`TILE_C`] activation rows: each weight block loaded (and its nibbles
 //! unpacked) serves `TILE_C` columns, each activation block `TILE_R` rows.
@@ -7,7 +7,13 @@
 //! `q`, scale `d1`, `s8 = d1 * sum(q) / 8`):
 //! - Q8_0: `d0 d1 sum(w q)`;
 //! - Q4_0 (w = u - 8, u the nibble): `d0 (d1 sum(u q) - 64 s8)`;
-//! - Q4_1 (value = u d0 + m0): `d0 d1 sum(u q) + 8 m0 s8`.
+//! - Q4_1 (value = u d0 + m0): `d0 d1 sum(u q) + 8 m0 s8`;
+//! - Q5_0 (w = u - 16, u the 5-bit quant): `d0 (d1 sum(u q) - 128 s8)`;
+//! - Q5_1 (value = u d0 + m0): as Q4_1.
+//!
+//! Q5_0 and Q5_1 run only on repacked rows (the lane kernel) or the scalar
+//! path: the natural-layout SIMD tiles take Q8_0 and Q4 only, and
+//! [`crate::cpu::matmul::quantized::QuantMatMul`] never gives them a Q5 row.
 //!
 //! The integer sums are exact; only the f32 accumulation over blocks rounds.
 //!
@@ -77,14 +83,30 @@ pub(crate) mod kind {
     pub const Q4_0: u8 = 1;
     /// Q4_1: f16 d, f16 m, 16 bytes of nibbles, value u d + m.
     pub const Q4_1: u8 = 2;
+    /// Q5_0: f16 d, u32 of fifth bits, 16 bytes of nibbles, value (u - 16) d.
+    pub const Q5_0: u8 = 3;
+    /// Q5_1: f16 d, f16 m, u32 of fifth bits, 16 bytes of nibbles, value u d + m.
+    pub const Q5_1: u8 = 4;
 
     /// Bytes per block of `kind`.
     pub const fn block_bytes(kind: u8) -> usize {
         match kind {
             Q8_0 => 34,
             Q4_0 => 18,
+            Q5_0 => 22,
+            Q5_1 => 24,
             _ => 20,
         }
+    }
+
+    /// Q5_0 or Q5_1: quants of 5 bits, the fifth in a u32 per block.
+    pub const fn five_bit(kind: u8) -> bool {
+        kind == Q5_0 || kind == Q5_1
+    }
+
+    /// Q4_1 or Q5_1: an f16 minimum after the scale.
+    pub const fn has_min(kind: u8) -> bool {
+        kind == Q4_1 || kind == Q5_1
     }
 }
 
@@ -94,6 +116,8 @@ pub fn weight_kind(dtype: DType) -> Option<u8> {
         DType::Q8_0 => Some(kind::Q8_0),
         DType::Q4_0 => Some(kind::Q4_0),
         DType::Q4_1 => Some(kind::Q4_1),
+        DType::Q5_0 => Some(kind::Q5_0),
+        DType::Q5_1 => Some(kind::Q5_1),
         _ => None,
     }
 }
@@ -152,6 +176,12 @@ impl Isa {
             Isa::Scalar
         };
         wanted.unwrap_or(default)
+    }
+
+    /// Whether weights are repacked for the lane kernel under this set
+    /// (AVX2, AVX-VNNI, AVX-512 with VNNI; not plain AVX-512 or scalar).
+    pub const fn repacks(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 { vnni: true })
     }
 
     /// The set `GGPLAN_QDOT_ISA` names, when the host has it.
@@ -220,7 +250,7 @@ pub unsafe fn tile(
     out: &mut [[f32; TILE_C]; TILE_R],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar {
+    if isa != Isa::Scalar && (rows == RowLayout::Packed || !kind::five_bit(kind)) {
         // SAFETY: forwarded; the host supports AVX2 (every non-scalar set includes it).
         unsafe { simd_tile(isa, kind, rows, w, a, nb, out) };
         return;
@@ -270,10 +300,26 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
             // SAFETY: forwarded.
             unsafe { avx512::tile::<TILE_R, C>(VNNI, K, w, a, nb) }
         }
-        use kind::{Q4_0, Q4_1, Q8_0};
+        use kind::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
         let k = kind;
         match (isa, rows) {
             (Isa::Scalar, _) => {}
+            // Natural Q5 rows have no SIMD tiles (module doc).
+            (_, RowLayout::Natural) if kind::five_bit(k) => {}
+            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q5_0 => {
+                return avx2_lane::tile_vnni::<Q5_0, TILE_R, C>;
+            }
+            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q5_1 => {
+                return avx2_lane::tile_vnni::<Q5_1, TILE_R, C>;
+            }
+            (Isa::AvxVnni, RowLayout::Packed) if k == Q5_0 => {
+                return avx2_lane::tile_avx_vnni::<Q5_0, TILE_R, C>;
+            }
+            (Isa::AvxVnni, RowLayout::Packed) if k == Q5_1 => {
+                return avx2_lane::tile_avx_vnni::<Q5_1, TILE_R, C>;
+            }
+            (_, RowLayout::Packed) if k == Q5_0 => return avx2_lane::tile::<Q5_0, TILE_R, C>,
+            (_, RowLayout::Packed) if k == Q5_1 => return avx2_lane::tile::<Q5_1, TILE_R, C>,
             (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q8_0 => {
                 return avx2_lane::tile_vnni::<Q8_0, TILE_R, C>;
             }
@@ -314,6 +360,8 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
     match kind {
         kind::Q8_0 => scalar_full::<{ kind::Q8_0 }, C>,
         kind::Q4_0 => scalar_full::<{ kind::Q4_0 }, C>,
+        kind::Q5_0 => scalar_full::<{ kind::Q5_0 }, C>,
+        kind::Q5_1 => scalar_full::<{ kind::Q5_1 }, C>,
         _ => scalar_full::<{ kind::Q4_1 }, C>,
     }
 }
@@ -351,16 +399,22 @@ unsafe fn simd_tile(
                 (Isa::Avx512 { vnni: true }, RowLayout::Packed) => match kind {
                     kind::Q8_0 => avx2_lane::tile_vnni::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_lane::tile_vnni::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    kind::Q5_0 => avx2_lane::tile_vnni::<{ kind::Q5_0 }, R, C>(w, a, nb),
+                    kind::Q5_1 => avx2_lane::tile_vnni::<{ kind::Q5_1 }, R, C>(w, a, nb),
                     _ => avx2_lane::tile_vnni::<{ kind::Q4_1 }, R, C>(w, a, nb),
                 },
                 (Isa::AvxVnni, RowLayout::Packed) => match kind {
                     kind::Q8_0 => avx2_lane::tile_avx_vnni::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_lane::tile_avx_vnni::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    kind::Q5_0 => avx2_lane::tile_avx_vnni::<{ kind::Q5_0 }, R, C>(w, a, nb),
+                    kind::Q5_1 => avx2_lane::tile_avx_vnni::<{ kind::Q5_1 }, R, C>(w, a, nb),
                     _ => avx2_lane::tile_avx_vnni::<{ kind::Q4_1 }, R, C>(w, a, nb),
                 },
                 (_, RowLayout::Packed) => match kind {
                     kind::Q8_0 => avx2_lane::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
                     kind::Q4_0 => avx2_lane::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
+                    kind::Q5_0 => avx2_lane::tile::<{ kind::Q5_0 }, R, C>(w, a, nb),
+                    kind::Q5_1 => avx2_lane::tile::<{ kind::Q5_1 }, R, C>(w, a, nb),
                     _ => avx2_lane::tile::<{ kind::Q4_1 }, R, C>(w, a, nb),
                 },
                 (Isa::Avx512 { vnni }, _) => avx512::tile::<R, C>(vnni, kind, w, a, nb),

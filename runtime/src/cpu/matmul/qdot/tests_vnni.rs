@@ -33,7 +33,14 @@ fn vnni_lanes_equal_avx2_lanes_to_the_bit() {
 /// The lane kernel of `vnni` against the AVX2 one, bit for bit.
 fn lanes_equal_avx2_lanes(vnni: Isa) {
     let mut rng = Rng::new(29);
-    for t in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+    let quants = [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ];
+    for t in quants {
         let kind = weight_kind(t).unwrap();
         for nb in [1, 2, 3, 5, 8, 9, 13, 18, 64] {
             let k = nb * QK;

@@ -1,4 +1,4 @@
-//! The integer route (Q8_0, Q4_0, Q4_1 weights) through every instruction set
+//! The integer route (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 weights) through every instruction set
 //! the host has, the scalar one included. The reference multiplies the same
 //! quantized weights in f64; the 8-bit activations are the only extra error.
 
@@ -8,7 +8,13 @@ use crate::cpu::matmul::qdot::Isa;
 use ir::DType;
 use kernels::testing::Rng;
 
-const QUANTS: [DType; 3] = [DType::Q8_0, DType::Q4_0, DType::Q4_1];
+const QUANTS: [DType; 5] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+];
 
 fn routes() -> Vec<Route> {
     let mut v: Vec<Route> = Isa::available()
