@@ -439,6 +439,6 @@ mod tests {
             assert_eq!(QuantType::parse(t.name()), Some(t));
             assert_eq!(QuantType::parse(&t.name().to_uppercase()), Some(t));
         }
-        assert_eq!(QuantType::parse("q5_0"), None);
+        assert_eq!(QuantType::parse("q8_1"), None);
     }
 }

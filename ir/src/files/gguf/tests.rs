@@ -290,10 +290,10 @@ fn specific_errors() {
     assert!(err.to_string().contains("XGUF"), "{err}");
 
     let mut b = sample_builder();
-    b.tensors[1].type_id = 6; // q5_0: not supported
+    b.tensors[1].type_id = 9; // q8_1: not supported
     assert!(matches!(
         parse(&b.build()),
-        Err(FileError::UnknownGgmlType { type_id: 6, ref tensor, .. }) if tensor == "b.f16"
+        Err(FileError::UnknownGgmlType { type_id: 9, ref tensor, .. }) if tensor == "b.f16"
     ));
 
     let mut b = sample_builder();
