@@ -115,15 +115,70 @@ pub enum Route {
 /// 114-122 GFLOP/s from N = 1 to 512, f32 97 at N = 128, 105 at 256, 107 at
 /// 512; Q8_0 576x4096 int8 106-108, f32 96 at 128, 105 at 256, 107 at 384,
 /// 108 at 512 (and gemm runs 59 GFLOP/s on 1536x576 at N = 128).
+///
+/// Hosts whose cores run 512-bit FMAs at full width ([`full_width_fma512`])
+/// give gemm twice Zen 4's f32 peak, and it overtakes the integer lanes much
+/// sooner. Same rows, 2-core Intel Xeon (family 6 model 207), one thread,
+/// FMA peak 179-185 GFLOP/s, 2026-11-26: Q4_1 int8 94-107 GFLOP/s from N = 1,
+/// f32 96 at 48, 111 at 64, 132 at 128, 154 at 256; Q8_0 int8 82-88, f32 84
+/// at 32, 105 at 48, 140 at 128; Q5_0 / Q5_1 int8 62-68 from N = 2, f32 61
+/// at 64, 78 at 96, 91 at 128. K-quants still keep their integer route there
+/// (N = 128: int8 103-125 GFLOP/s, f32 85-98).
+///
+/// Q5_0 / Q5_1 were measured on that host only; elsewhere their thresholds
+/// follow the Q4 ones scaled by the int8 speed Q5 loses there (about a third,
+/// on the Xeon), a guess until measured.
 pub fn f32_route_min_columns(dtype: DType) -> usize {
     let vnni = qdot::Isa::detect() == qdot::Isa::Avx512 { vnni: true };
+    let wide = vnni && full_width_fma512();
+    let five_bit = matches!(dtype, DType::Q5_0 | DType::Q5_1);
     match dtype {
         DType::Q4_K | DType::Q5_K | DType::Q6_K => usize::MAX,
+        _ if wide && five_bit => 96,
+        _ if five_bit && vnni => 256,
+        _ if five_bit => 64,
+        DType::Q8_0 if wide => 48,
         DType::Q8_0 if vnni => 384,
         DType::Q8_0 => 56,
+        _ if wide => 64,
         _ if vnni => 512,
         _ => 192,
     }
+}
+
+/// Whether this host's cores execute 512-bit FMAs at full width (so the f32
+/// peak with AVX-512 is twice the AVX2 one): Intel cores with AVX-512 (two
+/// 512-bit FMA ports on the server parts this targets) and AMD from Zen 5
+/// (family 0x1A) on; not Zen 4 (family 0x19), which splits each 512-bit
+/// operation into two 256-bit halves. Read from `cpuid`, so the same host
+/// always takes the same routes (and gives the same bits).
+pub fn full_width_fma512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return false;
+        }
+        // cpuid leaves 0 and 1 exist on every x86_64 processor.
+        let (vendor, signature) = (__cpuid(0), __cpuid(1).eax);
+        let vendor: Vec<u8> = [vendor.ebx, vendor.edx, vendor.ecx]
+            .iter()
+            .flat_map(|r| r.to_le_bytes())
+            .collect();
+        let base = (signature >> 8) & 0xF;
+        let family = if base == 0xF {
+            base + ((signature >> 20) & 0xFF)
+        } else {
+            base
+        };
+        match &vendor[..] {
+            b"GenuineIntel" => true,
+            b"AuthenticAMD" => family >= 0x1A,
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The route [`prepare_mul_mat_with`] takes for src0 of `dtype` times `n`
