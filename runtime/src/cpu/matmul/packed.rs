@@ -59,7 +59,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// A repacked copy of one weight tensor's bytes.
 pub struct PackedWeights {
-    buf: AlignedBuffer,
+    /// The memory holding the copy (shared with other copies when carved
+    /// from a [`Slab`] chunk, which lives as long as any of them).
+    chunk: Arc<AlignedBuffer>,
+    /// The copy's first byte within `chunk`.
+    start: usize,
+    /// The copy's bytes (the original's span).
+    len: usize,
     /// The original tensor's first byte (rows keep their offsets from it).
     origin: usize,
 }
@@ -71,12 +77,16 @@ impl PackedWeights {
     /// `row` is the first byte of a row of the tensor this was made from.
     pub unsafe fn row(&self, row: *const u8) -> *const u8 {
         // SAFETY: the copy has the original's span, rows at the same offsets.
-        unsafe { self.buf.as_ptr().add(row as usize - self.origin) }
+        unsafe {
+            self.chunk
+                .as_ptr()
+                .add(self.start + (row as usize - self.origin))
+        }
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 }
 
@@ -167,6 +177,46 @@ type Key = (usize, DType, [i64; 4]);
 pub struct RepackCache {
     copies: Mutex<BTreeMap<Key, Weak<PackedWeights>>>,
     panels: Mutex<BTreeMap<(Key, PanelIsa), Weak<Panels>>>,
+    slab: Mutex<Slab>,
+}
+
+/// Bytes of one [`Slab`] chunk.
+const SLAB_CHUNK: usize = 32 << 20;
+
+/// Repacked copies smaller than half a chunk are carved one after another
+/// from chunks of [`SLAB_CHUNK`] bytes, which [`AlignedBuffer::zeroed`] puts
+/// on transparent huge pages: a model's ~200 matrices of a few hundred KiB
+/// each would otherwise each be its own 4 KiB-paged mapping, and decode,
+/// which streams all of them per token, would miss the TLB every 4 KiB.
+/// A chunk lives while a copy carved from it does (or while it is the one
+/// being filled); the unused tail of the current chunk is never touched.
+#[derive(Default)]
+struct Slab {
+    /// The chunk being filled and its bytes used so far.
+    current: Option<(Arc<AlignedBuffer>, usize)>,
+}
+
+impl Slab {
+    /// `len` zero bytes aligned to 64 as (chunk, offset); `None` when memory
+    /// cannot be had.
+    fn carve(&mut self, len: usize) -> Option<(Arc<AlignedBuffer>, usize)> {
+        if len > SLAB_CHUNK / 2 {
+            return Some((Arc::new(AlignedBuffer::zeroed(len, 64)?), 0));
+        }
+        let len = len.next_multiple_of(64);
+        match &mut self.current {
+            Some((chunk, used)) if *used + len <= chunk.len() => {
+                let at = *used;
+                *used += len;
+                Some((chunk.clone(), at))
+            }
+            _ => {
+                let chunk = Arc::new(AlignedBuffer::zeroed(SLAB_CHUNK, 64)?);
+                self.current = Some((chunk.clone(), len));
+                Some((chunk, 0))
+            }
+        }
+    }
 }
 
 impl RepackCache {
@@ -193,13 +243,20 @@ impl RepackCache {
         }
         copies.retain(|_, w| w.strong_count() > 0);
         let span = src0.span_bytes() as usize;
-        let buf = AlignedBuffer::zeroed(span, 64)?;
+        let (chunk, start) = self
+            .slab
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .carve(span)?;
         let nb = src0.ne[0] as usize / QK;
         let rows = span / (nb * kind::block_bytes(kind));
-        // SAFETY: both hold `span` bytes = rows * nb blocks (contiguous).
-        unsafe { repack_rows(kind, src0.data, buf.as_ptr(), rows, nb) };
+        // SAFETY: both hold `span` bytes = rows * nb blocks (contiguous); the
+        // carved bytes belong to this copy alone.
+        unsafe { repack_rows(kind, src0.data, chunk.as_ptr().add(start), rows, nb) };
         let p = Arc::new(PackedWeights {
-            buf,
+            chunk,
+            start,
+            len: span,
             origin: src0.data as usize,
         });
         copies.insert(key, Arc::downgrade(&p));
@@ -231,5 +288,31 @@ impl RepackCache {
         let copies = copies.values().filter_map(Weak::upgrade).map(|p| p.bytes());
         let panels = panels.values().filter_map(Weak::upgrade).map(|p| p.bytes());
         copies.chain(panels).map(|b| b as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slab_carves_disjoint_aligned_parts_and_gives_large_copies_their_own() {
+        let mut slab = Slab::default();
+        let (a, at_a) = slab.carve(100).unwrap();
+        let (b, at_b) = slab.carve(1000).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "small copies share a chunk");
+        assert_eq!((at_a, at_b), (0, 128), "each part starts on 64 bytes");
+        let (big, at_big) = slab.carve(SLAB_CHUNK / 2 + 1).unwrap();
+        assert_eq!(at_big, 0);
+        assert!(!Arc::ptr_eq(&big, &a), "a large copy has its own memory");
+        // Filling the chunk moves on to a fresh one.
+        let (c, _) = slab.carve(SLAB_CHUNK / 2).unwrap();
+        let (d, at_d) = slab.carve(SLAB_CHUNK / 2).unwrap();
+        assert!(Arc::ptr_eq(&c, &a));
+        assert!(!Arc::ptr_eq(&d, &a));
+        assert_eq!(at_d, 0);
+        // A chunk outlives the slab while a part of it does.
+        drop(slab);
+        assert_eq!(Arc::strong_count(&a), 3, "a, b, c");
     }
 }
