@@ -10,8 +10,14 @@
 //! those blocks (at `b * block_bytes`) and holds, in order:
 //! - the `t` f16 scales `d`;
 //! - Q4_1 and Q5_1 only: the `t` f16 minimums `m`;
-//! - Q5_0 and Q5_1 only: the `t` u32 words `qh` of fifth bits, in block order
-//!   (so a 32-byte load puts block `b + j`'s in lane `j`);
+//! - Q5_0 and Q5_1 only, `4 t` bytes of fifth bits: in a whole group
+//!   (`t = 8`), 8 u32 *byte masks*, two per quant vector `v` below: bit
+//!   `4 j + i` of mask `2 v` is the fifth bit of the value in the low nibble
+//!   of byte `i` of lane `j` (block `b + j`'s value `4 v + i`), of mask
+//!   `2 v + 1` the same for the high nibble (value `16 + 4 v + i`), so one
+//!   mask is the per-byte condition of a whole vector (an AVX-512 `k`
+//!   register as it is); in a shorter group, the `t` blocks' own u32 `qh`
+//!   words in block order (a 32-byte load puts block `b + j`'s in lane `j`);
 //! - the quants (Q8_0: 32 bytes a block; Q4 and Q5: 16 bytes of nibbles, whose low
 //!   nibbles are values 0..16 and high nibbles values 16..32) as vectors of
 //!   `4 t` bytes (8 for Q8_0, 4 for Q4): in vector `v`, the 4 bytes of lane
@@ -134,7 +140,21 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
                         std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
                     }
                     let h = blk.add(2 * fields);
-                    std::ptr::copy_nonoverlapping(h, hdst.add(fifth * j), fifth);
+                    if fifth > 0 && t == GROUP {
+                        if j == 0 {
+                            std::ptr::write_bytes(hdst, 0, fifth * t);
+                        }
+                        let qh = (h as *const u32).read_unaligned();
+                        for v in 0..4 {
+                            for (m, from) in [(2 * v, 4 * v), (2 * v + 1, 16 + 4 * v)] {
+                                let at = (hdst as *mut u32).add(m);
+                                let nibble = (qh >> from) & 0xF;
+                                at.write_unaligned(at.read_unaligned() | (nibble << (4 * j)));
+                            }
+                        }
+                    } else {
+                        std::ptr::copy_nonoverlapping(h, hdst.add(fifth * j), fifth);
+                    }
                     let q = h.add(fifth);
                     if t > PAIRED_TAIL {
                         for v in 0..quants / 4 {

@@ -9,9 +9,11 @@
 //!   and high nibbles (`shift`, `and`); 8 `maddubs` with the activations'
 //!   `ql`, added as i16 (each at most 2 * 15 * 127 = 3810 in magnitude, so 8
 //!   of them stay below 2^15), one `madd` with ones, one conversion, two FMAs;
-//! - Q5: as Q4, with each vector's fifth bits (bits 4v.. of the blocks' `qh`
-//!   words, shifted into place) spread to bytes by `pshufb` and a compare
-//!   ([`fifth_bits`]) and or-ed in as 16; the i16 tree then stops at four
+//! - Q5: as Q4, with each vector's fifth bits added as 16: in a whole group
+//!   from two repacked byte masks per vector (AVX-512: one masked `vpaddb`
+//!   per half; AVX2: [`mask_bytes`]), in a shorter one from the blocks' `qh`
+//!   words, shifted into place and spread to bytes by `pshufb` and a compare
+//!   ([`fifth_bits`]); the i16 tree then stops at four
 //!   `maddubs` (each at most 2 * 31 * 127 = 7874), two `madd`s widen;
 //! - Q8_0: 8 loads of 32 bytes; per vector the weights' signs move onto the
 //!   activations (`maddubs` takes unsigned x signed), a `maddubs` and a
@@ -138,15 +140,38 @@ fn fifth_bits(bits: __m256i) -> (__m256i, __m256i) {
     (expand(spread_low), expand(spread_high))
 }
 
+/// A byte mask as bytes: 16 in byte `p` where bit `p` of `m` is set, else 0
+/// (AVX2: the mask in every lane, each byte spread to 8 bytes, one bit
+/// kept per byte, compared).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn mask_bytes(m: u32) -> __m256i {
+    #[rustfmt::skip]
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let b = _mm256_and_si256(
+        _mm256_shuffle_epi8(_mm256_set1_epi32(m as i32), spread),
+        bit,
+    );
+    _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(16))
+}
+
 /// The kernel once per instruction set: `$features` on every function (so
 /// each intrinsic and closure is compiled, and inlined, inside them) and
 /// `VNNI` choosing `vpdpbusd`. (Generic bodies without target features,
 /// always inlined into feature-enabled entry points, left some closures'
 /// intrinsics as calls: 5x slower on Q8_0 tails.)
 macro_rules! lane_kernel {
-    ($module:ident, $features:literal, $vnni:literal, $dpbusd:ident) => {
+    ($module:ident, $features:literal, $vnni:literal, $masks:literal, $dpbusd:ident) => {
         mod $module {
             use super::*;
+
+            /// AVX-512 byte masks (BW + VL): a whole group's fifth bits are
+            /// added by one masked `vpaddb` per half vector.
+            const MASKS: bool = $masks;
 
             /// Sums with `vpdpbusd` rather than `maddubs` + `madd`.
             const VNNI: bool = $vnni;
@@ -254,12 +279,22 @@ macro_rules! lane_kernel {
                         let x: [__m256i; 4] = std::array::from_fn(vector);
                         let mut lo = x.map(|v| _mm256_and_si256(v, low));
                         let mut hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
-                        if kind::five_bit(K) {
-                            let words = if FULL {
-                                _mm256_loadu_si256(qh as *const __m256i)
-                            } else {
-                                _mm256_maskload_epi32(qh as *const i32, mask)
-                            };
+                        if kind::five_bit(K) && FULL {
+                            // Two byte masks per vector (module `packed`).
+                            let sixteen = _mm256_set1_epi8(16);
+                            let mask_at = |m: usize| (qh as *const u32).add(m).read_unaligned();
+                            for v in 0..4 {
+                                let (ml, mh) = (mask_at(2 * v), mask_at(2 * v + 1));
+                                if MASKS {
+                                    lo[v] = _mm256_mask_add_epi8(lo[v], ml, lo[v], sixteen);
+                                    hi[v] = _mm256_mask_add_epi8(hi[v], mh, hi[v], sixteen);
+                                } else {
+                                    lo[v] = _mm256_or_si256(lo[v], mask_bytes(ml));
+                                    hi[v] = _mm256_or_si256(hi[v], mask_bytes(mh));
+                                }
+                            }
+                        } else if kind::five_bit(K) {
+                            let words = _mm256_maskload_epi32(qh as *const i32, mask);
                             for v in 0..4 {
                                 let shift = _mm_cvtsi32_si128(4 * v as i32);
                                 let (l5, h5) = fifth_bits(_mm256_srl_epi32(words, shift));
@@ -494,10 +529,11 @@ macro_rules! lane_kernel {
     };
 }
 
-lane_kernel!(plain, "avx2,fma,f16c", false, _mm256_dpbusd_epi32);
+lane_kernel!(plain, "avx2,fma,f16c", false, false, _mm256_dpbusd_epi32);
 lane_kernel!(
     with_vnni,
-    "avx2,fma,f16c,avx512vnni,avx512vl",
+    "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw",
+    true,
     true,
     _mm256_dpbusd_epi32
 );
@@ -505,6 +541,7 @@ lane_kernel!(
     with_avx_vnni,
     "avx2,fma,f16c,avxvnni",
     true,
+    false,
     _mm256_dpbusd_avx_epi32
 );
 
