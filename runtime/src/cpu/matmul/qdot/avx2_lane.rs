@@ -11,9 +11,11 @@
 //!   of them stay below 2^15), one `madd` with ones, one conversion, two FMAs;
 //! - Q5: as Q4, with each vector's fifth bits added as 16: in a whole group
 //!   from two repacked byte masks per vector (AVX-512: one masked `vpaddb`
-//!   per half; AVX2: [`mask_bytes`]), in a shorter one from the blocks' `qh`
-//!   words, shifted into place and spread to bytes by `pshufb` and a compare
-//!   ([`fifth_bits`]); the i16 tree then stops at four
+//!   per half; AVX2: [`mask_bytes`]), in a pair tail from half words of the
+//!   two blocks' `qh` (the same masks, made at run time), in a group of
+//!   `4 < t < 8` from the blocks' `qh` words, shifted into place and spread
+//!   to bytes by `pshufb` and a compare ([`fifth_bits`]); the i16 tree then
+//!   stops at four
 //!   `maddubs` (each at most 2 * 31 * 127 = 7874), two `madd`s widen;
 //! - Q8_0: 8 loads of 32 bytes; per vector the weights' signs move onto the
 //!   activations (`maddubs` takes unsigned x signed), a `maddubs` and a
@@ -396,11 +398,13 @@ macro_rules! lane_kernel {
                         };
                         let qh = p0.add(2 * fields * t);
                         let qw = qh.add(fifth_bit_bytes(K) * t);
-                        // Q5: lane j = block j's fifth bits (zero past t).
-                        let qh_words = if kind::five_bit(K) {
-                            _mm256_maskload_epi32(qh as *const i32, mask)
-                        } else {
-                            _mm256_setzero_si256()
+                        // Q5: block j's fifth bits (none past t).
+                        let word = |j: usize| {
+                            if j < t {
+                                (qh as *const u32).add(j).read_unaligned()
+                            } else {
+                                0
+                            }
                         };
                         for (p, &spread) in spread.iter().enumerate().take(t.div_ceil(2)) {
                             let dwp = _mm256_permutevar8x32_ps(dw, spread);
@@ -438,13 +442,22 @@ macro_rules! lane_kernel {
                             let mut lo = _mm256_and_si256(x, low);
                             let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), low);
                             if kind::five_bit(K) {
-                                // Lane l of a half holds its block's quant
-                                // bytes 4l..4l + 4: fifth bits 4l.. and 16 + 4l..
-                                let own = _mm256_permutevar8x32_epi32(qh_words, spread);
-                                let by = _mm256_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12);
-                                let (l5, h5) = fifth_bits(_mm256_srlv_epi32(own, by));
-                                lo = _mm256_or_si256(lo, l5);
-                                hi = _mm256_or_si256(hi, h5);
+                                // Byte p' of the low half holds block 2p's
+                                // quant byte p': its fifth bits are bits p'
+                                // (low nibble) and 16 + p' (high) of qh; the
+                                // high half, block 2p + 1's. So the pair's
+                                // byte masks are half words of the two qh.
+                                let (w0, w1) = (word(2 * p), word(2 * p + 1));
+                                let ml = (w0 & 0xFFFF) | (w1 << 16);
+                                let mh = (w0 >> 16) | (w1 & 0xFFFF_0000);
+                                let sixteen = _mm256_set1_epi8(16);
+                                if MASKS {
+                                    lo = _mm256_mask_add_epi8(lo, ml, lo, sixteen);
+                                    hi = _mm256_mask_add_epi8(hi, mh, hi, sixteen);
+                                } else {
+                                    lo = _mm256_or_si256(lo, mask_bytes(ml));
+                                    hi = _mm256_or_si256(hi, mask_bytes(mh));
+                                }
                             }
                             let mwp = _mm256_permutevar8x32_ps(mw, spread);
                             for c in 0..C {
