@@ -39,6 +39,19 @@
 //! 3.7 / 3.7 (VNNI 2.9 / 3.1 / 3.1); 4 x 1 at 6.2 / 7.6 / 8.2 (VNNI
 //! interleaved 4.6 / 6.8 / 6.4).
 //!
+//! Tried and not kept (2026-11-26, 2-core Xeon, family 6 model 207, weights
+//! from memory, `benches/matmul.rs`, each set forced in turn twice): Q4_K
+//! and Q5_K rows repacked at load so that one 64-byte load holds four whole
+//! sub-blocks, run by 512-bit `maddubs` + `vpdpwssd` (four of each per
+//! super-block where these tiles take eight; Q5_K's fifth bits as byte masks
+//! for a masked `vpaddb`). 4096² matvec, one / two threads: Q4_K 12.0-12.4
+//! / 25.7-29.0 GB/s against 12.4-13.7 / 36.9-45.0 here, Q5_K 12.9-15.5 /
+//! 31.2-35.7 against 11.3-11.5 / 30.4-33.2; prefill K=1536 M=576 N=128
+//! Q4_K 69 against 111 GFLOP/s. Fewer instructions did not make up for the
+//! 512-bit integer ports (on this core `vpdpwssd` on 512 bits issues at
+//! half the 256-bit rate, as far as these figures show; not checked with
+//! counters, which this VM does not expose).
+//!
 //! Every function but the entry points [`tile`], [`tile_vnni`] and
 //! [`tile_avx_vnni`] is `#[inline(always)]` without target features of its
 //! own: it is compiled into them, whose features cover every intrinsic it
