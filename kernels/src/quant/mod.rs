@@ -115,6 +115,20 @@ fn block_geometry(dtype: DType, what: &str, n_bytes: usize, n_values: usize) -> 
     (elems, bytes)
 }
 
+/// The value of largest magnitude, with its sign (the first of equal
+/// magnitudes; 0 for an empty or all-zero slice): the scale's source in
+/// ggml's symmetric quantizers (Q4_0, Q5_0).
+fn signed_amax(values: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in values {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
 /// The f16 at `bytes[at..at + 2]`, as f32.
 fn read_f16(bytes: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()

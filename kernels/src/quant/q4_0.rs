@@ -15,7 +15,7 @@
 //! `x/d < 7.5`; values of the opposite sign to `max` with `x/d >= 7.5` clamp to
 //! q = 15 and are off by at most `|d| + 8 |d - f16(d)|`.
 
-use super::{read_f16, write_f16};
+use super::{read_f16, signed_amax, write_f16};
 use half::f16;
 
 /// Values per block.
@@ -35,13 +35,7 @@ pub fn dequantize_block(block: &[u8], out: &mut [f32]) {
 
 /// Encodes 32 values into one block, as ggml's reference quantizer does.
 pub fn quantize_block(values: &[f32], block: &mut [u8]) {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in values {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let max = signed_amax(values);
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     write_f16(block, 0, f16::from_f32(d));
