@@ -179,7 +179,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore = "mappings are outside Miri's model; megabytes interpreted")]
+    #[cfg_attr(
+        miri,
+        ignore = "mappings are outside Miri's model; megabytes interpreted"
+    )]
     fn huge_buffers_start_on_a_huge_page_and_are_whole() {
         for len in [HUGE_PAGE_MIN, HUGE_PAGE_MIN + 4097, 3 * HUGE_PAGE_MIN] {
             let b = AlignedBuffer::zeroed(len, 256).unwrap();
