@@ -108,6 +108,22 @@ pub(crate) fn fifth_bit_bytes(kind: u8) -> usize {
     if kind::five_bit(kind) { 4 } else { 0 }
 }
 
+/// The 8 byte masks of a group of Q5 blocks (module doc) from the blocks'
+/// `qh` words (`qh.len()` blocks, at most 8): mask `2 v` / `2 v + 1` holds
+/// at bits `4 j..4 j + 4` bits `4 v..` / `16 + 4 v..` of block `j`'s word.
+/// Repacking stores them for whole groups; the lane kernel builds them for
+/// a shorter last group.
+pub(crate) fn fifth_bit_masks(qh: &[u32]) -> [u32; 8] {
+    let mut masks = [0u32; 8];
+    for (j, &word) in qh.iter().enumerate() {
+        for v in 0..4 {
+            masks[2 * v] |= ((word >> (4 * v)) & 0xF) << (4 * j);
+            masks[2 * v + 1] |= ((word >> (16 + 4 * v)) & 0xF) << (4 * j);
+        }
+    }
+    masks
+}
+
 /// Quant bytes in a block of `kind`: 32 for Q8_0, 16 of nibbles for Q4.
 pub(crate) fn quant_bytes(kind: u8) -> usize {
     if kind == kind::Q8_0 { QK } else { QK / 2 }
@@ -134,25 +150,20 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
                 let to = dst.add((r * nb + b) * bytes);
                 let hdst = to.add(2 * fields * t);
                 let qdst = hdst.add(fifth * t);
+                if fifth > 0 && t == GROUP {
+                    let qh: [u32; GROUP] = std::array::from_fn(|j| {
+                        (from.add(j * bytes + 2 * fields) as *const u32).read_unaligned()
+                    });
+                    let masks = fifth_bit_masks(&qh);
+                    std::ptr::copy_nonoverlapping(masks.as_ptr().cast::<u8>(), hdst, 32);
+                }
                 for j in 0..t {
                     let blk = from.add(j * bytes);
                     for f in 0..fields {
                         std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
                     }
                     let h = blk.add(2 * fields);
-                    if fifth > 0 && t == GROUP {
-                        if j == 0 {
-                            std::ptr::write_bytes(hdst, 0, fifth * t);
-                        }
-                        let qh = (h as *const u32).read_unaligned();
-                        for v in 0..4 {
-                            for (m, from) in [(2 * v, 4 * v), (2 * v + 1, 16 + 4 * v)] {
-                                let at = (hdst as *mut u32).add(m);
-                                let nibble = (qh >> from) & 0xF;
-                                at.write_unaligned(at.read_unaligned() | (nibble << (4 * j)));
-                            }
-                        }
-                    } else {
+                    if t < GROUP {
                         std::ptr::copy_nonoverlapping(h, hdst.add(fifth * j), fifth);
                     }
                     let q = h.add(fifth);

@@ -9,13 +9,11 @@
 //!   and high nibbles (`shift`, `and`); 8 `maddubs` with the activations'
 //!   `ql`, added as i16 (each at most 2 * 15 * 127 = 3810 in magnitude, so 8
 //!   of them stay below 2^15), one `madd` with ones, one conversion, two FMAs;
-//! - Q5: as Q4, with each vector's fifth bits added as 16: in a whole group
-//!   from two repacked byte masks per vector (AVX-512: one masked `vpaddb`
-//!   per half; AVX2: [`mask_bytes`]), in a pair tail from half words of the
-//!   two blocks' `qh` (the same masks, made at run time), in a group of
-//!   `4 < t < 8` from the blocks' `qh` words, shifted into place and spread
-//!   to bytes by `pshufb` and a compare ([`fifth_bits`]); the i16 tree then
-//!   stops at four
+//! - Q5: as Q4, with each vector's fifth bits added as 16 under two byte
+//!   masks per vector (AVX-512: one masked `vpaddb` per half; AVX2:
+//!   [`mask_bytes`]): repacked for a whole group, built from the blocks' `qh`
+//!   words for a shorter one (`packed::fifth_bit_masks`), half words of the
+//!   two blocks' `qh` in a pair tail; the i16 tree then stops at four
 //!   `maddubs` (each at most 2 * 31 * 127 = 7874), two `madd`s widen;
 //! - Q8_0: 8 loads of 32 bytes; per vector the weights' signs move onto the
 //!   activations (`maddubs` takes unsigned x signed), a `maddubs` and a
@@ -46,7 +44,7 @@
 
 use super::avx2::hsums;
 use super::kind;
-use crate::cpu::matmul::packed::{fifth_bit_bytes, scale_fields};
+use crate::cpu::matmul::packed::{fifth_bit_bytes, fifth_bit_masks, scale_fields};
 use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
@@ -113,35 +111,6 @@ const fn offset_scale(k: u8) -> f32 {
     }
 }
 
-/// The fifth bits of one vector of 5-bit quants, as 16 in the bytes whose
-/// value has it: 32-bit lane `j` of `bits` holds, in bits 0..4, the fifth
-/// bits of the values in the low nibbles of its 4 quant bytes and, in bits
-/// 16..20, of those in the high nibbles. Returns (low, high), each 0 or 16
-/// per byte.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn fifth_bits(bits: __m256i) -> (__m256i, __m256i) {
-    // Byte 0 (low) or 2 (high) of each lane into all four of its bytes,
-    // then byte i keeps bit i.
-    #[rustfmt::skip]
-    let spread_low = _mm256_setr_epi8(
-        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
-        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
-    );
-    #[rustfmt::skip]
-    let spread_high = _mm256_setr_epi8(
-        2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14,
-        2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14,
-    );
-    let select = _mm256_set1_epi32(0x0804_0201);
-    let sixteen = _mm256_set1_epi8(16);
-    let expand = |spread: __m256i| {
-        let b = _mm256_and_si256(_mm256_shuffle_epi8(bits, spread), select);
-        _mm256_and_si256(_mm256_cmpeq_epi8(b, select), sixteen)
-    };
-    (expand(spread_low), expand(spread_high))
-}
-
 /// A byte mask as bytes: 16 in byte `p` where bit `p` of `m` is set, else 0
 /// (AVX2: the mask in every lane, each byte spread to 8 bytes, one bit
 /// kept per byte, compared).
@@ -177,6 +146,25 @@ macro_rules! lane_kernel {
 
             /// Sums with `vpdpbusd` rather than `maddubs` + `madd`.
             const VNNI: bool = $vnni;
+
+            /// `v` with 16 added to the bytes whose bit is set in mask `m`.
+            ///
+            /// # Safety
+            /// Inside this module's target features.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn add_fifth(v: __m256i, m: u32) -> __m256i {
+                // SAFETY: the caller runs inside the features (the masked
+                // add only where they include AVX512-BW and VL).
+                #[allow(unused_unsafe)]
+                unsafe {
+                    if MASKS {
+                        _mm256_mask_add_epi8(v, m, v, _mm256_set1_epi8(16))
+                    } else {
+                        _mm256_or_si256(v, mask_bytes(m))
+                    }
+                }
+            }
 
             /// `out[r][c] = dot(w[r], a[c])` over `nb` blocks of format `K`, weight
             /// rows in the repacked layout.
@@ -281,27 +269,20 @@ macro_rules! lane_kernel {
                         let x: [__m256i; 4] = std::array::from_fn(vector);
                         let mut lo = x.map(|v| _mm256_and_si256(v, low));
                         let mut hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
-                        if kind::five_bit(K) && FULL {
-                            // Two byte masks per vector (module `packed`).
-                            let sixteen = _mm256_set1_epi8(16);
-                            let mask_at = |m: usize| (qh as *const u32).add(m).read_unaligned();
+                        if kind::five_bit(K) {
+                            // Two byte masks per vector (module `packed`):
+                            // stored for a whole group, built for a shorter.
+                            let word = |i: usize| (qh as *const u32).add(i).read_unaligned();
+                            let masks: [u32; 8] = if FULL {
+                                std::array::from_fn(word)
+                            } else {
+                                let words: [u32; GROUP] =
+                                    std::array::from_fn(|j| if j < t { word(j) } else { 0 });
+                                fifth_bit_masks(&words[..t])
+                            };
                             for v in 0..4 {
-                                let (ml, mh) = (mask_at(2 * v), mask_at(2 * v + 1));
-                                if MASKS {
-                                    lo[v] = _mm256_mask_add_epi8(lo[v], ml, lo[v], sixteen);
-                                    hi[v] = _mm256_mask_add_epi8(hi[v], mh, hi[v], sixteen);
-                                } else {
-                                    lo[v] = _mm256_or_si256(lo[v], mask_bytes(ml));
-                                    hi[v] = _mm256_or_si256(hi[v], mask_bytes(mh));
-                                }
-                            }
-                        } else if kind::five_bit(K) {
-                            let words = _mm256_maskload_epi32(qh as *const i32, mask);
-                            for v in 0..4 {
-                                let shift = _mm_cvtsi32_si128(4 * v as i32);
-                                let (l5, h5) = fifth_bits(_mm256_srl_epi32(words, shift));
-                                lo[v] = _mm256_or_si256(lo[v], l5);
-                                hi[v] = _mm256_or_si256(hi[v], h5);
+                                lo[v] = add_fifth(lo[v], masks[2 * v]);
+                                hi[v] = add_fifth(hi[v], masks[2 * v + 1]);
                             }
                         }
                         for c in 0..C {
@@ -448,16 +429,8 @@ macro_rules! lane_kernel {
                                 // high half, block 2p + 1's. So the pair's
                                 // byte masks are half words of the two qh.
                                 let (w0, w1) = (word(2 * p), word(2 * p + 1));
-                                let ml = (w0 & 0xFFFF) | (w1 << 16);
-                                let mh = (w0 >> 16) | (w1 & 0xFFFF_0000);
-                                let sixteen = _mm256_set1_epi8(16);
-                                if MASKS {
-                                    lo = _mm256_mask_add_epi8(lo, ml, lo, sixteen);
-                                    hi = _mm256_mask_add_epi8(hi, mh, hi, sixteen);
-                                } else {
-                                    lo = _mm256_or_si256(lo, mask_bytes(ml));
-                                    hi = _mm256_or_si256(hi, mask_bytes(mh));
-                                }
+                                lo = add_fifth(lo, (w0 & 0xFFFF) | (w1 << 16));
+                                hi = add_fifth(hi, (w0 >> 16) | (w1 & 0xFFFF_0000));
                             }
                             let mwp = _mm256_permutevar8x32_ps(mw, spread);
                             for c in 0..C {
