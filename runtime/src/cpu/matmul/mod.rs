@@ -121,13 +121,14 @@ pub enum Route {
 /// sooner. Same rows, 2-core Intel Xeon (family 6 model 207), one thread,
 /// FMA peak 179-185 GFLOP/s, 2026-11-26: Q4_1 int8 94-107 GFLOP/s from N = 1,
 /// f32 96 at 48, 111 at 64, 132 at 128, 154 at 256; Q8_0 int8 82-88, f32 84
-/// at 32, 105 at 48, 140 at 128; Q5_0 / Q5_1 int8 62-68 from N = 2, f32 61
-/// at 64, 78 at 96, 91 at 128. K-quants still keep their integer route there
+/// at 32, 105 at 48, 140 at 128; Q5_0 / Q5_1 int8 62-68 from N = 2 (72-80
+/// with the byte masks of `qdot::avx2_lane`), f32 61 at 64, 78 at 96, 91 at
+/// 128. K-quants still keep their integer route there
 /// (N = 128: int8 103-125 GFLOP/s, f32 85-98).
 ///
-/// Q5_0 / Q5_1 were measured on that host only; elsewhere their thresholds
-/// follow the Q4 ones scaled by the int8 speed Q5 loses there (about a third,
-/// on the Xeon), a guess until measured.
+/// Q5_0 / Q5_1 were measured on that host only; the thresholds elsewhere
+/// (256 with VNNI, 64 without) are guesses, set below the Q4 ones because
+/// Q5's int8 route ran a quarter to a third slower than Q4_1's there.
 pub fn f32_route_min_columns(dtype: DType) -> usize {
     let vnni = qdot::Isa::detect() == qdot::Isa::Avx512 { vnni: true };
     let wide = vnni && full_width_fma512();

@@ -11,9 +11,9 @@
 //! - Q5_0 (w = u - 16, u the 5-bit quant): `d0 (d1 sum(u q) - 128 s8)`;
 //! - Q5_1 (value = u d0 + m0): as Q4_1.
 //!
-//! Q5_0 and Q5_1 run only on repacked rows (the lane kernel) or the scalar
-//! path: the natural-layout SIMD tiles take Q8_0 and Q4 only, and
-//! [`crate::cpu::matmul::quantized::QuantMatMul`] never gives them a Q5 row.
+//! Q5_0 and Q5_1 run on repacked rows (the lane kernel) or on the scalar
+//! path: the natural-layout SIMD tiles take Q8_0 and Q4 only ([`tile`] and
+//! [`full_tile`] send natural Q5 rows to the scalar code).
 //!
 //! The integer sums are exact; only the f32 accumulation over blocks rounds.
 //!
