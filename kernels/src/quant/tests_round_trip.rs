@@ -76,25 +76,52 @@ fn q8_0_within_half_a_step() {
     }
 }
 
-#[test]
-fn q4_0_within_half_a_step_except_the_clamped_top() {
-    for row in test_rows(32 * 7, 2) {
-        let (_, y) = round_trip(DType::Q4_0, &row);
-        check(DType::Q4_0, &row, &y, |i| {
+/// The symmetric formats (Q4_0: `offset` 8, Q5_0: 16): `d = max / -offset`
+/// from the value of largest magnitude with its sign; within half a step,
+/// except values beyond `offset - 1/2` steps on the other side, clamped to
+/// the top quant (within one step). Each bound adds the f16 rounding of `d`
+/// times the largest quant.
+fn check_symmetric(dtype: DType, offset: f64, seed: u64) {
+    for row in test_rows(32 * 7, seed) {
+        let (_, y) = round_trip(dtype, &row);
+        check(dtype, &row, &y, |i| {
             let block = &row[i / 32 * 32..][..32];
             let max = block
                 .iter()
                 .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-            let d = f64::from(max / -8.0);
-            let extra = 8.0 * f16_error(d as f32);
+            let d = f64::from(max / -(offset as f32));
+            let extra = offset * f16_error(d as f32);
             let t = if d != 0.0 { f64::from(row[i]) / d } else { 0.0 };
-            if t < 7.5 {
+            if t < offset - 0.5 {
                 d.abs() / 2.0 + extra
             } else {
                 d.abs() + extra
             }
         });
     }
+}
+
+/// The affine formats (Q4_1: `levels` 15, Q5_1: 31): `d = (max - min) /
+/// levels`, within half a step plus the f16 roundings of `d` and `min`.
+fn check_affine(dtype: DType, levels: f32, seed: u64) {
+    for row in test_rows(32 * 7, seed) {
+        let (_, y) = round_trip(dtype, &row);
+        let bounds: Vec<f64> = row
+            .chunks(32)
+            .map(|b| {
+                let min = b.iter().fold(f32::MAX, |m, &v| m.min(v));
+                let max = b.iter().fold(-f32::MAX, |m, &v| m.max(v));
+                let d = (max - min) / levels;
+                f64::from(d) / 2.0 + f64::from(levels) * f16_error(d) + f16_error(min)
+            })
+            .collect();
+        check(dtype, &row, &y, |i| bounds[i / 32]);
+    }
+}
+
+#[test]
+fn q4_0_within_half_a_step_except_the_clamped_top() {
+    check_symmetric(DType::Q4_0, 8.0, 2);
 }
 
 #[test]
@@ -109,40 +136,12 @@ fn q4_0_keeps_the_largest_magnitude_value() {
 
 #[test]
 fn q4_1_within_half_a_step() {
-    for row in test_rows(32 * 7, 3) {
-        let (_, y) = round_trip(DType::Q4_1, &row);
-        let bounds: Vec<f64> = row
-            .chunks(32)
-            .map(|b| {
-                let min = b.iter().fold(f32::MAX, |m, &v| m.min(v));
-                let max = b.iter().fold(-f32::MAX, |m, &v| m.max(v));
-                let d = (max - min) / 15.0;
-                f64::from(d) / 2.0 + 15.0 * f16_error(d) + f16_error(min)
-            })
-            .collect();
-        check(DType::Q4_1, &row, &y, |i| bounds[i / 32]);
-    }
+    check_affine(DType::Q4_1, 15.0, 3);
 }
 
 #[test]
 fn q5_0_within_half_a_step_except_the_clamped_top() {
-    for row in test_rows(32 * 7, 21) {
-        let (_, y) = round_trip(DType::Q5_0, &row);
-        check(DType::Q5_0, &row, &y, |i| {
-            let block = &row[i / 32 * 32..][..32];
-            let max = block
-                .iter()
-                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-            let d = f64::from(max / -16.0);
-            let extra = 16.0 * f16_error(d as f32);
-            let t = if d != 0.0 { f64::from(row[i]) / d } else { 0.0 };
-            if t < 15.5 {
-                d.abs() / 2.0 + extra
-            } else {
-                d.abs() + extra
-            }
-        });
-    }
+    check_symmetric(DType::Q5_0, 16.0, 21);
 }
 
 #[test]
@@ -158,19 +157,7 @@ fn q5_0_keeps_the_largest_magnitude_value() {
 
 #[test]
 fn q5_1_within_half_a_step() {
-    for row in test_rows(32 * 7, 22) {
-        let (_, y) = round_trip(DType::Q5_1, &row);
-        let bounds: Vec<f64> = row
-            .chunks(32)
-            .map(|b| {
-                let min = b.iter().fold(f32::MAX, |m, &v| m.min(v));
-                let max = b.iter().fold(-f32::MAX, |m, &v| m.max(v));
-                let d = (max - min) / 31.0;
-                f64::from(d) / 2.0 + 31.0 * f16_error(d) + f16_error(min)
-            })
-            .collect();
-        check(DType::Q5_1, &row, &y, |i| bounds[i / 32]);
-    }
+    check_affine(DType::Q5_1, 31.0, 22);
 }
 
 /// Checks the K-quant affine bound: within d*sc/2 of the reconstruction, or dmin/2
