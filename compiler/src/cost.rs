@@ -136,6 +136,8 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
         | Op::DiagMaskInf { .. } => Work::Bytes(all_srcs + written),
         // A participant reads every part (some on other devices) and writes its result.
         Op::AllReduceSum { .. } | Op::AllGather { .. } => Work::Bytes(all_srcs + written),
+        // A reduce-scatter reads only its slice of every part.
+        Op::ReduceScatterSum { .. } => Work::Bytes((tensor.srcs.len() as u64 + 1) * written),
     }
 }
 

@@ -152,7 +152,7 @@ pub fn in_place_operand(op: &Op, n_srcs: usize) -> Option<usize> {
         Op::MulMat | Op::GetRows | Op::Concat { .. } | Op::SumRows | Op::Mean | Op::Argmax => None,
         Op::Cpy | Op::SetRows => None,
         // Parts live on other devices; a participant writes its own result.
-        Op::AllReduceSum { .. } | Op::AllGather { .. } => None,
+        Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => None,
         Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => None,
     }
 }

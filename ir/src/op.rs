@@ -195,6 +195,27 @@ pub enum Op {
         /// How many participants the group has.
         ranks: u32,
     },
+    /// One participant's share of a reduce-scatter: the f32 sum of every
+    /// source (full-shape partial sums, one per device holding one), added in
+    /// source order as for [`Op::AllReduceSum`], of which this participant
+    /// keeps only `len` values along `dim` from `start`. The participants'
+    /// slices tile the axis in rank order (the checker proves it), so an
+    /// all-gather of their results is the all-reduce's result, bit for bit.
+    /// Group, rank and ranks as for [`Op::AllReduceSum`].
+    ReduceScatterSum {
+        /// Axis the sum is cut along.
+        dim: u8,
+        /// First index along `dim` this participant keeps.
+        start: i64,
+        /// How many indices along `dim` it keeps (at least 1).
+        len: i64,
+        /// Which collective this participant belongs to.
+        group: u32,
+        /// This participant's index in the group.
+        rank: u32,
+        /// How many participants the group has.
+        ranks: u32,
+    },
 }
 
 /// Who takes part in a collective, as [`Op::collective`] reports it.
@@ -240,6 +261,9 @@ impl Op {
         match *self {
             Op::AllReduceSum { group, rank, ranks }
             | Op::AllGather {
+                group, rank, ranks, ..
+            }
+            | Op::ReduceScatterSum {
                 group, rank, ranks, ..
             } => Some(CollectiveRank { group, rank, ranks }),
             _ => None,

@@ -46,11 +46,12 @@ pub enum OpKind {
     DiagMaskInf,
     AllReduceSum,
     AllGather,
+    ReduceScatterSum,
 }
 
 impl OpKind {
     /// Every kind, in `Op` declaration order.
-    pub const ALL: [OpKind; 33] = [
+    pub const ALL: [OpKind; 34] = [
         OpKind::GetRows,
         OpKind::Add,
         OpKind::Sub,
@@ -84,6 +85,7 @@ impl OpKind {
         OpKind::DiagMaskInf,
         OpKind::AllReduceSum,
         OpKind::AllGather,
+        OpKind::ReduceScatterSum,
     ];
 
     /// The kind of `op`.
@@ -122,6 +124,7 @@ impl OpKind {
             Op::DiagMaskInf { .. } => OpKind::DiagMaskInf,
             Op::AllReduceSum { .. } => OpKind::AllReduceSum,
             Op::AllGather { .. } => OpKind::AllGather,
+            Op::ReduceScatterSum { .. } => OpKind::ReduceScatterSum,
         }
     }
 
@@ -161,7 +164,16 @@ impl OpKind {
             OpKind::DiagMaskInf => "diag_mask_inf",
             OpKind::AllReduceSum => "all_reduce_sum",
             OpKind::AllGather => "all_gather",
+            OpKind::ReduceScatterSum => "reduce_scatter_sum",
         }
+    }
+
+    /// Collectives: their participants read parts on other devices.
+    pub fn is_collective(self) -> bool {
+        matches!(
+            self,
+            OpKind::AllReduceSum | OpKind::AllGather | OpKind::ReduceScatterSum
+        )
     }
 
     /// The kind called `name` (`mul_mat`, ...), if any.
@@ -240,6 +252,14 @@ mod tests {
             },
             Op::AllGather {
                 dim: 0,
+                group: 0,
+                rank: 0,
+                ranks: 1,
+            },
+            Op::ReduceScatterSum {
+                dim: 0,
+                start: 0,
+                len: 1,
                 group: 0,
                 rank: 0,
                 ranks: 1,

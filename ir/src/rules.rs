@@ -313,7 +313,7 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
             }
             packed(DType::I32, [a.ne[1], 1, 1, 1])
         }
-        Op::AllReduceSum { .. } | Op::AllGather { .. } => {
+        Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             let ne = derive_collective(op, srcs)?;
             packed(DType::F32, ne)
         }
@@ -322,7 +322,9 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
 
 /// The result extents of a collective's participant: its parts are packed
 /// f32 (they are read in place from other devices); an all-reduce's parts
-/// share one shape, an all-gather's agree in every axis but `dim`.
+/// share one shape, an all-gather's agree in every axis but `dim`; a
+/// reduce-scatter's share one shape, of which the participant keeps
+/// `[start, start + len)` along `dim`.
 fn derive_collective(op: &Op, srcs: &[Operand<'_>]) -> Result<[i64; 4], String> {
     let c = op.collective().expect("a collective");
     if c.ranks == 0 || c.rank >= c.ranks {
@@ -347,6 +349,21 @@ fn derive_collective(op: &Op, srcs: &[Operand<'_>]) -> Result<[i64; 4], String> 
         Op::AllGather { dim, .. } => Some(dim as usize),
         _ => None,
     };
+    if let Op::ReduceScatterSum {
+        dim, start, len, ..
+    } = *op
+    {
+        if dim > 3 {
+            return Err(format!("dim {dim} must be 0..=3"));
+        }
+        let extent = first[dim as usize];
+        if len < 1 || start < 0 || start > extent - len {
+            return Err(format!(
+                "slice [{start}, {start} + {len}) is not inside dim {dim} of the parts {}",
+                fmt_ne(&first)
+            ));
+        }
+    }
     let mut ne = first;
     for (i, (_, t)) in srcs.iter().enumerate().skip(1) {
         let other = t.layout.ne;
@@ -361,6 +378,9 @@ fn derive_collective(op: &Op, srcs: &[Operand<'_>]) -> Result<[i64; 4], String> 
         if let Some(d) = dim {
             ne[d] += other[d];
         }
+    }
+    if let Op::ReduceScatterSum { dim, len, .. } = *op {
+        ne[dim as usize] = len;
     }
     Ok(ne)
 }
@@ -398,7 +418,9 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::Cpy
         | Op::Concat { .. } => 2..=2,
         Op::SetRows => 3..=3,
-        Op::AllReduceSum { .. } | Op::AllGather { .. } => 1..=MAX_PARTS,
+        Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
+            1..=MAX_PARTS
+        }
     }
 }
 

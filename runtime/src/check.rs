@@ -116,6 +116,11 @@ impl Observer for StepChecker<'_> {
         let (expected, threshold, exact) = match (s.op, s.fused_kernel) {
             (Some(op @ Op::AllGather { .. }), _) => (compute(&op, &refs, &layout), 0.0, true),
             (Some(Op::AllReduceSum { .. }), _) => (ordered_f32_sum(&refs), 0.0, true),
+            // The same ordered sum, then this participant's slice of it.
+            (Some(op @ Op::ReduceScatterSum { .. }), _) => {
+                let sum = ordered_f32_sum(&refs);
+                (compute(&op, &[&sum], &layout), 0.0, true)
+            }
             (Some(op), _) => (
                 compute(&op, &refs, &layout),
                 nmse_threshold(op.name()),

@@ -144,7 +144,8 @@ impl Member {
             | Op::Argmax
             | Op::DiagMaskInf { .. }
             | Op::AllReduceSum { .. }
-            | Op::AllGather { .. } => return None,
+            | Op::AllGather { .. }
+            | Op::ReduceScatterSum { .. } => return None,
         })
     }
 

@@ -263,7 +263,7 @@ pub fn pcie(from: &str, to: &str) -> Link {
 pub fn remote(server: u32) -> Device {
     let ops = OpKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, OpKind::AllReduceSum | OpKind::AllGather))
+        .filter(|k| !k.is_collective())
         .collect();
     let mut d = cpu();
     d.name = format!("rpc{server}");

@@ -53,7 +53,9 @@ fn devices(t: &Target, out: &mut Vec<String>) {
                     ));
                 }
                 if d.supports.iter().any(|s| {
-                    s.ops.contains(OpKind::AllReduceSum) || s.ops.contains(OpKind::AllGather)
+                    OpKind::ALL
+                        .iter()
+                        .any(|&k| k.is_collective() && s.ops.contains(k))
                 }) {
                     out.push(format!(
                         "{who}: a remote device cannot run collectives (they read parts in place)"

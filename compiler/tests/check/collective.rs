@@ -198,7 +198,8 @@ fn a_partial_sum_read_by_silu() {
         &p,
         K::Collective,
         "tensor 'p#0' (t9): is a partial sum (part of collective group 1) but split 2 step 1 \
-         (silu) reads it; only the all_reduce_sum adding it up may read it",
+         (silu) reads it; only the collective adding it up (all_reduce_sum, \
+         reduce_scatter_sum) may read it",
     );
     assert_eq!(v.tensor, Some(T_P0));
 
@@ -223,8 +224,8 @@ fn a_partial_sum_read_by_silu() {
         &p,
         K::Collective,
         "tensor 'p#0' (t9): is a partial sum (part of collective group 1) but split 2 step 1 \
-         (silu) reads it through 'p#0.row' (t13); only the all_reduce_sum adding it up may \
-         read it",
+         (silu) reads it through 'p#0.row' (t13); only the collective adding it up \
+         (all_reduce_sum, reduce_scatter_sum) may read it",
     );
 }
 
@@ -244,8 +245,8 @@ fn a_partial_sum_handed_out_as_a_graph_output() {
     only(
         &p,
         K::Collective,
-        "tensor 'z' (t13): is a graph output but a partial sum that no all_reduce_sum adds \
-         up: the caller would read one device's share as the value",
+        "tensor 'z' (t13): is a graph output but a partial sum that no all_reduce_sum or \
+         reduce_scatter_sum adds up: the caller would read one device's share as the value",
     );
     // Not marked partial, the scale is a non-linear reader (the rule above).
     let mut p = tensor_parallel_plan();
@@ -281,7 +282,8 @@ fn a_partial_sum_read_by_a_fused_kernel() {
         &p,
         K::Collective,
         "tensor 'p#0' (t9): is a partial sum (part of collective group 1) but split 2 step 1 \
-         (fused kernel 0) reads it; only the all_reduce_sum adding it up may read it",
+         (fused kernel 0) reads it; only the collective adding it up (all_reduce_sum, \
+         reduce_scatter_sum) may read it",
     );
 }
 
@@ -403,7 +405,8 @@ fn participants_that_disagree() {
         &v,
         K::Collective,
         "tensor 'p#1' (t10): is a partial sum (part of collective group 1) but split 1 step 3 \
-         (all_gather) reads it; only the all_reduce_sum adding it up may read it",
+         (all_gather) reads it; only the collective adding it up (all_reduce_sum, \
+         reduce_scatter_sum) may read it",
     );
     assert!(v.iter().any(|x| x.what == K::Format), "{}", listed(&v));
 }
@@ -506,4 +509,96 @@ fn mutated_tensor_parallel_plans_never_panic() {
         "only {parsed} of {} texts parsed",
         texts.len()
     );
+}
+
+/// A `reduce_scatter_sum` participant of [`TP_GROUP`] over two ranks.
+fn scatter(rank: u32, start: i64, len: i64) -> Op {
+    Op::ReduceScatterSum {
+        dim: 1,
+        start,
+        len,
+        group: TP_GROUP,
+        rank,
+        ranks: 2,
+    }
+}
+
+/// The tensor-parallel plan with its all-reduce turned into a reduce-scatter
+/// along dim 1: rank 0 keeps rows `[0, rows0)` in `y`, rank 1 the rest in `y#1`.
+fn reduce_scatter_plan(rows0: i64, (start1, len1): (i64, i64)) -> Plan {
+    let mut p = tensor_parallel_plan();
+    let (y, y1) = (T_Y1 - 1, T_Y1);
+    let relaid = |t: &PlanTensor, rows| {
+        let mut u = at(
+            &t.name,
+            DType::F32,
+            [16, rows, 1, 1],
+            t.role,
+            t.device,
+            0,
+            0,
+        );
+        u.placement = t.placement;
+        u
+    };
+    p.tensors[y] = relaid(&p.tensors[y], rows0);
+    p.tensors[y1] = relaid(&p.tensors[y1], len1);
+    p.splits[2].steps[0] = op(scatter(0, 0, rows0), y as u32, &[9, 10]);
+    p.splits[1].steps[3] = op(scatter(1, start1, len1), y1 as u32, &[9, 10]);
+    p
+}
+
+#[test]
+fn a_reduce_scatter_whose_slices_tile_the_axis_passes() {
+    for (rows0, rank1) in [(2, (2, 2)), (1, (1, 3)), (3, (3, 1))] {
+        let p = reduce_scatter_plan(rows0, rank1);
+        let v = violations(&p);
+        assert!(v.is_empty(), "{rows0} {rank1:?}: {}", listed(&v));
+        let v = violations(&resync(p));
+        assert!(v.is_empty(), "{}", listed(&v));
+    }
+}
+
+#[test]
+fn a_reduce_scatter_with_a_gap_an_overlap_or_a_short_end() {
+    only(
+        &reduce_scatter_plan(1, (2, 2)),
+        K::Collective,
+        "collective group 1 (reduce_scatter_sum over 2 ranks): rank 1 (split 1 step 3) keeps \
+         [2, 4) along dim 1, leaving [1, 2) to no rank",
+    );
+    only(
+        &reduce_scatter_plan(2, (1, 3)),
+        K::Collective,
+        "collective group 1 (reduce_scatter_sum over 2 ranks): rank 1 (split 1 step 3) keeps \
+         [1, 4) along dim 1, overlapping the slice before it, which ends at 2",
+    );
+    only(
+        &reduce_scatter_plan(2, (2, 1)),
+        K::Collective,
+        "collective group 1 (reduce_scatter_sum over 2 ranks): the slices end at 3 along \
+         dim 1, but the parts' extent is 4: every index must be kept by exactly one rank",
+    );
+    // Along another axis than rank 0's.
+    let mut p = reduce_scatter_plan(2, (2, 2));
+    let other = Op::ReduceScatterSum {
+        dim: 0,
+        start: 8,
+        len: 8,
+        group: TP_GROUP,
+        rank: 1,
+        ranks: 2,
+    };
+    p.splits[1].steps[3] = op(other, T_Y1 as u32, &[9, 10]);
+    let v = violations(&p);
+    has(
+        &v,
+        K::Collective,
+        "collective group 1 (reduce_scatter_sum over 2 ranks): rank 1 (split 1 step 3) is \
+         reduce_scatter_sum along dim 0, but rank 0 (split 2 step 0) is reduce_scatter_sum \
+         along dim 1",
+    );
+    // Its result's shape is refused too; its slice is not compared along dim 1.
+    assert_eq!(v.len(), 2, "{}", listed(&v));
+    assert!(v.iter().any(|x| x.what == K::Format), "{}", listed(&v));
 }

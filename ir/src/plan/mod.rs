@@ -21,7 +21,8 @@
 //!   write, are ordered by events in their global order (happens-before), so
 //!   every schedule the events allow computes what the global order computes;
 //! - a step reads only tensors on its split's device, except a collective's
-//!   participant (`all_reduce_sum`, `all_gather`), which reads its parts in
+//!   participant (`all_reduce_sum`, `all_gather`, `reduce_scatter_sum`), which
+//!   reads its parts in
 //!   place on other devices that share its memory (CPU devices of one host);
 //! - two tensors of one arena whose lifetimes (in global step order) overlap
 //!   never share bytes;

@@ -1,4 +1,4 @@
-//! Data movement: cpy, get_rows, set_rows, concat.
+//! Data movement: cpy, get_rows, set_rows, concat, slice.
 //!
 //! - cpy: src0's values in flat logical order, seen with the destination's extents
 //!   (same element count); dtype conversion happens when the result is scattered;
@@ -6,7 +6,8 @@
 //!   `[a.ne0, idx.ne0, idx.ne1, idx.ne2]`;
 //! - set_rows: the whole destination, with `dst[:, idx[i, i2 % idx.ne1, i3 % idx.ne2], i2, i3]
 //!   = rows[:, i, i2, i3]`;
-//! - concat: src1 follows src0 along `dim`.
+//! - concat: src1 follows src0 along `dim`;
+//! - slice: `len` indices along `dim` from `start` (a reduce-scatter keeps one).
 //!
 //! Invariant: indices are whole numbers in range; an index outside the table panics
 //! with the index and the table's extent (a bad index is a bug in the graph's inputs).
@@ -60,6 +61,21 @@ pub(crate) fn set_rows(dst: &Dense, rows: &Dense, idx: &Dense) -> Dense {
 }
 
 /// `a` and `b` joined along `dim`.
+/// `len` indices of `a` along `dim` from `start` (a reduce-scatter's share).
+pub(crate) fn slice(a: &Dense, dim: usize, start: i64, len: i64) -> Dense {
+    assert!(
+        dim < 4 && start >= 0 && len >= 1 && start + len <= a.ne[dim],
+        "slice: [{start}, {start} + {len}) is not inside dim {dim} of {}",
+        fmt_ne(&a.ne)
+    );
+    let mut ne = a.ne;
+    ne[dim] = len;
+    Dense::from_fn(ne, |mut idx| {
+        idx[dim] += start;
+        a.get(idx)
+    })
+}
+
 pub(crate) fn concat(a: &Dense, b: &Dense, dim: usize) -> Dense {
     assert!(
         dim < 4 && (0..4).all(|d| d == dim || a.ne[d] == b.ne[d]),

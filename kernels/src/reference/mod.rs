@@ -100,6 +100,14 @@ pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
         Op::AllGather { dim, .. } => srcs[1..].iter().fold(a.clone(), |acc, part| {
             copy::concat(&acc, part, usize::from(dim))
         }),
+        Op::ReduceScatterSum {
+            dim, start, len, ..
+        } => {
+            let sum = srcs[1..].iter().fold(a.clone(), |acc, part| {
+                elementwise::binary(&acc, part, |x, y| x + y)
+            });
+            copy::slice(&sum, usize::from(dim), start, len)
+        }
     };
     assert_eq!(
         result.ne,

@@ -1,14 +1,18 @@
 //! Family 10, collectives: the participants of each collective form one group.
 //!
 //! Participants are the op steps whose op is a collective (`all_reduce_sum`,
-//! `all_gather`), grouped by their `group` number. The group's leader is its
+//! `all_gather`, `reduce_scatter_sum`), grouped by their `group` number. The group's leader is its
 //! lowest rank (the first in global order on a tie); every other participant
 //! is compared with it. For each group:
 //! - its ranks are `0..ranks`, each exactly once (a rank missing, a rank twice
 //!   and a rank outside `0..ranks` are each reported); `ranks` is at most the
 //!   plan's device count, since every rank needs its own device;
 //! - every participant runs the leader's op (the same kind and, for
-//!   `all_gather`, the same `dim`) over the same `ranks`;
+//!   `all_gather` and `reduce_scatter_sum`, the same `dim`) over the same
+//!   `ranks`;
+//! - a reduce-scatter's slices tile its axis in rank order: rank 0 starts at
+//!   0, each next rank where the previous one ends, the last one at the
+//!   parts' extent (no index summed twice, none left out);
 //! - every participant reads the leader's sources, in the same order (the
 //!   parts, read in place: family 3 allows that only between devices that
 //!   share memory);
@@ -113,6 +117,63 @@ fn check_group(c: &mut Checker<'_>, group: u32, members: &[Participant<'_>]) {
     }
     ranks(c, &name, leader.ranks, members);
     devices(c, &name, members);
+    // Slices are compared only along one axis (a disagreement on it is
+    // reported above).
+    if matches!(leader.op, Op::ReduceScatterSum { .. })
+        && members.iter().all(|p| same_op(p.op, leader.op))
+    {
+        slices(c, &name, leader, members);
+    }
+}
+
+/// A reduce-scatter's slices, in rank order, tile the parts' extent along
+/// its axis exactly.
+fn slices(c: &mut Checker<'_>, name: &str, leader: &Participant<'_>, members: &[Participant<'_>]) {
+    let Op::ReduceScatterSum { dim, .. } = *leader.op else {
+        return;
+    };
+    // The parts' extent; a missing or foreign source is reported elsewhere.
+    let Some(extent) = leader
+        .srcs
+        .first()
+        .and_then(|&s| c.tensor(s))
+        .map(|t| t.layout().ne[usize::from(dim.min(3))])
+    else {
+        return;
+    };
+    let mut by_rank: Vec<&Participant<'_>> = members.iter().collect();
+    by_rank.sort_by_key(|p| p.rank);
+    let mut next = 0i64;
+    for p in by_rank {
+        let Op::ReduceScatterSum { start, len, .. } = *p.op else {
+            continue; // unreachable: every member runs the leader's op
+        };
+        if start != next {
+            let msg = if start < next {
+                format!(
+                    "{} keeps [{start}, {}) along dim {dim}, overlapping the slice before it, \
+                     which ends at {next}",
+                    p.who(),
+                    start + len
+                )
+            } else {
+                format!(
+                    "{} keeps [{start}, {}) along dim {dim}, leaving [{next}, {start}) to no rank",
+                    p.who(),
+                    start + len
+                )
+            };
+            c.problem(Collective, name.to_string(), msg);
+        }
+        next = start.saturating_add(len);
+    }
+    if next != extent {
+        let msg = format!(
+            "the slices end at {next} along dim {dim}, but the parts' extent is {extent}: \
+             every index must be kept by exactly one rank"
+        );
+        c.problem(Collective, name.to_string(), msg);
+    }
 }
 
 /// Ranks `0..ranks`, each exactly once.
@@ -177,6 +238,7 @@ fn same_op(a: &Op, b: &Op) -> bool {
     match (a, b) {
         (Op::AllReduceSum { .. }, Op::AllReduceSum { .. }) => true,
         (Op::AllGather { dim: x, .. }, Op::AllGather { dim: y, .. }) => x == y,
+        (Op::ReduceScatterSum { dim: x, .. }, Op::ReduceScatterSum { dim: y, .. }) => x == y,
         _ => false,
     }
 }
@@ -184,7 +246,9 @@ fn same_op(a: &Op, b: &Op) -> bool {
 /// `all_reduce_sum`, `all_gather along dim 1`.
 fn op_text(op: &Op) -> String {
     match op {
-        Op::AllGather { dim, .. } => format!("{op} along dim {dim}"),
+        Op::AllGather { dim, .. } | Op::ReduceScatterSum { dim, .. } => {
+            format!("{op} along dim {dim}")
+        }
         _ => op.to_string(),
     }
 }

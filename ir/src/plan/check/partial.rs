@@ -1,6 +1,7 @@
 //! Family 10, partial sums: no non-linear op reads one.
 //!
-//! A tensor that is a source of an `all_reduce_sum` participant, or that the
+//! A tensor that is a source of an `all_reduce_sum` or `reduce_scatter_sum`
+//! participant, or that the
 //! plan marks `SplitPart::Partial`, is a partial sum: one device's share of
 //! a value that exists only once every part is added up. A linear step keeps
 //! it partial (`cont` and `cpy` move values, `scale` without a bias scales
@@ -14,7 +15,8 @@
 //! participants read the parts in place where they are.
 //!
 //! And a partial sum that the plan hands out is added up: a graph output is
-//! never a partial sum that no `all_reduce_sum` (directly, or through linear
+//! never a partial sum that no `all_reduce_sum` or `reduce_scatter_sum`
+//! (directly, or through linear
 //! steps) reads, since the caller would read one device's share as the value.
 //! A partial sum nothing reads (a dead node of the graph) is harmless.
 //!
@@ -45,7 +47,7 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
     let mut groups: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     for step in c.plan.splits.iter().flat_map(|s| &s.steps) {
         if let Step::Op {
-            op: Op::AllReduceSum { group, .. },
+            op: Op::AllReduceSum { group, .. } | Op::ReduceScatterSum { group, .. },
             srcs,
             ..
         } = step
@@ -157,8 +159,8 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
         c.tensor_problem(
             Collective,
             t,
-            "is a graph output but a partial sum that no all_reduce_sum adds up: the caller \
-             would read one device's share as the value"
+            "is a graph output but a partial sum that no all_reduce_sum or reduce_scatter_sum \
+             adds up: the caller would read one device's share as the value"
                 .to_string(),
         );
     }
@@ -198,8 +200,8 @@ fn refuse(c: &mut Checker<'_>, a: &Access, part: &Part, read: u32) {
         )
     } else {
         format!(
-            "is a partial sum (part of {of}) but {} reads it{through}; only the all_reduce_sum \
-             adding it up may read it",
+            "is a partial sum (part of {of}) but {} reads it{through}; only the collective \
+             adding it up (all_reduce_sum, reduce_scatter_sum) may read it",
             a.label
         )
     };

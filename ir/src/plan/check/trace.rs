@@ -92,7 +92,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                 sums_parts: matches!(
                     step,
                     Step::Op {
-                        op: Op::AllReduceSum { .. },
+                        op: Op::AllReduceSum { .. } | Op::ReduceScatterSum { .. },
                         ..
                     }
                 ),

@@ -6,7 +6,9 @@
 //! - `all_reduce_sum`: `dst = part0 + part1 + ...`, f32, added in part
 //!   order starting from part 0, so every participant computes the same bits
 //!   (a mirrored value is then identical on every device);
-//! - `all_gather`: the parts joined along `dim`, in part order.
+//! - `all_gather`: the parts joined along `dim`, in part order;
+//! - `reduce_scatter_sum`: the all-reduce's sum (same order, same bits) of
+//!   only this participant's `len` indices along `dim` from `start`.
 //!
 //! Work is split over chunks of the packed destination; every operand is
 //! packed f32 (the IR's rule for collectives, re-checked here). The
@@ -24,7 +26,8 @@ use ir::{DType, Op};
 /// enough that a decode vector still spreads over a few threads.
 const CHUNK: usize = 1024;
 
-/// Prepares the participant `op` (an all-reduce or an all-gather) writing `dst` from `parts`.
+/// Prepares the participant `op` (an all-reduce, all-gather or reduce-scatter)
+/// writing `dst` from `parts`.
 pub(super) fn prepare(
     op: &Op,
     dst: RawTensor,
@@ -77,6 +80,28 @@ pub(super) fn prepare(
                 )
             })?;
             Ok(all_gather(dst, parts.to_vec(), dim))
+        }
+        Op::ReduceScatterSum {
+            dim, start, len, ..
+        } => {
+            let dim = usize::from(dim);
+            let first = parts[0].ne;
+            let fits = dim < 4
+                && parts.iter().all(|p| p.ne == first)
+                && start >= 0
+                && len >= 1
+                && start <= first[dim] - len
+                && (0..4).all(|d| dst.ne[d] == if d == dim { len } else { first[d] });
+            need(op, fits, || {
+                let shapes: Vec<String> = parts.iter().map(shape).collect();
+                format!(
+                    "parts {} summed and cut to [{start}, {start} + {len}) along dim {dim} \
+                     do not give {}",
+                    shapes.join(", "),
+                    shape(&dst)
+                )
+            })?;
+            Ok(reduce_scatter_sum(dst, parts.to_vec(), dim, start as usize))
         }
         _ => Err(super::unsupported(op, "not a collective".into())),
     }
@@ -131,6 +156,46 @@ fn all_gather(dst: RawTensor, parts: Vec<RawTensor>, dim: usize) -> Box<dyn CpuK
                     );
                 }
                 at += run;
+            }
+        }
+    })
+}
+
+fn reduce_scatter_sum(
+    dst: RawTensor,
+    parts: Vec<RawTensor>,
+    dim: usize,
+    start: usize,
+) -> Box<dyn CpuKernel> {
+    // Packed tensors: for one outer index, dst's run of `inner * len` values
+    // is the parts' runs from `inner * start`, summed.
+    let inner = dst.ne[..dim].iter().product::<i64>() as usize;
+    let outer = dst.ne[dim + 1..].iter().product::<i64>() as usize;
+    let run = inner * dst.ne[dim] as usize;
+    let part_run = inner * parts[0].ne[dim] as usize;
+    let skip = inner * start;
+    let name = format!(
+        "reduce_scatter_sum of {} parts along dim {dim}",
+        parts.len()
+    );
+    unit_kernel(name, outer, move |units| {
+        let (dst, parts) = (&dst, &parts);
+        for o in units {
+            // SAFETY: shapes checked at prepare: dst values [o * run, + run)
+            // and part values [o * part_run + skip, + run) are inside their
+            // tensors (start + len <= the parts' extent); each outer index is
+            // one thread's, and the parts are only read.
+            unsafe {
+                let at = |p: &RawTensor| {
+                    std::slice::from_raw_parts(p.data.cast::<f32>().add(o * part_run + skip), run)
+                };
+                let out = std::slice::from_raw_parts_mut(dst.data.cast::<f32>().add(o * run), run);
+                out.copy_from_slice(at(&parts[0]));
+                for p in &parts[1..] {
+                    for (o, &v) in out.iter_mut().zip(at(p)) {
+                        *o += v;
+                    }
+                }
             }
         }
     })

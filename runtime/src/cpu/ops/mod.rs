@@ -98,7 +98,9 @@ pub fn prepare_op(
         Op::Add | Op::Sub | Op::Mul | Op::Div => binary::prepare(op, dst, srcs),
         Op::Glu { kind, swapped } => binary::prepare_glu(op, kind, swapped, dst, srcs),
         Op::RmsNorm { .. } | Op::Norm { .. } => norm::prepare(op, dst, srcs[0]),
-        Op::AllReduceSum { .. } | Op::AllGather { .. } => collective::prepare(op, dst, srcs),
+        Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
+            collective::prepare(op, dst, srcs)
+        }
     }
 }
 

@@ -1,6 +1,8 @@
-//! all_reduce_sum and all_gather: against the reference at odd sizes, the
-//! all-reduce to the bit against a sequential f32 sum in part order (what
-//! makes every participant's copy identical), and what prepare refuses.
+//! all_reduce_sum, all_gather and reduce_scatter_sum: against the reference
+//! at odd sizes, the all-reduce and every reduce-scatter slice to the bit
+//! against a sequential f32 sum in part order (what makes every
+//! participant's copy identical, and an all-gather of the slices equal to the
+//! all-reduce), and what prepare refuses.
 
 use super::harness::*;
 use crate::RuntimeError;
@@ -146,6 +148,79 @@ fn all_gather_along_every_dim_with_unequal_parts() {
     );
 }
 
+fn scatter(dim: u8, start: i64, len: i64) -> Op {
+    Op::ReduceScatterSum {
+        dim,
+        start,
+        len,
+        group: 0,
+        rank: 0,
+        ranks: 3,
+    }
+}
+
+#[test]
+fn reduce_scatter_slices_are_the_all_reduce_sum_to_the_bit_along_every_dim() {
+    let mut rng = Rng::new(64);
+    // Odd extents, and a long one so several threads share the outer range.
+    for ne in [[5, 3, 4, 3], [7, 300, 1, 1], [1025, 2, 1, 1]] {
+        let n = ne.iter().product::<i64>() as usize;
+        let values: Vec<Vec<f32>> = (0..3).map(|_| uneven(&mut rng, n)).collect();
+        let mut sum = values[0].clone();
+        for v in &values[1..] {
+            for (a, &x) in sum.iter_mut().zip(v) {
+                *a += x;
+            }
+        }
+        let sum = Dense::new(ne, sum.iter().map(|&x| x.into()).collect());
+        let mut parts: Vec<T> = values
+            .iter()
+            .map(|v| {
+                let d = Dense::new(ne, v.iter().map(|&x| x.into()).collect());
+                dense(DType::F32, &d)
+            })
+            .collect();
+        for dim in 0..4u8 {
+            let extent = ne[dim as usize];
+            // Three slices tiling the axis where it is long enough: unequal,
+            // the last one odd.
+            let cuts: Vec<(i64, i64)> = match extent {
+                1 => vec![(0, 1)],
+                2 => vec![(0, 1), (1, 1)],
+                e => vec![(0, 1), (1, e / 2), (1 + e / 2, e - 1 - e / 2)],
+            };
+            for (start, len) in cuts {
+                let mut out_ne = ne;
+                out_ne[dim as usize] = len;
+                let want: Vec<u32> = f32_bits(
+                    Dense::from_fn(out_ne, |mut idx| {
+                        idx[dim as usize] += start;
+                        sum.get(idx)
+                    })
+                    .data
+                    .iter()
+                    .map(|&v| v as f32),
+                );
+                for pool in pools() {
+                    let mut out = poisoned(DType::F32, out_ne);
+                    let raws: Vec<_> = parts.iter_mut().map(T::raw).collect();
+                    let op = scatter(dim, start, len);
+                    let kernel = prepare_op(&op, out.raw(), &raws).expect("prepared");
+                    // SAFETY: the parts and `out` live across the run; no scratch.
+                    pool.run(&|ctx| unsafe { kernel.run(ctx, std::ptr::null_mut()) });
+                    let got = f32_bits(out.values().data.iter().map(|&v| v as f32));
+                    assert_eq!(
+                        got,
+                        want,
+                        "{ne:?} dim {dim} [{start}, +{len}) on {} threads",
+                        pool.n_threads()
+                    );
+                }
+            }
+        }
+    }
+}
+
 fn refused(op: Op, dst: DstAt, mut parts: Vec<T>) -> String {
     let raws: Vec<_> = parts.iter_mut().map(T::raw).collect();
     let dst = match dst {
@@ -197,4 +272,20 @@ fn collectives_refuse_other_dtypes_mismatched_parts_and_writing_over_a_part() {
         vec![f32s(&mut rng, [4, 3, 1, 1]), f32s(&mut rng, [4, 3, 1, 1])],
     );
     assert!(msg.contains("dst overlaps part 1"), "{msg}");
+    // A slice past the parts' end, and a destination of the wrong extent.
+    let msg = refused(
+        scatter(1, 2, 2),
+        DstAt::Own(poisoned(DType::F32, [4, 2, 1, 1])),
+        vec![f32s(&mut rng, [4, 3, 1, 1]), f32s(&mut rng, [4, 3, 1, 1])],
+    );
+    assert!(
+        msg.contains("cut to [2, 2 + 2) along dim 1 do not give [4, 2, 1, 1]"),
+        "{msg}"
+    );
+    let msg = refused(
+        scatter(1, 1, 2),
+        DstAt::Own(poisoned(DType::F32, [4, 3, 1, 1])),
+        vec![f32s(&mut rng, [4, 3, 1, 1]), f32s(&mut rng, [4, 3, 1, 1])],
+    );
+    assert!(msg.contains("do not give [4, 3, 1, 1]"), "{msg}");
 }

@@ -45,7 +45,7 @@ pub fn node_op(op: &Op, srcs: &[&PlanTensor]) -> Result<(u32, [i32; MAX_OP_PARAM
     let mut p = [0i32; MAX_OP_PARAMS];
     let number = match *op {
         Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => GGML_OP_NONE,
-        Op::AllReduceSum { .. } | Op::AllGather { .. } => {
+        Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             return Err(Unsupported::new(op, "collectives are not ggml ops"));
         }
         Op::GetRows => {
