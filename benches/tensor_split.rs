@@ -3,9 +3,12 @@
 //! decode (one token over a 512-row cache, attending the first 128 rows, as
 //! `generate`'s first bucket does) and prefill of 128 tokens, on `cpu` with
 //! 2 threads against `cpu0+cpu1 --split-mode row` (one core each, every
-//! matrix and the KV cache split, two all-reduces per block). The two
-//! runtimes take turns in blocks of runs (so drifts of a shared machine hit
-//! both); the medians and their ratio are printed, then each device's bytes
+//! matrix and the KV cache split, two all-reduces per block); prefill also
+//! with `--collectives reduce-scatter` (each partial sum cut by tokens, the
+//! norms on slices, an all-gather before each product), and which of the two
+//! `auto` picks. The runtimes take turns in blocks of runs (so drifts of a
+//! shared machine hit all); the medians and their ratios are printed, then
+//! each device's bytes
 //! (weights and state, compute arena) against the unsplit plan and against
 //! ggml's meta-backend rule (every device holds a full-size compute buffer).
 //! Goals (issue): decode >= 1.0x, prefill >= 0.95x; each device's total <=
@@ -15,7 +18,7 @@
 
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
-use compiler::tensor_split::TensorSplitOptions;
+use compiler::tensor_split::{Collectives, TensorSplitOptions};
 use ir::files::gguf::GgufFile;
 use ir::plan::{Plan, Usage};
 use ir::{Graph, Role};
@@ -27,11 +30,17 @@ use std::time::Instant;
 const CTX: i64 = 512;
 const BLOCKS: usize = 6;
 
-fn plan(graph: &Graph, split: bool) -> Plan {
-    let (target, tensor_split) = if split {
-        ("cpu0+cpu1", Some(TensorSplitOptions::default()))
-    } else {
-        ("cpu", None)
+/// The plan on `cpu`, or on `cpu0+cpu1` split by rows with `collectives`.
+fn plan(graph: &Graph, split: Option<Collectives>) -> Plan {
+    let (target, tensor_split) = match split {
+        Some(collectives) => (
+            "cpu0+cpu1",
+            Some(TensorSplitOptions {
+                collectives,
+                ..TensorSplitOptions::default()
+            }),
+        ),
+        None => ("cpu", None),
     };
     let options = CompileOptions {
         tensor_split,
@@ -58,8 +67,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median ms per run of each runtime, taking turns in blocks of `per_block`.
-fn race(rts: &mut [Runtime; 2], per_block: usize) -> [f64; 2] {
-    let mut ms = [Vec::new(), Vec::new()];
+fn race(rts: &mut [Runtime], per_block: usize) -> Vec<f64> {
+    let mut ms = vec![Vec::new(); rts.len()];
     for rt in rts.iter_mut() {
         rt.run().unwrap();
     }
@@ -72,8 +81,7 @@ fn race(rts: &mut [Runtime; 2], per_block: usize) -> [f64; 2] {
             }
         }
     }
-    let [a, b] = ms;
-    [median(a), median(b)]
+    ms.into_iter().map(median).collect()
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -133,25 +141,46 @@ fn main() {
     ] {
         let config = LlamaConfig::from_gguf(&file, t).unwrap();
         let graph = build_cached_attending(&config, &cache, attend).unwrap();
-        let plans = [plan(&graph, false), plan(&graph, true)];
-        let mut rts = plans.clone().map(|p| {
-            let options = LoadOptions {
-                threads: 2,
-                ..LoadOptions::default()
-            };
-            let mut rt = Runtime::load(Arc::new(p), weights.clone(), &options).unwrap();
-            set_inputs(&mut rt, past, t, attend, config.n_vocab);
-            rt
-        });
-        let [base, split] = race(&mut rts, per_block);
+        let auto = plan(&graph, Some(Collectives::Auto));
+        let mut plans = vec![
+            plan(&graph, None),
+            plan(&graph, Some(Collectives::AllReduce)),
+        ];
+        let mut labels = vec!["cpu 2 threads", "cpu0+cpu1 --split-mode row"];
+        let scatter = plan(&graph, Some(Collectives::ReduceScatter));
+        let ron = ir::plan::plan_to_ron;
+        if ron(&scatter) != ron(&plans[1]) {
+            plans.push(scatter);
+            labels[1] = "cpu0+cpu1 row, all-reduce";
+            labels.push("cpu0+cpu1 row, reduce-scatter");
+        }
+        let picked = match plans.iter().position(|p| ron(p) == ron(&auto)) {
+            Some(i) => labels[i],
+            None => "neither (a bug)",
+        };
+        let mut rts: Vec<Runtime> = plans
+            .iter()
+            .map(|p| {
+                let options = LoadOptions {
+                    threads: 2,
+                    ..LoadOptions::default()
+                };
+                let mut rt = Runtime::load(Arc::new(p.clone()), weights.clone(), &options).unwrap();
+                set_inputs(&mut rt, past, t, attend, config.n_vocab);
+                rt
+            })
+            .collect();
+        let ms = race(&mut rts, per_block);
         let per_s = |ms: f64| t as f64 / ms * 1e3;
-        println!(
-            "SmolLM2 {what}: cpu 2 threads {base:.3} ms ({:.0} tokens/s); cpu0+cpu1 \
-             --split-mode row {split:.3} ms ({:.0} tokens/s): {:.2}x",
-            per_s(base),
-            per_s(split),
-            base / split
-        );
+        println!("SmolLM2 {what}:");
+        for (label, &m) in labels.iter().zip(&ms) {
+            println!(
+                "  {label}: {m:.3} ms ({:.0} tokens/s): {:.2}x cpu",
+                per_s(m),
+                ms[0] / m
+            );
+        }
+        println!("  --collectives auto picks: {picked}");
         let unsplit = memory(&plans[0]);
         let (_, u_res, u_comp) = &unsplit[0];
         let n = plans[1].devices.len() as u64;
@@ -163,15 +192,18 @@ fn main() {
             mib(*u_comp),
             mib((u_res + u_comp) / n + mirrored) * 1.05
         );
-        for (name, res, comp) in memory(&plans[1]) {
-            println!(
-                "  {name}: {:.2} MiB resident + {:.2} MiB compute = {:.2} MiB; ggml's meta \
-                 rule (full compute buffer): {:.2} MiB",
-                mib(res),
-                mib(comp),
-                mib(res + comp),
-                mib(res + u_comp)
-            );
+        for (k, split) in plans.iter().enumerate().skip(1) {
+            println!("  {}:", labels[k]);
+            for (name, res, comp) in memory(split) {
+                println!(
+                    "    {name}: {:.2} MiB resident + {:.2} MiB compute = {:.2} MiB; ggml's \
+                     meta rule (full compute buffer): {:.2} MiB",
+                    mib(res),
+                    mib(comp),
+                    mib(res + comp),
+                    mib(res + u_comp)
+                );
+            }
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
-use compiler::tensor_split::{SplitRule, TensorSplitOptions};
+use compiler::tensor_split::{Collectives, SplitRule, TensorSplitOptions};
 use ggplan_tests::example_graph_files;
 use ggplan_tests::outputs::{bits, nmse_f32 as nmse, outputs};
 use ir::plan::{Plan, Step};
@@ -25,10 +25,32 @@ fn options(split: TensorSplitOptions) -> CompileOptions {
 }
 
 fn row(shares: &[f64]) -> TensorSplitOptions {
+    row_with(shares, Collectives::Auto)
+}
+
+fn row_with(shares: &[f64], collectives: Collectives) -> TensorSplitOptions {
     TensorSplitOptions {
         shares: shares.to_vec(),
         rules: vec![],
+        collectives,
     }
+}
+
+/// Participants of reduce-scatters.
+fn scatters(plan: &Plan) -> usize {
+    plan.splits
+        .iter()
+        .flat_map(|s| &s.steps)
+        .filter(|s| {
+            matches!(
+                s,
+                Step::Op {
+                    op: ir::Op::ReduceScatterSum { .. },
+                    ..
+                }
+            )
+        })
+        .count()
 }
 
 fn compile_for(graph: &ir::Graph, target: &str, opts: &CompileOptions) -> Result<Plan, String> {
@@ -77,14 +99,24 @@ fn row_split_plans_match_one_device_and_survive_injected_delays() {
     for graph in graphs {
         let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
         let want = outputs(&mut load(single, 1, None));
-        for (target, devices, shares) in [
-            ("cpu0+cpu1", 2, vec![]),
-            ("cpu0+cpu1", 2, vec![3.0, 1.0]),
-            ("cpu0+cpu1+cpu2+cpu3", 4, vec![]),
+        for (target, devices, shares, how) in [
+            ("cpu0+cpu1", 2, vec![], Collectives::AllReduce),
+            ("cpu0+cpu1", 2, vec![3.0, 1.0], Collectives::AllReduce),
+            ("cpu0+cpu1+cpu2+cpu3", 4, vec![], Collectives::AllReduce),
+            ("cpu0+cpu1", 2, vec![], Collectives::ReduceScatter),
+            ("cpu0+cpu1", 2, vec![3.0, 1.0], Collectives::ReduceScatter),
+            ("cpu0+cpu1+cpu2+cpu3", 4, vec![], Collectives::ReduceScatter),
         ] {
-            let what = format!("{} on {target} shares {shares:?}", graph.name);
-            let plan = compile_for(&graph, target, &options(row(&shares))).unwrap();
+            let what = format!("{} on {target} shares {shares:?} {how:?}", graph.name);
+            let plan = compile_for(&graph, target, &options(row_with(&shares, how))).unwrap();
             assert!(collectives(&plan) > 0, "{what}: no collective");
+            // Every graph here has a block with more than one token, so
+            // its partial sums can be cut.
+            assert_eq!(
+                scatters(&plan) > 0,
+                how == Collectives::ReduceScatter,
+                "{what}: reduce-scatters"
+            );
             let used: std::collections::BTreeSet<_> =
                 plan.splits.iter().map(|s| s.device).collect();
             assert_eq!(used.len(), devices, "{what}: every device computes");
@@ -171,6 +203,7 @@ fn explicit_rules_split_what_they_name() {
     let split = TensorSplitOptions {
         shares: vec![],
         rules: vec![rule],
+        collectives: Collectives::Auto,
     };
     let plan = compile_for(&graph, "cpu0+cpu1", &options(split)).unwrap();
     assert!(plan.tensors.iter().any(|t| t.name == format!("{first}#1")));
@@ -190,6 +223,7 @@ fn bad_splits_are_refused_naming_the_rule_and_tensor() {
     let rule = |s: &str| TensorSplitOptions {
         shares: vec![],
         rules: vec![SplitRule::parse(s).unwrap()],
+        collectives: Collectives::Auto,
     };
     let e = refuse("cpu0+cpu1", rule("no_such_tensor=1"));
     assert!(

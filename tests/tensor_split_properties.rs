@@ -1,12 +1,14 @@
 //! Property test: random graphs x random split rules (`--split REGEX=AXIS`
 //! over a random subset of the weights, random axes, random shares, 2 or 4
-//! core groups): every plan passes the checker (`compile` runs it), compiling
+//! core groups, partial sums completed by the cost model's choice, by
+//! all-reduces or by reduce-scatters where a reader keeps the cut): every
+//! plan passes the checker (`compile` runs it), compiling
 //! twice gives the same bytes, and the reference plan evaluator gives the
 //! graph evaluator's outputs (NMSE <= 1e-10).
 
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
-use compiler::tensor_split::{SplitRule, TensorSplitOptions};
+use compiler::tensor_split::{Collectives, SplitRule, TensorSplitOptions};
 use ggplan_tests::TestRng;
 use ggplan_tests::outputs::nmse;
 use ggplan_tests::random_graph::random_graph;
@@ -18,6 +20,7 @@ fn random_graphs_split_by_random_rules_check_and_compute_the_same_outputs() {
     let mut rng = TestRng::new(0x5EED_7E45);
     let mut split_cases = 0;
     let mut collectives = 0;
+    let mut scatters = 0;
     for case in 0..60 {
         let graph = random_graph(&mut rng, case);
         let weights: Vec<(String, [i64; 4])> = graph
@@ -46,12 +49,21 @@ fn random_graphs_split_by_random_rules_check_and_compute_the_same_outputs() {
             0 => vec![],
             _ => (0..n).map(|_| 1.0 + rng.below(4) as f64).collect(),
         };
+        let how = [
+            Collectives::Auto,
+            Collectives::AllReduce,
+            Collectives::ReduceScatter,
+        ][rng.below(3)];
         let label = format!(
-            "case {case} on {target}, shares {shares:?}, {} rules",
+            "case {case} on {target}, shares {shares:?}, {} rules, {how:?}",
             rules.len()
         );
         let options = CompileOptions {
-            tensor_split: Some(TensorSplitOptions { shares, rules }),
+            tensor_split: Some(TensorSplitOptions {
+                shares,
+                rules,
+                collectives: how,
+            }),
             ..CompileOptions::default()
         };
         let target = Target::preset(target).unwrap();
@@ -69,6 +81,20 @@ fn random_graphs_split_by_random_rules_check_and_compute_the_same_outputs() {
             .iter()
             .flat_map(|s| &s.steps)
             .filter(|s| matches!(s, ir::plan::Step::Op { op, .. } if op.collective().is_some()))
+            .count();
+        scatters += plan
+            .splits
+            .iter()
+            .flat_map(|s| &s.steps)
+            .filter(|s| {
+                matches!(
+                    s,
+                    ir::plan::Step::Op {
+                        op: ir::Op::ReduceScatterSum { .. },
+                        ..
+                    }
+                )
+            })
             .count();
         split_cases += 1;
         let bindings = Bindings {
@@ -93,4 +119,8 @@ fn random_graphs_split_by_random_rules_check_and_compute_the_same_outputs() {
     }
     assert!(split_cases >= 20, "{split_cases} graphs were split");
     assert!(collectives > 0, "some split made a collective");
+    assert!(
+        scatters > 0,
+        "some split cut a partial sum by a reduce-scatter"
+    );
 }

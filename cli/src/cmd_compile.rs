@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::{PinRule, PlacementOptions};
-use compiler::tensor_split::{SplitRule, TensorSplitOptions};
+use compiler::tensor_split::{Collectives, SplitRule, TensorSplitOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -79,6 +79,16 @@ pub struct CompileArgs {
     /// tensor with --split-mode row or --split (without it, equal).
     #[arg(long, value_name = "P0,P1,...", value_delimiter = ',')]
     tensor_split: Vec<f64>,
+    /// How a tensor split completes its partial sums: `all-reduce` (every
+    /// device gets the sum), `reduce-scatter` (each keeps a slice of the
+    /// tokens until a product needs them all: an all-gather), or `auto`
+    /// (the cheaper plan by the cost model).
+    #[arg(
+        long,
+        value_name = "auto|all-reduce|reduce-scatter",
+        default_value = "auto"
+    )]
+    collectives: String,
     /// Cut the batch into N micro-batches run one after another, so the
     /// devices of a layer split work on different micro-batches at once
     /// (ggml's pipeline parallelism). The graph must attend over a KV cache.
@@ -106,6 +116,7 @@ pub(crate) fn split_options(
     split_mode: Option<SplitModeArg>,
     splits: &[String],
     shares: &[f64],
+    collectives: Collectives,
 ) -> Result<(Option<Vec<f64>>, Option<TensorSplitOptions>)> {
     let layer_split = matches!(split_mode, Some(SplitModeArg::Layer)).then(|| shares.to_vec());
     let rules = splits
@@ -122,10 +133,14 @@ pub(crate) fn split_options(
             TensorSplitOptions {
                 shares: shares.to_vec(),
                 rules,
+                collectives,
             }
         });
     if split_mode.is_none() && tensor_split.is_none() && !shares.is_empty() {
         anyhow::bail!("--tensor-split needs --split-mode layer|row or --split REGEX=AXIS");
+    }
+    if tensor_split.is_none() && collectives != Collectives::Auto {
+        anyhow::bail!("--collectives needs --split-mode row or --split REGEX=AXIS");
     }
     Ok((layer_split, tensor_split))
 }
@@ -150,8 +165,12 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         .iter()
         .map(|p| PinRule::parse(p, &target))
         .collect::<Result<Vec<_>, _>>()?;
-    let (layer_split, tensor_split) =
-        split_options(args.split_mode, &args.splits, &args.tensor_split)?;
+    let (layer_split, tensor_split) = split_options(
+        args.split_mode,
+        &args.splits,
+        &args.tensor_split,
+        Collectives::parse(&args.collectives).map_err(|e| anyhow::anyhow!("--collectives {e}"))?,
+    )?;
     let mut options = CompileOptions {
         policy: Policy::from(args.policy),
         placement: PlacementOptions {

@@ -109,7 +109,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         target: Some(args.target.clone()),
         compile: {
             let (layer_split, tensor_split) =
-                split_options(args.split_mode, &[], &args.tensor_split)?;
+                split_options(args.split_mode, &[], &args.tensor_split, Default::default())?;
             let mut compile = ggplan::CompileOptions {
                 placement: ggplan::PlacementOptions {
                     layer_split,

@@ -711,6 +711,29 @@ fn compile_splits_tensors_over_core_groups_and_refuses_bad_splits_naming_them() 
         &o,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Partial sums cut by tokens: reduce-scatters, then all-gathers.
+    let out = ggplan(&[
+        "compile",
+        &example("llama2l.ron"),
+        "--target",
+        "cpu0+cpu1",
+        "--split-mode",
+        "row",
+        "--collectives",
+        "reduce-scatter",
+        "-o",
+        &o,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("reduce_scatter_sum 'l0.attn_out.scatter#0' on cpu0, cpu1"),
+        "{t}"
+    );
+    assert!(
+        t.contains("--split-mode row --collectives reduce-scatter"),
+        "{t}"
+    );
 
     // A Q8_0 matrix of one block per row cannot be cut along its rows' blocks
     // over two devices.
@@ -751,6 +774,14 @@ fn compile_splits_tensors_over_core_groups_and_refuses_bad_splits_naming_them() 
         (
             vec!["--tensor-split", "1,1"],
             vec!["--tensor-split needs --split-mode"],
+        ),
+        (
+            vec!["--split", "w=1", "--collectives", "ring"],
+            vec!["--collectives 'ring' is not a collective choice"],
+        ),
+        (
+            vec!["--collectives", "all-reduce"],
+            vec!["--collectives needs --split-mode row"],
         ),
     ] {
         let mut all = vec![

@@ -12,7 +12,7 @@ use crate::assign::{Policy, assign_devices};
 use crate::emit::{Header, emit_plan};
 use crate::placement::PlacementOptions;
 use crate::target::Target;
-use crate::tensor_split::{TensorSplitOptions, split_tensors};
+use crate::tensor_split::{Collectives, TensorSplitOptions, split_tensors};
 use crate::{Error, check, fuse, micro_batch, schedule, split, sync};
 use ir::Graph;
 use ir::plan::{DeviceId, Plan};
@@ -117,6 +117,9 @@ impl CompileOptions {
             if !split.shares.is_empty() {
                 let list: Vec<String> = split.shares.iter().map(f64::to_string).collect();
                 flags.push(format!("--tensor-split {}", list.join(",")));
+            }
+            if split.collectives != Collectives::Auto {
+                flags.push(format!("--collectives {}", split.collectives.name()));
             }
         }
         flags

@@ -31,12 +31,31 @@
 //! (input-split weight, input split alike or whole and sliced) to a partial
 //! sum, and heads-split
 //! batched products (GQA: query heads per KV head kept together) to
-//! heads-split results. Anything else first makes its operands whole on
-//! every device: a partial sum by an **all-reduce** (one `all_reduce_sum`
-//! participant per device, reading the parts in place), a split value by an
-//! **all-gather**; then the op runs on every device (mirrored), or once when
-//! all its operands are whole. A graph output is made whole on device 0 under
-//! its own name (a one-participant gather or reduce when it was split).
+//! heads-split results. When no rule fits:
+//! 1. with reduce-scatters allowed, a partial sum that the op could read cut
+//!    along an axis but the rows (the tokens of `[hidden, tokens]`: residual
+//!    adds, norms, their scales) is cut there by a **reduce-scatter** (one
+//!    `reduce_scatter_sum` participant per device, each keeping its slice of
+//!    the sum), and the op keeps the cut;
+//! 2. an op with a split weight gets its other operands whole (below) and
+//!    keeps the weight's split (so a product after a cut gathers its input,
+//!    never its weight);
+//! 3. otherwise the operands are made whole on every device: a partial sum
+//!    by an **all-reduce** (one `all_reduce_sum` participant per device,
+//!    reading the parts in place), a split value by an **all-gather**; then
+//!    the op runs on every device (mirrored), or once when all its operands
+//!    are whole.
+//!
+//! A graph output is made whole on device 0 under its own name (a
+//! one-participant gather or reduce when it was split).
+//!
+//! # Which collectives (`--collectives`)
+//! A reduce-scatter and an all-gather move the bytes of one all-reduce but
+//! cost a second synchronisation; in return what runs between them (residual
+//! add, norm, scale) runs on a slice of the tokens instead of whole on every
+//! device, and holds a slice. `auto` rewrites the graph both ways and keeps
+//! the one the cost model finishes sooner ([`estimate`]); one-token steps
+//! have no cut and get all-reduces either way.
 //!
 //! Every new tensor is annotated with what it holds of the original value
 //! (`ir::plan::SplitPart`: a slice, a mirror, a partial sum), which the plan
@@ -49,6 +68,7 @@
 //! graph (no hash maps are iterated).
 
 mod axis;
+mod estimate;
 mod rewrite;
 pub mod rules;
 
@@ -66,6 +86,50 @@ pub struct TensorSplitOptions {
     pub shares: Vec<f64>,
     /// Explicit rules; empty: the block roles of `--split-mode row`.
     pub rules: Vec<SplitRule>,
+    /// How partial sums are completed (`--collectives`).
+    pub collectives: Collectives,
+}
+
+/// Which collective completes a partial sum that an op cannot read as parts
+/// (`--collectives auto|all-reduce|reduce-scatter`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Collectives {
+    /// The cheaper of the two below by the cost model's estimate of the whole
+    /// plan ([`estimate`]); all-reduce on a tie.
+    #[default]
+    Auto,
+    /// An all-reduce: every device gets the whole sum, and what reads it runs
+    /// on every device (mirrored).
+    AllReduce,
+    /// A reduce-scatter where the reader keeps a cut along some axis but the
+    /// rows (tokens, for a `[hidden, tokens]` activation): every device sums
+    /// and keeps its slice, the element-wise and norm steps after it run on
+    /// slices, and an all-gather makes the value whole where a product needs
+    /// it (an all-reduce elsewhere, a one-token decode included).
+    ReduceScatter,
+}
+
+impl Collectives {
+    /// The choice as `--collectives` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collectives::Auto => "auto",
+            Collectives::AllReduce => "all-reduce",
+            Collectives::ReduceScatter => "reduce-scatter",
+        }
+    }
+
+    /// Parses `auto`, `all-reduce` or `reduce-scatter`.
+    pub fn parse(text: &str) -> Result<Collectives, String> {
+        match text {
+            "auto" => Ok(Collectives::Auto),
+            "all-reduce" => Ok(Collectives::AllReduce),
+            "reduce-scatter" => Ok(Collectives::ReduceScatter),
+            _ => Err(format!(
+                "'{text}' is not a collective choice (auto, all-reduce, reduce-scatter)"
+            )),
+        }
+    }
 }
 
 /// The rewritten graph and where each of its tensors lives.
@@ -124,5 +188,19 @@ pub fn split_tensors(
     } else {
         rules::explicit(graph, &options.rules, &shares)?
     };
-    rewrite::rewrite(graph, target, &leafs)
+    let rewrite = |scatter| rewrite::rewrite(graph, target, &leafs, &shares, scatter);
+    match options.collectives {
+        Collectives::AllReduce => rewrite(false),
+        Collectives::ReduceScatter => rewrite(true),
+        Collectives::Auto => {
+            let reduced = rewrite(false)?;
+            let scattered = rewrite(true)?;
+            let time = |s: &Sharded| estimate::makespan_us(&s.graph, &s.assignment.device, target);
+            Ok(if time(&scattered) < time(&reduced) {
+                scattered
+            } else {
+                reduced
+            })
+        }
+    }
 }

@@ -9,6 +9,7 @@ use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::PlacementOptions;
 use compiler::target::Target;
+use compiler::tensor_split::Collectives;
 use runtime::{Runtime, Weights};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,18 +39,24 @@ fn setups() -> Vec<(Target, CompileOptions)> {
         (target("cpu+cuda0"), with(offload, 1)),
         (target("cpu0+cpu1"), with(layer.clone(), 1)),
         (target("cpu0+cpu1"), with(layer, 2)),
-        (target("cpu0+cpu1"), tensor_split("=0")),
-        (target("cpu0+cpu1"), tensor_split("=1")),
+        (target("cpu0+cpu1"), tensor_split("=0", Collectives::Auto)),
+        (target("cpu0+cpu1"), tensor_split("=1", Collectives::Auto)),
+        (
+            target("cpu0+cpu1"),
+            tensor_split("=0", Collectives::ReduceScatter),
+        ),
     ]
 }
 
-/// Every weight and state (rule `.`) split along one axis over the devices.
-fn tensor_split(axis: &str) -> CompileOptions {
+/// Every weight and state (rule `.`) split along one axis over the devices,
+/// partial sums completed as `collectives` says.
+fn tensor_split(axis: &str, collectives: Collectives) -> CompileOptions {
     let rule = compiler::tensor_split::SplitRule::parse(&format!(".{axis}")).expect("a rule");
     CompileOptions {
         tensor_split: Some(compiler::tensor_split::TensorSplitOptions {
             shares: Vec::new(),
             rules: vec![rule],
+            collectives,
         }),
         ..CompileOptions::default()
     }

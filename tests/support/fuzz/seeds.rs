@@ -145,6 +145,7 @@ pub fn plans() -> Vec<(String, ir::plan::Plan)> {
         tensor_split: Some(compiler::tensor_split::TensorSplitOptions {
             shares: Vec::new(),
             rules: vec![compiler::tensor_split::SplitRule::parse(".=0").expect("a rule")],
+            collectives: compiler::tensor_split::Collectives::Auto,
         }),
         ..Default::default()
     };

@@ -1,8 +1,9 @@
 //! Making a split or partial value whole: one all-reduce or all-gather
-//! participant per device, reading the parts in place; and the graph's
-//! outputs, whole on device 0 under their own names.
+//! participant per device, reading the parts in place; cutting a partial sum
+//! by a reduce-scatter instead, when its reader keeps the cut; and the
+//! graph's outputs, whole on device 0 under their own names.
 
-use super::super::rules::split_error;
+use super::super::rules::{partition, split_error};
 use super::{R, Rewriter, Value};
 use ir::plan::SplitPart;
 use ir::{DType, Op, Role, TensorId};
@@ -97,6 +98,120 @@ impl Rewriter<'_> {
             out.push(t);
         }
         Ok(out)
+    }
+
+    /// `vals` (the operands `srcs` of old node `id`, running `op`) with each
+    /// partial sum that `op` can read cut along an axis replaced by its
+    /// reduce-scatter; `None` when scattering is off or no operand is cut.
+    pub(super) fn scattered_operands(
+        &mut self,
+        id: TensorId,
+        op: Op,
+        srcs: &[TensorId],
+        vals: &[Value],
+    ) -> R<Option<Vec<Value>>> {
+        if !self.scatter {
+            return Ok(None);
+        }
+        let mut cut = vals.to_vec();
+        let mut any = false;
+        for (k, (&s, v)) in srcs.iter().zip(vals).enumerate() {
+            let Value::Partial(parts) = v else { continue };
+            if let Some(done) = self.scattered.get(&s) {
+                cut[k] = done.clone();
+                any = true;
+                continue;
+            }
+            let Some((axis, extents)) = self.scatter_axis(id, op, s) else {
+                continue;
+            };
+            let value = self.reduce_scatter(s, parts, axis, extents)?;
+            self.scattered.insert(s, value.clone());
+            cut[k] = value;
+            any = true;
+        }
+        Ok(any.then_some(cut))
+    }
+
+    /// Where to cut partial sum `s` (an operand of `op` at old node `id`): the
+    /// outermost axis but the rows (axis 0, which norms and soft_max reduce)
+    /// long enough to give every device a part, when `op` keeps a split
+    /// along it and its other operands broadcast along it or are as long.
+    fn scatter_axis(&self, id: TensorId, op: Op, s: TensorId) -> Option<(usize, Vec<i64>)> {
+        let ne = self.old.tensor(s).ne();
+        let srcs = &self.old.tensor(id).srcs;
+        let out_ne = self.old.tensor(id).ne();
+        let row_op = matches!(
+            op,
+            Op::RmsNorm { .. } | Op::Norm { .. } | Op::SoftMax { .. } | Op::SumRows | Op::Mean
+        );
+        let keeps = |axis: usize| match op {
+            _ if op.is_unary() || row_op => true,
+            Op::Add | Op::Sub | Op::Mul | Op::Div => srcs.iter().all(|&o| {
+                let e = self.old.tensor(o).ne()[axis];
+                e == out_ne[axis] || (o != srcs[0] && e == 1)
+            }),
+            Op::Cont => out_ne == ne,
+            _ => false,
+        };
+        (1..4).rev().find_map(|axis| {
+            if ne[axis] < self.n as i64 || !keeps(axis) {
+                return None;
+            }
+            let extents = partition(ne[axis], self.shares);
+            extents.iter().all(|&e| e > 0).then_some((axis, extents))
+        })
+    }
+
+    /// Partial sum `id` (its `parts`) cut along `axis` by one reduce-scatter
+    /// participant per device, device `d` keeping `extents[d]`.
+    fn reduce_scatter(
+        &mut self,
+        id: TensorId,
+        parts: &[Option<TensorId>],
+        axis: usize,
+        extents: Vec<i64>,
+    ) -> R<Value> {
+        let old_name = self.old.tensor(id).name.clone();
+        let mut packed = Vec::new();
+        for &p in parts.iter().flatten() {
+            if self.b.tensor(p).dtype() != DType::F32 {
+                return Err(split_error(
+                    "--split-mode row",
+                    &old_name,
+                    &format!(
+                        "its parts are {}; collectives join f32 parts",
+                        self.b.tensor(p).dtype()
+                    ),
+                ));
+            }
+            packed.push(self.packed(id, p)?);
+        }
+        let group = self.groups;
+        self.groups += 1;
+        let ranks = self.n as u32;
+        let mut out = vec![None; self.n];
+        let mut start = 0;
+        for (d, &len) in extents.iter().enumerate() {
+            let rank = d as u32;
+            let op = Op::ReduceScatterSum {
+                dim: axis as u8,
+                start,
+                len,
+                group,
+                rank,
+                ranks,
+            };
+            let why = format!(
+                "reduce-scatter of '{old_name}' (group {group}, rank {rank} of {ranks}): \
+                 [{start}, {}) along axis {axis}",
+                start + len
+            );
+            let name = format!("{old_name}.scatter#{d}");
+            out[d] = Some(self.add_node(id, name, op, &packed, None, d, why)?);
+            start += len;
+        }
+        self.split_result(id, axis, extents, out)
     }
 
     /// Output `id` whole on device 0 under its own name.

@@ -49,6 +49,10 @@ struct Rewriter<'g> {
     leafs: &'g BTreeMap<TensorId, LeafSplit>,
     b: GraphBuilder,
     n: usize,
+    /// Each device's share (cuts made here, by reduce-scatters, follow it).
+    shares: &'g [f64],
+    /// Whether a partial sum may be completed by a reduce-scatter.
+    scatter: bool,
     /// Per new tensor: its device (views and writes are moved to their
     /// root's at the end) and why.
     device: Vec<DeviceId>,
@@ -59,6 +63,8 @@ struct Rewriter<'g> {
     values: Vec<Option<Value>>,
     /// Old tensors made whole on every device (by a collective), once each.
     whole: BTreeMap<TensorId, Vec<TensorId>>,
+    /// Partial sums cut by a reduce-scatter, once each.
+    scattered: BTreeMap<TensorId, Value>,
     /// Mirrors of whole leafs and slices of whole values, made once each.
     mirrors: BTreeMap<(TensorId, usize), TensorId>,
     slices: BTreeMap<(TensorId, usize, i64, i64), TensorId>,
@@ -69,16 +75,25 @@ struct Rewriter<'g> {
 
 type R<T> = Result<T, Error>;
 
+/// Rewrites `old` with `leafs` split over the devices of `target` in
+/// proportion to `shares`; `scatter`: partial sums whose reader keeps a cut
+/// along some axis are completed by a reduce-scatter instead of an
+/// all-reduce.
 pub(super) fn rewrite(
     old: &Graph,
     target: &Target,
     leafs: &BTreeMap<TensorId, LeafSplit>,
+    shares: &[f64],
+    scatter: bool,
 ) -> R<super::Sharded> {
     let mut rw = Rewriter {
         old,
         leafs,
         b: GraphBuilder::new(old.name.clone()),
         n: target.devices.len(),
+        shares,
+        scatter,
+        scattered: BTreeMap::new(),
         device: vec![],
         reason: vec![],
         parts: vec![],
@@ -147,6 +162,10 @@ impl Rewriter<'_> {
         self.b.tensor(t).view.map_or(t, |v| v.root)
     }
 
+    fn is_whole(v: &Value) -> bool {
+        matches!(v, Value::Whole(_) | Value::Mirrored(_))
+    }
+
     fn value(&self, id: TensorId) -> Value {
         self.values[id.index()]
             .clone()
@@ -195,12 +214,44 @@ impl Rewriter<'_> {
 
     fn node(&mut self, id: TensorId, op: Op) -> R<Value> {
         let srcs = self.old.tensor(id).srcs.clone();
-        let vals: Vec<Value> = srcs.iter().map(|&s| self.value(s)).collect();
+        let mut vals: Vec<Value> = srcs.iter().map(|&s| self.value(s)).collect();
         let all_whole = vals
             .iter()
             .all(|v| matches!(v, Value::Whole(_) | Value::Mirrored(_)));
-        if !all_whole && let Some(v) = self.split_rule(id, op, &vals)? {
-            return Ok(v);
+        if !all_whole {
+            if let Some(v) = self.split_rule(id, op, &vals)? {
+                return Ok(v);
+            }
+            // Partial sums cut by a reduce-scatter where the op keeps the cut.
+            if let Some(cut) = self.scattered_operands(id, op, &srcs, &vals)? {
+                if let Some(v) = self.split_rule(id, op, &cut)? {
+                    return Ok(v);
+                }
+                vals = cut; // made whole below (the axis test should prevent it)
+            }
+            // Activations made whole, split weights kept as they are: a
+            // split weight read whole would undo its split.
+            let split_weight = |s: &TensorId, v: &Value| {
+                self.old.tensor(*s).role == Role::Weight && matches!(v, Value::Split { .. })
+            };
+            if srcs.iter().zip(&vals).any(|(s, v)| split_weight(s, v))
+                && srcs
+                    .iter()
+                    .zip(&vals)
+                    .any(|(s, v)| !split_weight(s, v) && !Self::is_whole(v))
+            {
+                let mut activations_whole = Vec::with_capacity(vals.len());
+                for (s, v) in srcs.iter().zip(&vals) {
+                    activations_whole.push(if split_weight(s, v) {
+                        v.clone()
+                    } else {
+                        self.materialize(*s, v.clone())?
+                    });
+                }
+                if let Some(v) = self.split_rule(id, op, &activations_whole)? {
+                    return Ok(v);
+                }
+            }
         }
         let mut whole = Vec::with_capacity(vals.len());
         for (s, v) in srcs.iter().zip(vals) {
