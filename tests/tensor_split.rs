@@ -330,3 +330,52 @@ fn the_split_plan_says_what_is_cut_how_and_where_each_collective_sits() {
         ggplan::assert_plan_snapshot!(name, plan);
     }
 }
+
+#[test]
+fn the_cost_model_keeps_parts_whole_over_slow_links_and_the_outputs_stay_the_same() {
+    // Links of 5 ms per collective: every all-reduce costs more than the
+    // work a split saves, so `auto` keeps parts of the model whole (forced
+    // collectives split everything the mode names, as before).
+    let mut slow = Target::preset("cpu0+cpu1").unwrap();
+    for link in &mut slow.links {
+        link.latency_us = 5000.0;
+    }
+    for graph in block_graphs() {
+        let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
+        let want = outputs(&mut load(single, 1, None));
+        let plan = compile(&graph, &slow, &options(row(&[]))).unwrap().plan;
+        let kept: Vec<&str> = plan
+            .tensors
+            .iter()
+            .filter(|t| t.reason.starts_with("kept whole by the cost model"))
+            .map(|t| t.name.as_str())
+            .collect();
+        let forced = compile(
+            &graph,
+            &slow,
+            &options(row_with(&[], Collectives::AllReduce)),
+        )
+        .unwrap()
+        .plan;
+        assert!(
+            !kept.is_empty() && collectives(&plan) < collectives(&forced),
+            "{}: kept whole {kept:?}, {} collectives against {} forced",
+            graph.name,
+            collectives(&plan),
+            collectives(&forced)
+        );
+        // Parts holding a KV cache stay split.
+        assert!(
+            plan.tensors
+                .iter()
+                .all(|t| !(t.name.contains("cache") && t.reason.starts_with("kept whole"))),
+            "{}",
+            graph.name
+        );
+        let got = outputs(&mut load(plan, 2, None));
+        for (name, values) in &got {
+            let e = nmse(&want[name], values);
+            assert!(e <= 1e-10, "{}: '{name}' NMSE {e:e}", graph.name);
+        }
+    }
+}

@@ -55,3 +55,38 @@ pub(super) fn makespan_us(graph: &Graph, device: &[DeviceId], target: &Target) -
     }
     free.into_iter().fold(0.0, f64::max)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ir::{DType, GraphBuilder, Op};
+
+    /// `x` on device 0; `a = silu(x)` on device `da`, `b = silu(x)` on `db`.
+    fn two_nodes(da: u32, db: u32) -> (Graph, Vec<DeviceId>) {
+        let mut b = GraphBuilder::new("two".to_string());
+        let x = b.input("x", DType::F32, [4096, 64, 1, 1]).unwrap();
+        let a = b.node("a", Op::Silu, &[x], None).unwrap();
+        let c = b.node("b", Op::Silu, &[x], None).unwrap();
+        b.mark_output(a).unwrap();
+        b.mark_output(c).unwrap();
+        let g = b.finish().unwrap();
+        (g, vec![DeviceId(0), DeviceId(da), DeviceId(db)])
+    }
+
+    #[test]
+    fn devices_run_side_by_side_and_a_read_across_pays_the_copy() {
+        let target = Target::preset("cpu0+cpu1").unwrap();
+        let (g, same) = two_nodes(0, 0);
+        let (_, apart) = two_nodes(0, 1);
+        let one = cost::op_time_us(&target, DeviceId(0), &g, g.find("a").unwrap());
+        let bytes = g.tensor(g.find("x").unwrap()).layout.span_bytes();
+        let copy = cost::copy_time_us(&target, DeviceId(0), DeviceId(1), bytes);
+        assert!(one > 0.0 && copy > 0.0);
+        // One device runs both in turn.
+        let t = makespan_us(&g, &same, &target);
+        assert!((t - 2.0 * one).abs() < 1e-9, "{t} vs {}", 2.0 * one);
+        // Two devices side by side, the second after copying x.
+        let t = makespan_us(&g, &apart, &target);
+        assert!((t - (one + copy)).abs() < 1e-9, "{t} vs {}", one + copy);
+    }
+}

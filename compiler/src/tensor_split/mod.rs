@@ -57,6 +57,15 @@
 //! the one the cost model finishes sooner ([`estimate`]); one-token steps
 //! have no cut and get all-reduces either way.
 //!
+//! With `auto` and `--split-mode row` the cost model also decides which parts
+//! of the model are split at all: each of attention, FFN, token tables and
+//! output head is kept whole (computed once, or by token slices with its
+//! weights mirrored) when the plan is then estimated clearly sooner
+//! ([`KEEP_WHOLE_GAIN`]), as with slow links or tiny matrices. Attention with
+//! a KV cache is always split: the cache's layout is shared by every plan of
+//! a generation, whatever its token count. A part kept whole says so in its
+//! leafs' reasons (`ggplan explain`).
+//!
 //! Every new tensor is annotated with what it holds of the original value
 //! (`ir::plan::SplitPart`: a slice, a mirror, a partial sum), which the plan
 //! records and the checker's partial-sum rule reads.
@@ -77,7 +86,8 @@ pub use rules::{LeafSplit, SplitRule, partition};
 use crate::Error;
 use crate::assign::Assignment;
 use crate::target::Target;
-use ir::Graph;
+use ir::{Graph, TensorId};
+use std::collections::BTreeMap;
 
 /// How to split (`--split-mode row` or `--split` rules, `--tensor-split`).
 #[derive(Clone, Debug, Default)]
@@ -91,21 +101,26 @@ pub struct TensorSplitOptions {
 }
 
 /// Which collective completes a partial sum that an op cannot read as parts
-/// (`--collectives auto|all-reduce|reduce-scatter`).
+/// (`--collectives auto|all-reduce|reduce-scatter`), and with `auto` and
+/// `--split-mode row`, which parts of the model are split at all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Collectives {
     /// The cheaper of the two below by the cost model's estimate of the whole
-    /// plan ([`estimate`]); all-reduce on a tie.
+    /// plan ([`estimate`]); all-reduce on a tie. With `--split-mode row` the
+    /// attention (without a KV cache), the FFN, the token tables and the
+    /// output head are each kept whole when the plan is then estimated at
+    /// least [`KEEP_WHOLE_GAIN`] sooner.
     #[default]
     Auto,
     /// An all-reduce: every device gets the whole sum, and what reads it runs
-    /// on every device (mirrored).
+    /// on every device (mirrored). Every part the mode names is split.
     AllReduce,
     /// A reduce-scatter where the reader keeps a cut along some axis but the
     /// rows (tokens, for a `[hidden, tokens]` activation): every device sums
     /// and keeps its slice, the element-wise and norm steps after it run on
     /// slices, and an all-gather makes the value whole where a product needs
-    /// it (an all-reduce elsewhere, a one-token decode included).
+    /// it (an all-reduce elsewhere, a one-token decode included). Every part
+    /// the mode names is split.
     ReduceScatter,
 }
 
@@ -140,6 +155,14 @@ pub struct Sharded {
     /// Device and reason per tensor of `graph`.
     pub assignment: Assignment,
 }
+
+/// How much sooner (a fraction of the estimate) a plan must be estimated
+/// with a part of the model kept whole before the part is kept whole. The
+/// estimate is a roofline: on a 2-core Xeon the example graphs' FFN (bert2l)
+/// and output head (llama2l), estimated 4% and 0.3% sooner whole, measured
+/// 5–30% slower whole than split (and a whole weight read by token slices is
+/// mirrored on every device), so small margins are not trusted.
+const KEEP_WHOLE_GAIN: f64 = 0.10;
 
 /// Splits `graph` over every device of `target` (all CPU devices).
 pub fn split_tensors(
@@ -188,19 +211,86 @@ pub fn split_tensors(
     } else {
         rules::explicit(graph, &options.rules, &shares)?
     };
-    let rewrite = |scatter| rewrite::rewrite(graph, target, &leafs, &shares, scatter);
+    let rewrite =
+        |leafs: &BTreeMap<_, _>, scatter| rewrite::rewrite(graph, target, leafs, &shares, scatter);
     match options.collectives {
-        Collectives::AllReduce => rewrite(false),
-        Collectives::ReduceScatter => rewrite(true),
+        Collectives::AllReduce => rewrite(&leafs, false),
+        Collectives::ReduceScatter => rewrite(&leafs, true),
         Collectives::Auto => {
-            let reduced = rewrite(false)?;
-            let scattered = rewrite(true)?;
             let time = |s: &Sharded| estimate::makespan_us(&s.graph, &s.assignment.device, target);
-            Ok(if time(&scattered) < time(&reduced) {
-                scattered
-            } else {
-                reduced
-            })
+            // The sooner of the two ways to complete partial sums.
+            let best = |leafs: &BTreeMap<_, _>| -> Result<(Sharded, f64), Error> {
+                let reduced = rewrite(leafs, false)?;
+                let scattered = rewrite(leafs, true)?;
+                let (r, s) = (time(&reduced), time(&scattered));
+                Ok(if s < r { (scattered, s) } else { (reduced, r) })
+            };
+            let (mut chosen, mut us) = best(&leafs)?;
+            if !options.rules.is_empty() {
+                return Ok(chosen);
+            }
+            // `--split-mode row`: each part of the model stays split only
+            // when that is sooner than keeping it whole.
+            // A KV cache's layout is shared by every plan of a generation,
+            // whatever its token count: parts holding one stay split.
+            let candidates: Vec<_> = rules::row_groups(graph, &leafs)
+                .into_iter()
+                .filter(|(_, members)| {
+                    members
+                        .iter()
+                        .all(|&id| graph.tensor(id).role == ir::Role::Weight)
+                })
+                .collect();
+            let without = |leafs: &BTreeMap<TensorId, LeafSplit>, members: &[TensorId]| {
+                let mut fewer = leafs.clone();
+                members.iter().for_each(|id| {
+                    fewer.remove(id);
+                });
+                fewer
+            };
+            let mut leafs = leafs;
+            let mut kept_whole = Vec::new();
+            // One part at a time, then all of them at once (over slow links
+            // keeping one part whole still pays for copying its results).
+            for (part, members) in &candidates {
+                let fewer = without(&leafs, members);
+                let (whole, whole_us) = best(&fewer)?;
+                if whole_us < us * (1.0 - KEEP_WHOLE_GAIN) {
+                    kept_whole.push((part.to_string(), members.clone(), us, whole_us));
+                    (chosen, us, leafs) = (whole, whole_us, fewer);
+                }
+            }
+            let rest: Vec<_> = candidates
+                .iter()
+                .filter(|(_, m)| m.iter().all(|id| leafs.contains_key(id)))
+                .collect();
+            if rest.len() > 1 {
+                let all: Vec<TensorId> = rest.iter().flat_map(|(_, m)| m.clone()).collect();
+                let (whole, whole_us) = best(&without(&leafs, &all))?;
+                if whole_us < us * (1.0 - KEEP_WHOLE_GAIN) {
+                    let names: Vec<&str> = rest.iter().map(|(p, _)| *p).collect();
+                    let parts = format!(
+                        "{} and {}",
+                        names[..names.len() - 1].join(", "),
+                        names[names.len() - 1]
+                    );
+                    kept_whole.push((parts, all, us, whole_us));
+                    chosen = whole;
+                }
+            }
+            for (part, members, split_us, whole_us) in kept_whole {
+                let why = format!(
+                    "kept whole by the cost model: the plan with the {part} split was \
+                     estimated at {split_us:.1} us, whole at {whole_us:.1} us"
+                );
+                for id in members {
+                    let name = &graph.tensor(id).name;
+                    if let Some(t) = chosen.graph.find(name) {
+                        chosen.assignment.reason[t.index()] = why.clone();
+                    }
+                }
+            }
+            Ok(chosen)
         }
     }
 }

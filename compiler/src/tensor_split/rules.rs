@@ -295,6 +295,35 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
     Ok(out)
 }
 
+/// The leafs of `leafs` (a [`row_mode`] result) by the part of the model
+/// they cut, in a fixed order: every block's attention (with its KV cache),
+/// every block's FFN, the token tables and an untied output head. Blocks are
+/// alike, so the cost model decides per part, not per block.
+pub(super) fn row_groups(
+    graph: &Graph,
+    leafs: &BTreeMap<TensorId, LeafSplit>,
+) -> Vec<(&'static str, Vec<TensorId>)> {
+    let mut groups: Vec<(&'static str, Vec<TensorId>)> = ["attention", "FFN", "token table"]
+        .into_iter()
+        .map(|g| (g, Vec::new()))
+        .collect();
+    let tables = token_tables(graph, &users(graph));
+    for &id in leafs.keys() {
+        let k = match part_of(&graph.tensor(id).name) {
+            Some(Part::FfnIn | Part::FfnOut) => 1,
+            Some(_) => 0,
+            None if tables.contains(&id) => 2,
+            None => {
+                groups.push(("output head", vec![id]));
+                continue;
+            }
+        };
+        groups[k].1.push(id);
+    }
+    groups.retain(|(_, ids)| !ids.is_empty());
+    groups
+}
+
 /// Weights read as the table of a `get_rows` (token embeddings).
 fn token_tables(graph: &Graph, users: &[Vec<TensorId>]) -> Vec<TensorId> {
     graph
