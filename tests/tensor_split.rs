@@ -379,3 +379,68 @@ fn the_cost_model_keeps_parts_whole_over_slow_links_and_the_outputs_stay_the_sam
         }
     }
 }
+
+#[test]
+fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
+    use ir::DType;
+    use ir::op::{RopeMode, RopeParams};
+    use models::llama::{LlamaConfig, LlamaNames, build_prefill};
+    // Tied embeddings (SmolLM2's layout) with a vocabulary that 2, 3:1 and 4
+    // devices cut unevenly, and quantized blocks.
+    let config = LlamaConfig {
+        n_layer: 2,
+        n_embd: 128,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 32,
+        n_ff: 256,
+        n_vocab: 301,
+        n_tokens: 9,
+        rms_eps: 1e-5,
+        rope: RopeParams::plain(RopeMode::Normal, 32, 10000.0),
+        weight_dtype: DType::Q8_0,
+        matrix_dtypes: Default::default(),
+        embd_dtype: DType::Q8_0,
+        output_dtype: DType::F32,
+        tied_output: true,
+        qkv_bias: false,
+        names: LlamaNames::Gguf,
+    };
+    let graph = build_prefill(&config).unwrap();
+    let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
+    let want = outputs(&mut load(single, 1, None));
+    for (target, devices, shares) in [
+        ("cpu0+cpu1", 2, vec![]),
+        ("cpu0+cpu1", 2, vec![3.0, 1.0]),
+        ("cpu0+cpu1+cpu2+cpu3", 4, vec![]),
+    ] {
+        let what = format!("tied llama on {target} shares {shares:?}");
+        let plan = compile_for(&graph, target, &options(row(&shares))).unwrap();
+        let parts = plan
+            .splits
+            .iter()
+            .flat_map(|s| &s.steps)
+            .filter(|s| {
+                matches!(
+                    s,
+                    Step::Op {
+                        op: ir::Op::GetRowsPart { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(parts, devices, "{what}: one lookup part per device");
+        let table = plan
+            .tensors
+            .iter()
+            .find(|t| t.name == "token_embd.weight#1")
+            .unwrap();
+        assert_eq!(table.shard.as_ref().unwrap().axis, 1, "{what}: rows cut");
+        let got = outputs(&mut load(plan, devices, None));
+        for (name, values) in &got {
+            let e = nmse(&want[name], values);
+            assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
+        }
+    }
+}

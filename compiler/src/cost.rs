@@ -89,8 +89,9 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
             let dtype = src0.map_or(tensor.layout.dtype, |s| s.layout.dtype);
             Work::Flops { flops, src0: dtype }
         }
-        Op::GetRows => {
-            // Reads the selected rows of the table, not the whole table.
+        Op::GetRows | Op::GetRowsPart { .. } => {
+            // Reads the selected rows of the table, not the whole table
+            // (a part: at most as many).
             let row = tensor
                 .srcs
                 .first()

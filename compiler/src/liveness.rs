@@ -149,7 +149,13 @@ pub fn in_place_operand(op: &Op, n_srcs: usize) -> Option<usize> {
         Op::RmsNorm { .. } | Op::Norm { .. } | Op::SoftMax { .. } | Op::Rope(_) => Some(0),
         Op::Glu { .. } => (n_srcs == 2).then_some(0),
         Op::Cont => Some(0),
-        Op::MulMat | Op::GetRows | Op::Concat { .. } | Op::SumRows | Op::Mean | Op::Argmax => None,
+        Op::MulMat
+        | Op::GetRows
+        | Op::GetRowsPart { .. }
+        | Op::Concat { .. }
+        | Op::SumRows
+        | Op::Mean
+        | Op::Argmax => None,
         Op::Cpy | Op::SetRows => None,
         // Parts live on other devices; a participant writes its own result.
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => None,

@@ -216,6 +216,16 @@ pub enum Op {
         /// How many participants the group has.
         ranks: u32,
     },
+    /// One device's part of a `get_rows` from a table cut along its rows
+    /// (tensor parallelism): src0 holds rows `[start, start + src0.ne1)` of
+    /// the full table; an index in that range gives its row, any other
+    /// index a row of zeros. Exactly one device's part holds each row, so the
+    /// parts add up to the whole `get_rows` exactly: the result is a partial
+    /// sum. The result is f32.
+    GetRowsPart {
+        /// The full table's row that src0's first row is.
+        start: i64,
+    },
 }
 
 /// Who takes part in a collective, as [`Op::collective`] reports it.

@@ -47,11 +47,12 @@ pub enum OpKind {
     AllReduceSum,
     AllGather,
     ReduceScatterSum,
+    GetRowsPart,
 }
 
 impl OpKind {
     /// Every kind, in `Op` declaration order.
-    pub const ALL: [OpKind; 34] = [
+    pub const ALL: [OpKind; 35] = [
         OpKind::GetRows,
         OpKind::Add,
         OpKind::Sub,
@@ -86,6 +87,7 @@ impl OpKind {
         OpKind::AllReduceSum,
         OpKind::AllGather,
         OpKind::ReduceScatterSum,
+        OpKind::GetRowsPart,
     ];
 
     /// The kind of `op`.
@@ -125,6 +127,7 @@ impl OpKind {
             Op::AllReduceSum { .. } => OpKind::AllReduceSum,
             Op::AllGather { .. } => OpKind::AllGather,
             Op::ReduceScatterSum { .. } => OpKind::ReduceScatterSum,
+            Op::GetRowsPart { .. } => OpKind::GetRowsPart,
         }
     }
 
@@ -165,6 +168,7 @@ impl OpKind {
             OpKind::AllReduceSum => "all_reduce_sum",
             OpKind::AllGather => "all_gather",
             OpKind::ReduceScatterSum => "reduce_scatter_sum",
+            OpKind::GetRowsPart => "get_rows_part",
         }
     }
 
@@ -264,6 +268,7 @@ mod tests {
                 rank: 0,
                 ranks: 1,
             },
+            Op::GetRowsPart { start: 0 },
         ]
     }
 

@@ -54,7 +54,13 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
             .ok_or_else(|| format!("result {dtype} {} is not representable", fmt_ne(&ne)))
     };
     match op {
-        Op::GetRows => {
+        Op::GetRowsPart { start } if *start < 0 => {
+            Err(format!("start {start} must not be negative"))
+        }
+        Op::GetRowsPart { .. } if s(0).dtype == DType::I32 => {
+            Err("the table's rows are added up as f32: an I32 table has no parts".to_string())
+        }
+        Op::GetRows | Op::GetRowsPart { .. } => {
             let (a, b) = (s(0), s(1));
             need_dtype(b, "indices (src1)", &[DType::I32])?;
             if b.ne[3] != 1 || a.ne[2] != b.ne[1] || a.ne[3] != b.ne[2] {
@@ -418,6 +424,7 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::Cpy
         | Op::Concat { .. } => 2..=2,
         Op::SetRows => 3..=3,
+        Op::GetRowsPart { .. } => 2..=2,
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             1..=MAX_PARTS
         }

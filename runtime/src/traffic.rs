@@ -47,7 +47,8 @@ pub fn memory_read_bytes(plan: &Plan, steps: &[PreparedStep]) -> u64 {
             if !persistent(src) || written {
                 continue;
             }
-            bytes = bytes.saturating_add(if step.op == Some(Op::GetRows) && i == 0 {
+            let rows_of_table = matches!(step.op, Some(Op::GetRows | Op::GetRowsPart { .. }));
+            bytes = bytes.saturating_add(if rows_of_table && i == 0 {
                 let table = &plan.tensors[src as usize];
                 let dst = &plan.tensors[step.dst as usize];
                 let rows = (dst.ne[1] * dst.ne[2] * dst.ne[3]).max(0) as u64;

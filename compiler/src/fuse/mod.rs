@@ -128,6 +128,7 @@ impl Member {
             Op::Norm { eps } => Member::Norm(eps),
             Op::Glu { .. }
             | Op::GetRows
+            | Op::GetRowsPart { .. }
             | Op::MulMat
             | Op::SoftMax { .. }
             | Op::Rope(_)

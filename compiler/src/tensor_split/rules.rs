@@ -8,7 +8,8 @@
 //!   along their input (they then produce partial sums); KV caches by heads;
 //!   the output head along its rows (it is found by use: the matrix whose
 //!   product is a graph output); token tables (read by `get_rows`) along
-//!   their columns, and a head that is one (tied embeddings) with them.
+//!   their columns, except a head that is one (tied embeddings): along its
+//!   rows, its lookups then `get_rows_part`s adding up to the rows.
 //!   Everything else stays whole.
 //! - `--split REGEX=AXIS`: every weight or state whose name matches is split
 //!   along AXIS in equal units (a dtype block along axis 0, else one).
@@ -274,12 +275,21 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
         let extents = partition(units, shares).iter().map(|u| u * unit).collect();
         out.insert(id, LeafSplit { axis, extents });
     }
-    // Token tables are cut along their columns (each device gathers its
-    // columns of every row; one all-gather joins them), so no device holds
-    // a whole table. A head that is such a table (tied embeddings) is cut
-    // alike and makes partial logits; another head is cut along its rows.
+    // Token tables are cut so that no device holds a whole table: along
+    // their columns (each device gathers its columns of every row; one
+    // all-gather joins them), or, when the table is also the output head
+    // (tied embeddings), along its rows like any head: each device then
+    // computes its rows of the logits (no full-size partial logits), and
+    // its lookups give its own rows and zeros for the others
+    // (`get_rows_part`, a partial sum one all-reduce completes).
+    let head = output_head(graph, &users);
     for table in token_tables(graph, &users) {
         let t = graph.tensor(table);
+        if Some(table) == head && t.ne()[2] == 1 && t.ne()[3] == 1 {
+            let extents = partition(t.ne()[1], shares);
+            out.insert(table, LeafSplit { axis: 1, extents });
+            continue;
+        }
         let unit = t.dtype().block_elems() as i64;
         let extents = partition(t.ne()[0] / unit, shares)
             .iter()
@@ -287,7 +297,7 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
             .collect();
         out.insert(table, LeafSplit { axis: 0, extents });
     }
-    if let Some(head) = output_head(graph, &users).filter(|h| !out.contains_key(h)) {
+    if let Some(head) = head.filter(|h| !out.contains_key(h)) {
         let t = graph.tensor(head);
         let extents = partition(t.ne()[1], shares);
         out.insert(head, LeafSplit { axis: 1, extents });

@@ -46,7 +46,8 @@ impl Plan {
         t
     }
 
-    /// Every graph tensor used as row indices by `get_rows` or `set_rows`
+    /// Every graph tensor used as row indices by `get_rows` (`get_rows_part`:
+    /// the full table's rows) or `set_rows`
     /// (directly, through a view or through a copy), with the fewest rows
     /// among the tables it indexes and that table.
     pub fn index_tables(&self) -> BTreeMap<u32, (i64, u32)> {
@@ -54,7 +55,7 @@ impl Plan {
         for step in self.splits.iter().flat_map(|s| &s.steps) {
             let (index, table) = match step {
                 Step::Op {
-                    op: Op::GetRows,
+                    op: Op::GetRows | Op::GetRowsPart { .. },
                     srcs,
                     ..
                 } => (srcs.get(1), srcs.first()),
@@ -68,7 +69,22 @@ impl Plan {
             let (Some(&index), Some(&table)) = (index, table) else {
                 continue;
             };
-            let Some(rows) = self.tensors.get(table as usize).map(|t| t.ne[1]) else {
+            // A part of a row-cut table takes any row of the full table
+            // (its shard's extent): the others give zeros there.
+            let Some(rows) = self.tensors.get(table as usize).map(|t| match &t.shard {
+                Some(s)
+                    if matches!(
+                        step,
+                        Step::Op {
+                            op: Op::GetRowsPart { .. },
+                            ..
+                        }
+                    ) =>
+                {
+                    s.full_ne[1]
+                }
+                _ => t.ne[1],
+            }) else {
                 continue;
             };
             let root = self.original(self.owner(index));

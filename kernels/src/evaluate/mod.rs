@@ -328,6 +328,15 @@ fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i
         let t = graph.tensor(n);
         let table = match t.op {
             Some(Op::GetRows) if indexes(t.srcs[1]) => t.srcs[0],
+            // A part of a row-cut table takes any row of the full table.
+            Some(Op::GetRowsPart { .. }) if indexes(t.srcs[1]) => {
+                let table = graph.tensor(t.srcs[0]);
+                let rows = table
+                    .shard
+                    .as_ref()
+                    .map_or(table.layout.ne[1], |s| s.full_ne[1]);
+                return Some((t.srcs[0], rows));
+            }
             Some(Op::SetRows) if indexes(t.srcs[2]) => t.srcs[0],
             _ => return None,
         };

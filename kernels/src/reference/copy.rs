@@ -4,6 +4,8 @@
 //!   (same element count); dtype conversion happens when the result is scattered;
 //! - get_rows: `result[:, j, k1, k2] = a[:, idx[j, k1, k2], k1, k2]`, result
 //!   `[a.ne0, idx.ne0, idx.ne1, idx.ne2]`;
+//! - get_rows_part: the same from rows `[start, start + a.ne1)` of a larger
+//!   table, zeros for an index outside them;
 //! - set_rows: the whole destination, with `dst[:, idx[i, i2 % idx.ne1, i3 % idx.ne2], i2, i3]
 //!   = rows[:, i, i2, i3]`;
 //! - concat: src1 follows src0 along `dim`;
@@ -39,6 +41,28 @@ pub(crate) fn get_rows(a: &Dense, idx: &Dense) -> Dense {
             for j in 0..idx.ne[0] {
                 let r = row_index(idx.get([j, k1, k2, 0]), a.ne[1], "get_rows");
                 data.extend_from_slice(a.row(r, k1, k2));
+            }
+        }
+    }
+    Dense::new(ne, data)
+}
+
+/// get_rows from rows `[start, start + a.ne1)` of a larger table: an index
+/// outside them gives a row of zeros.
+pub(crate) fn get_rows_part(a: &Dense, idx: &Dense, start: i64) -> Dense {
+    let ne = [a.ne[0], idx.ne[0], idx.ne[1], idx.ne[2]];
+    let zeros = vec![0.0; a.ne[0] as usize];
+    let mut data = Vec::with_capacity((ne[0] * ne[1] * ne[2] * ne[3]) as usize);
+    for k2 in 0..idx.ne[2] {
+        for k1 in 0..idx.ne[1] {
+            for j in 0..idx.ne[0] {
+                let v = idx.get([j, k1, k2, 0]) - start as f64;
+                if (0.0..a.ne[1] as f64).contains(&v) {
+                    let r = row_index(v, a.ne[1], "get_rows_part");
+                    data.extend_from_slice(a.row(r, k1, k2));
+                } else {
+                    data.extend_from_slice(&zeros);
+                }
             }
         }
     }

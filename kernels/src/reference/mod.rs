@@ -62,6 +62,7 @@ pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
              bytes through the view's layout instead"
         ),
         Op::GetRows => copy::get_rows(a, srcs[1]),
+        Op::GetRowsPart { start } => copy::get_rows_part(a, srcs[1], start),
         Op::Add => binary(|x, y| x + y),
         Op::Sub => binary(|x, y| x - y),
         Op::Mul => binary(|x, y| x * y),

@@ -29,6 +29,14 @@ impl Rewriter<'_> {
                 }
                 let present: Vec<TensorId> = parts.iter().flatten().copied().collect();
                 if let ([only], Value::Partial(_)) = (&present[..], &v) {
+                    // One device holds every share (the others got no
+                    // heads or units): its part is the whole value (and so
+                    // is the part it views, held on that device alone).
+                    for t in [*only, self.root(*only)] {
+                        if matches!(self.parts[t.index()], Some(SplitPart::Partial { .. })) {
+                            self.parts[t.index()] = None;
+                        }
+                    }
                     return Ok(Value::Whole(*only));
                 }
                 let ts = self.collective(id, &v, &present, self.n, "")?;
@@ -117,6 +125,9 @@ impl Rewriter<'_> {
         let mut any = false;
         for (k, (&s, v)) in srcs.iter().zip(vals).enumerate() {
             let Value::Partial(parts) = v else { continue };
+            if parts.iter().flatten().count() < 2 {
+                continue; // one part is the whole value: nothing to add
+            }
             if let Some(done) = self.scattered.get(&s) {
                 cut[k] = done.clone();
                 any = true;

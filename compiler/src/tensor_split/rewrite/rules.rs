@@ -307,6 +307,34 @@ impl Rewriter<'_> {
                 })?;
                 Ok(Some(self.split_result(id, axis, extents, out)?))
             }
+            // Rows looked up in a table cut along its rows: each device gives
+            // its rows and zeros for the others, a partial sum.
+            (
+                Op::GetRows,
+                Value::Split {
+                    axis: 1,
+                    extents,
+                    parts,
+                },
+                Some(idx),
+            ) if whole(idx)
+                && src_ne[0][2] == 1
+                && src_ne[0][3] == 1
+                && self.old.tensor(id).dtype() == ir::DType::F32 =>
+            {
+                let (extents, parts, idx) = (extents.clone(), parts.clone(), idx.clone());
+                let name = self.old.tensor(id).name.clone();
+                let mut out = vec![None; self.n];
+                for d in (0..self.n).filter(|&d| parts[d].is_some()) {
+                    let start = extents[..d].iter().sum();
+                    let srcs = [parts[d].unwrap(), self.on(&idx, d)?];
+                    let why = format!("device {d}'s rows of '{name}' from row {start}");
+                    let op = Op::GetRowsPart { start };
+                    out[d] =
+                        Some(self.add_node(id, format!("{name}#{d}"), op, &srcs, None, d, why)?);
+                }
+                Ok(Some(self.partial_result(id, out)))
+            }
             // Rows gathered from a table split along its columns.
             (
                 Op::GetRows,

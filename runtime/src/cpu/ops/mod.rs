@@ -79,7 +79,7 @@ pub fn prepare_op(
             op,
             "matrix products are not prepared by cpu::ops::prepare_op".into(),
         )),
-        Op::GetRows => get_rows::prepare(op, dst, srcs),
+        Op::GetRows | Op::GetRowsPart { .. } => get_rows::prepare(op, dst, srcs),
         Op::Cpy | Op::Cont => copy::prepare(op, dst, srcs[0]),
         Op::SetRows => set_rows::prepare(op, dst, srcs),
         Op::Concat { dim } => concat::prepare(op, dst, srcs, usize::from(dim)),

@@ -81,6 +81,32 @@ fn get_rows_to_f16_and_from_strided_tables() {
     }
 }
 
+#[test]
+fn get_rows_part_gives_its_rows_and_zeros_for_the_others() {
+    let mut rng = Rng::new(4);
+    // A part of 7 rows starting at row 5 of a 20-row table; indices over the
+    // whole table, so some fall before, in and after the part.
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_1,
+        DType::Q4_K,
+    ] {
+        let table = filled(&mut rng, dtype, [odd_ne0(dtype), 7, 2, 1]);
+        let idx = indices(&mut rng, [23, 2, 1, 1], 20);
+        let dst = poisoned(DType::F32, [odd_ne0(dtype), 23, 2, 1]);
+        let what = format!("get_rows_part {dtype}");
+        check(
+            &what,
+            Op::GetRowsPart { start: 5 },
+            vec![table, idx],
+            Dst::Own(dst),
+            Expect::Bytes,
+        );
+    }
+}
+
 /// Distinct row indices below `below` for every (i2, i3) of `[n, ne1, ne2, 1]`.
 fn distinct_indices(rng: &mut Rng, ne: [i64; 4], below: usize) -> T {
     let mut v = Vec::new();

@@ -48,6 +48,9 @@ pub fn node_op(op: &Op, srcs: &[&PlanTensor]) -> Result<(u32, [i32; MAX_OP_PARAM
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             return Err(Unsupported::new(op, "collectives are not ggml ops"));
         }
+        Op::GetRowsPart { .. } => {
+            return Err(Unsupported::new(op, "a table's part is not a ggml op"));
+        }
         Op::GetRows => {
             c.rows_packed(0, "table (src0)")?;
             c.dtype(1, "indices (src1)", &[DType::I32])?;
