@@ -36,21 +36,18 @@ fn row_with(shares: &[f64], collectives: Collectives) -> TensorSplitOptions {
     }
 }
 
-/// Participants of reduce-scatters.
-fn scatters(plan: &Plan) -> usize {
+/// Op steps of `plan` whose op passes `which`.
+fn steps_where(plan: &Plan, which: impl Fn(&ir::Op) -> bool) -> usize {
     plan.splits
         .iter()
         .flat_map(|s| &s.steps)
-        .filter(|s| {
-            matches!(
-                s,
-                Step::Op {
-                    op: ir::Op::ReduceScatterSum { .. },
-                    ..
-                }
-            )
-        })
+        .filter(|s| matches!(s, Step::Op { op, .. } if which(op)))
         .count()
+}
+
+/// Participants of reduce-scatters.
+fn scatters(plan: &Plan) -> usize {
+    steps_where(plan, |op| matches!(op, ir::Op::ReduceScatterSum { .. }))
 }
 
 fn compile_for(graph: &ir::Graph, target: &str, opts: &CompileOptions) -> Result<Plan, String> {
@@ -69,13 +66,9 @@ fn load(plan: Plan, threads: usize, delays: Option<u64>) -> Runtime {
     Runtime::load(Arc::new(plan), Weights::Random { seed: 3 }, &options).unwrap()
 }
 
-/// Collective participants per op name.
+/// Collective participants.
 fn collectives(plan: &Plan) -> usize {
-    plan.splits
-        .iter()
-        .flat_map(|s| &s.steps)
-        .filter(|s| matches!(s, Step::Op { op, .. } if op.collective().is_some()))
-        .count()
+    steps_where(plan, |op| op.collective().is_some())
 }
 
 /// An example graph by name (`examples/graphs/NAME.ron`).
@@ -416,20 +409,7 @@ fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
     ] {
         let what = format!("tied llama on {target} shares {shares:?}");
         let plan = compile_for(&graph, target, &options(row(&shares))).unwrap();
-        let parts = plan
-            .splits
-            .iter()
-            .flat_map(|s| &s.steps)
-            .filter(|s| {
-                matches!(
-                    s,
-                    Step::Op {
-                        op: ir::Op::GetRowsPart { .. },
-                        ..
-                    }
-                )
-            })
-            .count();
+        let parts = steps_where(&plan, |op| matches!(op, ir::Op::GetRowsPart { .. }));
         assert_eq!(parts, devices, "{what}: one lookup part per device");
         let table = plan
             .tensors

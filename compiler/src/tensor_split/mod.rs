@@ -54,7 +54,7 @@
 //! cost a second synchronisation; in return what runs between them (residual
 //! add, norm, scale) runs on a slice of the tokens instead of whole on every
 //! device, and holds a slice. `auto` rewrites the graph both ways and keeps
-//! the one the cost model finishes sooner ([`estimate`]); one-token steps
+//! the one the cost model finishes sooner (`estimate.rs`); one-token steps
 //! have no cut and get all-reduces either way.
 //!
 //! With `auto` and `--split-mode row` the cost model also decides which parts
@@ -106,7 +106,7 @@ pub struct TensorSplitOptions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Collectives {
     /// The cheaper of the two below by the cost model's estimate of the whole
-    /// plan ([`estimate`]); all-reduce on a tie. With `--split-mode row` the
+    /// plan (`estimate.rs`); all-reduce on a tie. With `--split-mode row` the
     /// attention (without a KV cache), the FFN, the token tables and the
     /// output head are each kept whole when the plan is then estimated at
     /// least [`KEEP_WHOLE_GAIN`] sooner.
@@ -162,7 +162,7 @@ pub struct Sharded {
 /// and output head (llama2l), estimated 4% and 0.3% sooner whole, measured
 /// 5–30% slower whole than split (and a whole weight read by token slices is
 /// mirrored on every device), so small margins are not trusted.
-const KEEP_WHOLE_GAIN: f64 = 0.10;
+pub const KEEP_WHOLE_GAIN: f64 = 0.10;
 
 /// Splits `graph` over every device of `target` (all CPU devices).
 pub fn split_tensors(
