@@ -73,7 +73,8 @@ pub(super) fn prepare(
                 let i = match part {
                     None => i64::from(i),
                     Some(start) => {
-                        let r = i64::from(i) - start;
+                        // `start` comes from the plan: any i64 (no overflow).
+                        let r = i64::from(i).checked_sub(start).unwrap_or(-1);
                         if !(0..n_table).contains(&r) {
                             // Another device's row: this part adds zeros.
                             std::slice::from_raw_parts_mut(d.cast::<f32>(), ne0).fill(0.0);

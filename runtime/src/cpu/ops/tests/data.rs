@@ -107,6 +107,27 @@ fn get_rows_part_gives_its_rows_and_zeros_for_the_others() {
     }
 }
 
+#[test]
+fn get_rows_part_far_from_every_index_gives_zeros() {
+    // A start no index can reach, and negative indices: zeros, no overflow.
+    let mut rng = Rng::new(5);
+    let table = filled(&mut rng, DType::F32, [8, 3, 1, 1]);
+    let idx = dense(
+        DType::I32,
+        &kernels::reference::Dense::new([3, 1, 1, 1], vec![-2147483648.0, -1.0, 2.0]),
+    );
+    let mut out = poisoned(DType::F32, [8, 3, 1, 1]);
+    let mut srcs = [table, idx];
+    let raws: Vec<_> = srcs.iter_mut().map(T::raw).collect();
+    let op = Op::GetRowsPart { start: i64::MAX };
+    let kernel = crate::cpu::ops::prepare_op(&op, out.raw(), &raws).expect("prepared");
+    for pool in pools() {
+        // SAFETY: the operands live across the run; no scratch.
+        pool.run(&|ctx| unsafe { kernel.run(ctx, std::ptr::null_mut()) });
+        assert!(out.values().data.iter().all(|&v| v == 0.0));
+    }
+}
+
 /// Distinct row indices below `below` for every (i2, i3) of `[n, ne1, ne2, 1]`.
 fn distinct_indices(rng: &mut Rng, ne: [i64; 4], below: usize) -> T {
     let mut v = Vec::new();
