@@ -424,3 +424,145 @@ fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
         }
     }
 }
+
+/// One attention block with a fused QKV matrix and bias (phi-2's layout):
+/// 4 query heads over 2 KV heads of width 16, `t` tokens; Q and K read as
+/// `[16, heads, t]` views of the fused product, V as a `[32, t]` view;
+/// `whole_too`: the biased product is also a graph output (read whole).
+fn fused_qkv_block(t: i64, whole_too: bool) -> ir::Graph {
+    use ir::op::{RopeMode, RopeParams};
+    use ir::{DType, GraphBuilder};
+    let mut b = GraphBuilder::new("fused_qkv");
+    let x = b.input("x", DType::F32, [64, t, 1, 1]).unwrap();
+    let pos = b.input("pos", DType::I32, [t, 1, 1, 1]).unwrap();
+    let w = b
+        .weight("blk.0.attn_qkv.weight", DType::F32, [64, 128, 1, 1])
+        .unwrap();
+    let bias = b
+        .weight("blk.0.attn_qkv.bias", DType::F32, [128, 1, 1, 1])
+        .unwrap();
+    let wo = b
+        .weight("blk.0.attn_output.weight", DType::F32, [64, 64, 1, 1])
+        .unwrap();
+    let qkv = b.mul_mat("blk.0.qkv", w, x).unwrap();
+    let qkv = b.add("blk.0.qkv_b", qkv, bias).unwrap();
+    let row = 128 * 4;
+    let (rt, rt4) = (row * t as u64, row * t as u64);
+    let q = b
+        .view("blk.0.q3", qkv, [16, 4, t, 1], [64, row, rt], 0)
+        .unwrap();
+    let k = b
+        .view("blk.0.k3", qkv, [16, 2, t, 1], [64, row, rt], 64 * 4)
+        .unwrap();
+    let v = b
+        .view("blk.0.v", qkv, [32, t, 1, 1], [row, rt, rt4], 96 * 4)
+        .unwrap();
+    let rope = RopeParams::plain(RopeMode::Neox, 16, 10000.0);
+    let q = b.cont("blk.0.q", q).unwrap();
+    let q = b.rope("blk.0.q_rope", q, pos, rope).unwrap();
+    let q = b.permute("blk.0.q_perm", q, [0, 2, 1, 3]).unwrap();
+    let k = b.cont("blk.0.k", k).unwrap();
+    let k = b.rope("blk.0.k_rope", k, pos, rope).unwrap();
+    let k = b.permute("blk.0.k_perm", k, [0, 2, 1, 3]).unwrap();
+    let v = b.cont("blk.0.v_c", v).unwrap();
+    let v = b.reshape("blk.0.v3", v, [16, 2, t, 1]).unwrap();
+    let v = b.permute("blk.0.v_perm", v, [1, 2, 0, 3]).unwrap();
+    let v = b.cont("blk.0.v_t", v).unwrap();
+    let kq = b.mul_mat("blk.0.kq", k, q).unwrap();
+    let kq = b
+        .soft_max("blk.0.kq_soft_max", kq, None, 0.25, 0.0)
+        .unwrap();
+    let kqv = b.mul_mat("blk.0.kqv", v, kq).unwrap();
+    let kqv = b.permute("blk.0.kqv_perm", kqv, [0, 2, 1, 3]).unwrap();
+    let merged = b
+        .cont_shaped("blk.0.kqv_merged", kqv, [64, t, 1, 1])
+        .unwrap();
+    let out = b.mul_mat("blk.0.attn_out", wo, merged).unwrap();
+    let y = b.add("y", out, x).unwrap();
+    b.mark_output(y).unwrap();
+    if whole_too {
+        b.mark_output(qkv).unwrap();
+    }
+    b.finish().unwrap()
+}
+
+#[test]
+fn a_fused_qkv_matrix_is_cut_by_segments_and_computes_what_one_device_does() {
+    let graph = fused_qkv_block(7, false);
+    let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
+    let want = outputs(&mut load(single, 1, None));
+    for (target, devices, shares) in [
+        ("cpu0+cpu1", 2, vec![]),
+        ("cpu0+cpu1", 2, vec![3.0, 1.0]),
+        ("cpu0+cpu1+cpu2+cpu3", 4, vec![]),
+    ] {
+        let what = format!("fused QKV on {target} shares {shares:?}");
+        let plan = compile_for(
+            &graph,
+            target,
+            &options(row_with(&shares, Collectives::AllReduce)),
+        )
+        .unwrap();
+        // Device 0's rows of each segment: its KV heads' Q, K and V rows.
+        let shard = |name: &str| {
+            plan.tensors
+                .iter()
+                .find(|t| t.name == name)
+                .unwrap_or_else(|| panic!("{what}: no '{name}'"))
+        };
+        let heads0 = if shares.is_empty() { 1 } else { 2 };
+        assert_eq!(shard("blk.0.attn_qkv.weight.seg0#0").ne[1], 32 * heads0);
+        assert_eq!(shard("blk.0.attn_qkv.weight.seg1#0").ne[1], 16 * heads0);
+        assert_eq!(
+            shard("blk.0.attn_qkv.weight.seg2#0")
+                .shard
+                .as_ref()
+                .unwrap()
+                .start,
+            96
+        );
+        // The fused product is never gathered: each device reads its own heads.
+        assert!(
+            !plan
+                .tensors
+                .iter()
+                .any(|t| t.name.contains("qkv") && t.name.contains("gather")),
+            "{what}: the fused product was gathered"
+        );
+        // One all-reduce (the attention output's partial sums), nothing
+        // else; with 3:1 shares of 2 KV heads device 0 holds them all.
+        let expect = if shares.is_empty() { devices } else { 0 };
+        assert_eq!(collectives(&plan), expect, "{what}: collectives");
+        let got = outputs(&mut load(plan, devices, None));
+        for (name, values) in &got {
+            let e = nmse(&want[name], values);
+            assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
+        }
+    }
+}
+
+#[test]
+fn a_segmented_value_read_whole_is_gathered_segment_by_segment() {
+    // The fused product is also an output: each segment all-gathered and the
+    // three joined, on 2 and 4 devices, with either collective.
+    let graph = fused_qkv_block(5, true);
+    let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
+    let want = outputs(&mut load(single, 1, None));
+    for (target, devices) in [("cpu0+cpu1", 2), ("cpu0+cpu1+cpu2+cpu3", 4)] {
+        for how in [Collectives::AllReduce, Collectives::ReduceScatter] {
+            let what = format!("fused QKV read whole on {target} {how:?}");
+            let plan = compile_for(&graph, target, &options(row_with(&[], how))).unwrap();
+            assert!(
+                plan.tensors
+                    .iter()
+                    .any(|t| t.name == "blk.0.qkv_b.joined#1"),
+                "{what}: segments joined on every device"
+            );
+            let got = outputs(&mut load(plan, devices, Some(5)));
+            for (name, values) in &got {
+                let e = nmse(&want[name], values);
+                assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
+            }
+        }
+    }
+}

@@ -14,6 +14,9 @@
 //! - **mirrored**: a full copy on every device, each computed there (the
 //!   residual stream after an all-reduce, norms of it);
 //! - **split** along an axis with one extent per device (0: no part there);
+//! - **segmented**: segments along an axis, each split on its own (the
+//!   seed's `n_segments`: a fused QKV matrix's Q, K and V rows, and its
+//!   products; `rewrite/segments.rs`);
 //! - **partial**: every device holds a full-shape partial sum.
 //!
 //! Leafs get their states from [`rules`]; a split weight becomes one weight

@@ -4,7 +4,10 @@
 //! - `--split-mode row`: the roles of a transformer block, found by weight
 //!   name (llama.cpp's GGUF names, ggml's example names, Hugging Face BERT
 //!   names): Q, K, V and the FFN's gate/up matrices (and their biases) split
-//!   along their output rows; the attention output and FFN down matrices
+//!   along their output rows; a fused QKV matrix (`attn_qkv`, `wqkv`, and
+//!   its bias) by segments, its Q, K and V rows each cut by the block's KV
+//!   heads (segments and heads read from the views of its product; a fused
+//!   matrix whose views do not show them stays whole); the attention output and FFN down matrices
 //!   along their input (they then produce partial sums); KV caches by heads;
 //!   the output head along its rows (it is found by use: the matrix whose
 //!   product is a graph output); token tables (read by `get_rows`) along
@@ -35,6 +38,11 @@ pub struct LeafSplit {
     pub axis: usize,
     /// Extent per device, adding up to the leaf's extent along `axis`.
     pub extents: Vec<i64>,
+    /// Segments along `axis`, each cut on its own (the seed's `n_segments`:
+    /// the Q, K and V rows of a fused QKV matrix): `segments[s][d]` is
+    /// device `d`'s extent in segment `s`, and `extents[d]` their sum. Empty
+    /// for one segment.
+    pub segments: Vec<Vec<i64>>,
 }
 
 /// A user's `--split REGEX=AXIS` rule.
@@ -66,6 +74,8 @@ impl SplitRule {
 /// The role of a leaf in a transformer block, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Part {
+    /// A fused Q, K and V matrix (or its bias), cut by segments.
+    Qkv,
     Q,
     Kv,
     AttnOut,
@@ -78,6 +88,7 @@ enum Part {
 static PARTS: LazyLock<Vec<(Part, Regex)>> = LazyLock::new(|| {
     let re = |s: &str| Regex::new(s).expect("a valid built-in pattern");
     vec![
+        (Part::Qkv, re(r"(attn_qkv\.(weight|bias)|\.wqkv|\.bqkv)$")),
         (
             Part::Q,
             re(r"(attn_q\.(weight|bias)|\.wq|\.bq|attention\.self\.query\.(weight|bias))$"),
@@ -182,6 +193,53 @@ fn heads_of(graph: &Graph, users: &[Vec<TensorId>], w: TensorId) -> Option<(i64,
     None
 }
 
+/// The Q, K and V segments of fused matrix `w`'s product, as the views
+/// reading them (after an optional bias add) show them: `(head_dim, query
+/// heads, KV heads)` when three views of `[head_dim, heads, …]` or `[rows,
+/// …]` tile its rows from 0 in Q, K, V order with K and V alike.
+fn fused_heads(graph: &Graph, users: &[Vec<TensorId>], w: TensorId) -> Option<(i64, i64, i64)> {
+    let rows = graph.tensor(w).ne()[1];
+    let product = users[w.index()]
+        .iter()
+        .copied()
+        .find(|&u| graph.tensor(u).op == Some(Op::MulMat) && graph.tensor(u).srcs[0] == w)?;
+    let mut value = product;
+    if let [only] = users[product.index()][..]
+        && graph.tensor(only).op == Some(Op::Add)
+    {
+        value = only;
+    }
+    let es = graph.tensor(value).dtype().block_bytes();
+    let mut views: Vec<(i64, [i64; 4])> = users[value.index()]
+        .iter()
+        .map(|&u| graph.tensor(u))
+        .filter_map(|t| match t.op {
+            Some(Op::View { offset }) if offset % es == 0 => Some(((offset / es) as i64, t.ne())),
+            _ => None,
+        })
+        .collect();
+    views.sort_by_key(|v| v.0);
+    let [(0, q), (ks, k), (vs, v)] = views[..] else {
+        return None;
+    };
+    // Rows per token of each view: a head layout `[hd, heads, t]` or `[rows, t]`.
+    let rows_of = |ne: [i64; 4], hd: i64| -> Option<i64> {
+        if ne[0] == hd && ne[2] > 1 {
+            Some(hd * ne[1])
+        } else if ne[0] % hd == 0 {
+            Some(ne[0])
+        } else {
+            None
+        }
+    };
+    let hd = if q[2] > 1 { q[0] } else { k[0].min(q[0]) };
+    let (qr, kr, vr) = (rows_of(q, hd)?, rows_of(k, hd)?, rows_of(v, hd)?);
+    if hd < 1 || ks != qr || vs != qr + kr || kr != vr || qr + kr + vr != rows || kr % hd != 0 {
+        return None;
+    }
+    Some((hd, qr / hd, kr / hd))
+}
+
 /// The leaf splits for `--split-mode row` over `shares.len()` devices.
 pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, LeafSplit>, Error> {
     let users = users(graph);
@@ -197,6 +255,19 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
         let (Some(block), true) = (block_of(&t.name), t.role == Role::Weight) else {
             continue;
         };
+        if part == Part::Qkv {
+            if let Some((hd, q, kv)) = fused_heads(graph, &users, id) {
+                heads.insert(
+                    block,
+                    Heads {
+                        head_dim: hd,
+                        q,
+                        kv,
+                    },
+                );
+            }
+            continue;
+        }
         if let Some((hd, n)) = heads_of(graph, &users, id) {
             let h = heads.entry(block).or_default();
             h.head_dim = hd;
@@ -218,6 +289,8 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
     // Each leaf's axis and its units (KV heads or FFN blocks) of `unit` values.
     // (leaf, axis, units, unit)
     let mut cuts: Vec<(TensorId, usize, i64, i64)> = Vec::new();
+    // Fused QKV leafs: (leaf, axis, KV heads, each segment's rows per KV head).
+    let mut fused: Vec<(TensorId, usize, i64, [i64; 3])> = Vec::new();
     for &(id, part) in &leafs {
         let t = graph.tensor(id);
         let name = &t.name;
@@ -225,7 +298,20 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
             continue;
         };
         let is_bias = t.role == Role::Weight && t.ne()[1] == 1;
+        if part == Part::Qkv {
+            // Views of its product not understood: it stays whole.
+            let Some(h) = heads.get(&block).filter(|h| h.kv > 0 && h.q % h.kv == 0) else {
+                continue;
+            };
+            let axis = if is_bias { 0 } else { 1 };
+            let per = [h.head_dim * (h.q / h.kv), h.head_dim, h.head_dim];
+            if t.ne()[axis] == h.kv * (per[0] + per[1] + per[2]) {
+                fused.push((id, axis, h.kv, per));
+            }
+            continue;
+        }
         let axis = match part {
+            Part::Qkv => unreachable!("handled above"),
             Part::Q | Part::Kv | Part::FfnIn if is_bias => 0,
             Part::Q | Part::Kv | Part::FfnIn => 1,
             Part::AttnOut | Part::FfnOut | Part::CacheK => 0,
@@ -273,7 +359,34 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
     let mut out = BTreeMap::new();
     for (id, axis, units, unit) in cuts {
         let extents = partition(units, shares).iter().map(|u| u * unit).collect();
-        out.insert(id, LeafSplit { axis, extents });
+        out.insert(
+            id,
+            LeafSplit {
+                axis,
+                extents,
+                segments: vec![],
+            },
+        );
+    }
+    // A fused QKV matrix: its Q, K and V rows each cut by the block's KV
+    // heads, alike (device d gets the same heads in every segment).
+    for (id, axis, units, per) in fused {
+        let heads = partition(units, shares);
+        let segments: Vec<Vec<i64>> = per
+            .iter()
+            .map(|p| heads.iter().map(|h| h * p).collect())
+            .collect();
+        let extents = (0..shares.len())
+            .map(|d| segments.iter().map(|s| s[d]).sum())
+            .collect();
+        out.insert(
+            id,
+            LeafSplit {
+                axis,
+                extents,
+                segments,
+            },
+        );
     }
     // Token tables are cut so that no device holds a whole table: along
     // their columns (each device gathers its columns of every row; one
@@ -287,7 +400,14 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
         let t = graph.tensor(table);
         if Some(table) == head && t.ne()[2] == 1 && t.ne()[3] == 1 {
             let extents = partition(t.ne()[1], shares);
-            out.insert(table, LeafSplit { axis: 1, extents });
+            out.insert(
+                table,
+                LeafSplit {
+                    axis: 1,
+                    extents,
+                    segments: vec![],
+                },
+            );
             continue;
         }
         let unit = t.dtype().block_elems() as i64;
@@ -295,12 +415,26 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
             .iter()
             .map(|u| u * unit)
             .collect();
-        out.insert(table, LeafSplit { axis: 0, extents });
+        out.insert(
+            table,
+            LeafSplit {
+                axis: 0,
+                extents,
+                segments: vec![],
+            },
+        );
     }
     if let Some(head) = head.filter(|h| !out.contains_key(h)) {
         let t = graph.tensor(head);
         let extents = partition(t.ne()[1], shares);
-        out.insert(head, LeafSplit { axis: 1, extents });
+        out.insert(
+            head,
+            LeafSplit {
+                axis: 1,
+                extents,
+                segments: vec![],
+            },
+        );
     }
     Ok(out)
 }
@@ -401,7 +535,14 @@ pub fn explicit(
             ));
         }
         let extents = partition(units, shares).iter().map(|u| u * unit).collect();
-        out.insert(id, LeafSplit { axis, extents });
+        out.insert(
+            id,
+            LeafSplit {
+                axis,
+                extents,
+                segments: vec![],
+            },
+        );
     }
     if let Some(k) = used.iter().position(|u| !u) {
         let r = &rules[k];

@@ -14,6 +14,9 @@ impl Rewriter<'_> {
     pub(super) fn materialize(&mut self, id: TensorId, v: Value) -> R<Value> {
         match v {
             Value::Whole(_) | Value::Mirrored(_) => Ok(v),
+            Value::Segmented(_) if self.old.tensor(id).role != Role::Weight => {
+                self.join_segments(id, v)
+            }
             _ if self.old.tensor(id).role == Role::Weight => {
                 // Weights never change: read the stored tensor whole.
                 if let Some(ts) = self.whole.get(&id) {
@@ -23,6 +26,7 @@ impl Rewriter<'_> {
                 self.whole.insert(id, vec![new]);
                 Ok(Value::Whole(new))
             }
+            Value::Segmented(_) => unreachable!("a weight is read whole above"),
             Value::Partial(ref parts) | Value::Split { ref parts, .. } => {
                 if let Some(ts) = self.whole.get(&id) {
                     return Ok(Value::Mirrored(ts.clone()));
@@ -48,7 +52,7 @@ impl Rewriter<'_> {
 
     /// One participant per device `0..ranks` of an all-reduce (partial) or
     /// all-gather (split) of `present` parts; with `name` empty the results
-    /// are `OLD.sum#d` / `OLD.gather#d`.
+    /// are `OLD.sum#d` / `OLD.gather#d`, else `NAME#d` (`NAME` with one rank).
     pub(super) fn collective(
         &mut self,
         id: TensorId,
@@ -90,6 +94,8 @@ impl Rewriter<'_> {
             };
             let name = if name.is_empty() {
                 format!("{old_name}.{suffix}#{d}")
+            } else if ranks > 1 {
+                format!("{name}#{d}")
             } else {
                 name.to_string()
             };
@@ -236,6 +242,11 @@ impl Rewriter<'_> {
                 let present: Vec<TensorId> = parts.iter().flatten().copied().collect();
                 return Ok(self.collective(id, &v, &present, 1, &name)?[0]);
             }
+            Value::Segmented(_) => match self.materialize(id, v.clone())? {
+                Value::Mirrored(ts) => ts[0],
+                Value::Whole(t) => t,
+                _ => unreachable!("materialize makes values whole"),
+            },
         };
         if self.b.tensor(t).name == name {
             return Ok(t);

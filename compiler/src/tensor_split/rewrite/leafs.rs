@@ -14,26 +14,53 @@ impl Rewriter<'_> {
             let new = self.whole_leaf(id)?;
             return Ok(Value::Whole(new));
         };
+        if !split.segments.is_empty() {
+            let mut segs = Vec::with_capacity(split.segments.len());
+            let mut start = 0;
+            for (k, extents) in split.segments.iter().enumerate() {
+                let name = format!("{}.seg{k}", t.name);
+                let value = self.leaf_parts(id, &name, split.axis, extents, start)?;
+                segs.push((start, value));
+                start += extents.iter().sum::<i64>();
+            }
+            return Ok(Value::Segmented(segs));
+        }
+        let name = t.name.clone();
+        self.leaf_parts(id, &name, split.axis, &split.extents, 0)
+    }
+
+    /// Leaf `id`'s parts `NAME#d` along `axis`, device `d` holding
+    /// `extents[d]` from `first` plus the devices before it: weight shards
+    /// of the stored tensor, or state parts.
+    fn leaf_parts(
+        &mut self,
+        id: TensorId,
+        name: &str,
+        axis: usize,
+        extents: &[i64],
+        first: i64,
+    ) -> R<Value> {
+        let t = self.old.tensor(id);
         let mut parts = vec![None; self.n];
-        let mut start = 0;
-        for (d, &e) in split.extents.iter().enumerate() {
+        let mut start = first;
+        for (d, &e) in extents.iter().enumerate() {
             if e == 0 {
                 continue;
             }
             let mut ne = t.ne();
-            ne[split.axis] = e;
-            let name = format!("{}#{d}", t.name);
+            ne[axis] = e;
+            let part_name = format!("{name}#{d}");
             let new = match t.role {
                 Role::Weight => {
                     let shard = WeightShard {
                         of: t.name.clone(),
                         full_ne: t.ne(),
-                        axis: split.axis as u8,
+                        axis: axis as u8,
                         start,
                     };
-                    self.b.weight_shard(name, t.dtype(), ne, shard)
+                    self.b.weight_shard(part_name, t.dtype(), ne, shard)
                 }
-                _ => self.b.state(name, t.dtype(), ne),
+                _ => self.b.state(part_name, t.dtype(), ne),
             }
             .map_err(|e| self.internal(id, e))?;
             let why = format!(
@@ -45,17 +72,17 @@ impl Rewriter<'_> {
                 },
                 start + e,
                 t.name,
-                split.axis
+                axis
             );
             let new = self.placed(new, d, why);
-            let part = self.slice_of(id, split.axis, start);
+            let part = self.slice_of(id, axis, start);
             self.mark(new, part);
             parts[d] = Some(new);
             start += e;
         }
         Ok(Value::Split {
-            axis: split.axis,
-            extents: split.extents,
+            axis,
+            extents: extents.to_vec(),
             parts,
         })
     }
@@ -131,7 +158,9 @@ impl Rewriter<'_> {
         match v {
             Value::Whole(t) => self.at(*t, d),
             Value::Mirrored(ts) => Ok(ts[d]),
-            Value::Split { .. } | Value::Partial(_) => unreachable!("made whole first"),
+            Value::Split { .. } | Value::Partial(_) | Value::Segmented(_) => {
+                unreachable!("made whole first")
+            }
         }
     }
 }

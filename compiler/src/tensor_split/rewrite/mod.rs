@@ -11,8 +11,10 @@
 //! Code map: this file holds the states, the walk and the helpers every rule
 //! uses (per-part nodes, slices, packing, checked split results);
 //! `leafs.rs` the shards, parts and mirrors of leafs; `rules.rs` the per-op
-//! rules keeping a split; `mul_mat.rs` the products; `collectives.rs` the
-//! all-reduces and all-gathers that make values whole, and the outputs.
+//! rules keeping a split; `mul_mat.rs` the products; `segments.rs` fused
+//! matrices cut by segments (their products, bias adds, and the views that
+//! read one segment); `collectives.rs` the all-reduces and all-gathers that
+//! make values whole, and the outputs.
 
 use super::rules::{LeafSplit, split_error};
 use crate::Error;
@@ -26,6 +28,7 @@ mod collectives;
 mod leafs;
 mod mul_mat;
 mod rules;
+mod segments;
 
 /// A value's split state, as tensors of the new graph.
 #[derive(Clone, Debug)]
@@ -42,6 +45,11 @@ enum Value {
     },
     /// Device `d` holds a full-shape partial sum (or nothing).
     Partial(Vec<Option<TensorId>>),
+    /// Segments along one axis (a fused QKV matrix's Q, K and V rows, and
+    /// its products), each cut on its own: `(start, value)` with `value` a
+    /// `Split` of the segment alone (as if it were its own tensor of the
+    /// segment's extent), `start` where the segment begins.
+    Segmented(Vec<(i64, Value)>),
 }
 
 struct Rewriter<'g> {
@@ -219,6 +227,9 @@ impl Rewriter<'_> {
             .iter()
             .all(|v| matches!(v, Value::Whole(_) | Value::Mirrored(_)));
         if !all_whole {
+            if let Some(v) = self.segment_rule(id, op, &vals)? {
+                return Ok(v);
+            }
             if let Some(v) = self.split_rule(id, op, &vals)? {
                 return Ok(v);
             }
@@ -232,7 +243,8 @@ impl Rewriter<'_> {
             // Activations made whole, split weights kept as they are: a
             // split weight read whole would undo its split.
             let split_weight = |s: &TensorId, v: &Value| {
-                self.old.tensor(*s).role == Role::Weight && matches!(v, Value::Split { .. })
+                self.old.tensor(*s).role == Role::Weight
+                    && matches!(v, Value::Split { .. } | Value::Segmented(_))
             };
             if srcs.iter().zip(&vals).any(|(s, v)| split_weight(s, v))
                 && srcs

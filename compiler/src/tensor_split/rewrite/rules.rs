@@ -117,31 +117,44 @@ impl Rewriter<'_> {
                 else {
                     return Ok(None);
                 };
-                let parts = parts.clone();
-                if parts
-                    .iter()
-                    .flatten()
-                    .any(|&p| !self.b.tensor(p).layout.is_contiguous())
-                {
-                    return Ok(None);
-                }
-                // Each part's view has its own shape, strides and offset.
-                let name = t.name.clone();
-                let mut out = vec![None; self.n];
-                for d in 0..self.n {
-                    let (Some(p), Some((ne, nb, off))) = (parts[d], v.parts[d]) else {
-                        continue;
-                    };
-                    let layout = Layout { dtype, ne, nb };
-                    let why = format!("device {d}'s part of '{name}'");
-                    let op = Op::View { offset: off };
-                    let part_name = format!("{name}#{d}");
-                    out[d] = Some(self.add_node(id, part_name, op, &[p], Some(layout), d, why)?);
-                }
-                Ok(Some(self.split_result(id, v.axis, v.extents, out)?))
+                self.view_parts(id, v, &parts.clone())
             }
             _ => self.split_rule_compute(id, op, vals, &src_ne, same_shape),
         }
+    }
+
+    /// View `id` of a split value (its `parts`) as [`axis::view`] cut it:
+    /// each part's view with its own shape, strides and offset; `None` when
+    /// a part is strided.
+    pub(super) fn view_parts(
+        &mut self,
+        id: TensorId,
+        v: axis::ViewSplit,
+        parts: &[Option<TensorId>],
+    ) -> R<Option<Value>> {
+        if parts
+            .iter()
+            .flatten()
+            .any(|&p| !self.b.tensor(p).layout.is_contiguous())
+        {
+            return Ok(None);
+        }
+        let (name, dtype) = (
+            self.old.tensor(id).name.clone(),
+            self.old.tensor(id).dtype(),
+        );
+        let mut out = vec![None; self.n];
+        for d in 0..self.n {
+            let (Some(p), Some((ne, nb, off))) = (parts[d], v.parts[d]) else {
+                continue;
+            };
+            let layout = Layout { dtype, ne, nb };
+            let why = format!("device {d}'s part of '{name}'");
+            let op = Op::View { offset: off };
+            let part_name = format!("{name}#{d}");
+            out[d] = Some(self.add_node(id, part_name, op, &[p], Some(layout), d, why)?);
+        }
+        Ok(Some(self.split_result(id, v.axis, v.extents, out)?))
     }
 
     /// Rules of ops that compute (elementwise of two sources, row ops,
