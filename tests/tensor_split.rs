@@ -322,6 +322,13 @@ fn the_split_plan_says_what_is_cut_how_and_where_each_collective_sits() {
         let plan = compile_for(&graph, target, &opts).unwrap();
         ggplan::assert_plan_snapshot!(name, plan);
     }
+    // A fused QKV matrix's segments: each device's Q, K and V rows (split
+    // as the mode says: `auto` keeps a block this small whole).
+    let target = "cpu0+cpu1";
+    let mut opts = options(row_with(&[], Collectives::AllReduce));
+    opts.spelled = opts.flags(target);
+    let plan = compile_for(&fused_qkv_block(7, false), target, &opts).unwrap();
+    ggplan::assert_plan_snapshot!("fused_qkv_row_2", plan);
 }
 
 #[test]
