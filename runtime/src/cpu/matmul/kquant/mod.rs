@@ -25,7 +25,14 @@
 //! 4.0 to 4.7); for one column, 4 x 1 reads four streams, which from memory
 //! was as fast as 2 or faster than 1 (AVX2, 4096 x 4096 Q4_K 20.6 / 21.2 /
 //! 18.5 GB/s, a noisy 2-core host), and with VNNI its four rows run
-//! interleaved (`avx2`): 4.6 ns against 5.8 for 1 x 1.
+//! interleaved (`avx2`): 4.6 ns against 5.8 for 1 x 1. Four consecutive
+//! rows per tile instead (one stream) were tried on an Intel Xeon with
+//! AVX-512 VNNI (2026-11-27, `benches/matmul.rs`, GB/s of weights, 1 / 2
+//! threads, alternating runs): 4096 x 4096 Q4_K 7.3-7.5 / 11.9-15.3 against
+//! 12.0-13.0 / 29.1-39.7 with four streams; SmolLM2's `ffn_down` (1536 x 576)
+//! 5.8-6.4 / 14.1-21.6 against 11.9-12.0 / 19.7-27.7 (Q4_1 repacked, same
+//! runs: 13.0-13.2 / 37.5-45.8). So the streams stay; why the K-quant tiles
+//! gain less from a second thread than Q4_1's lanes is not found yet.
 //!
 //! Integer bounds (why i16 and i32 suffice): Q8_K quants lie in -127..=127
 //! and their sums of 16 in -2032..=2032; weight quants are unsigned (Q4_K
