@@ -21,6 +21,10 @@
 //! meet in an op are cut alike: a block's attention is cut by KV heads (Q
 //! and the attention output by the query heads of those KV heads, so GQA
 //! groups stay on one device), its FFN by units of the down matrix's block.
+//! KV heads that do not divide over the devices are shared out unevenly
+//! rather than refused (SmolLM2's 3 over 2 devices: 2 and 1; over 4, one
+//! device gets none and holds no attention part): refusing would leave such
+//! models unsplit, and the imbalance is measured in the README.
 //! **Invariant:** within a group every member's extents are the same
 //! partition of units, scaled by the member's unit size; a partition is
 //! deterministic (largest remainder, ties to the lower device).
