@@ -80,6 +80,7 @@
 //! graph (no hash maps are iterated).
 
 mod axis;
+mod choose;
 mod estimate;
 mod rewrite;
 pub mod rules;
@@ -89,7 +90,7 @@ pub use rules::{LeafSplit, SplitRule, partition};
 use crate::Error;
 use crate::assign::Assignment;
 use crate::target::Target;
-use ir::{Graph, TensorId};
+use ir::Graph;
 use std::collections::BTreeMap;
 
 /// How to split (`--split-mode row` or `--split` rules, `--tensor-split`).
@@ -216,84 +217,10 @@ pub fn split_tensors(
     };
     let rewrite =
         |leafs: &BTreeMap<_, _>, scatter| rewrite::rewrite(graph, target, leafs, &shares, scatter);
+    let rows_mode = options.rules.is_empty();
     match options.collectives {
         Collectives::AllReduce => rewrite(&leafs, false),
         Collectives::ReduceScatter => rewrite(&leafs, true),
-        Collectives::Auto => {
-            let time = |s: &Sharded| estimate::makespan_us(&s.graph, &s.assignment.device, target);
-            // The sooner of the two ways to complete partial sums.
-            let best = |leafs: &BTreeMap<_, _>| -> Result<(Sharded, f64), Error> {
-                let reduced = rewrite(leafs, false)?;
-                let scattered = rewrite(leafs, true)?;
-                let (r, s) = (time(&reduced), time(&scattered));
-                Ok(if s < r { (scattered, s) } else { (reduced, r) })
-            };
-            let (mut chosen, mut us) = best(&leafs)?;
-            if !options.rules.is_empty() {
-                return Ok(chosen);
-            }
-            // `--split-mode row`: each part of the model stays split only
-            // when that is sooner than keeping it whole.
-            // A KV cache's layout is shared by every plan of a generation,
-            // whatever its token count: parts holding one stay split.
-            let candidates: Vec<_> = rules::row_groups(graph, &leafs)
-                .into_iter()
-                .filter(|(_, members)| {
-                    members
-                        .iter()
-                        .all(|&id| graph.tensor(id).role == ir::Role::Weight)
-                })
-                .collect();
-            let without = |leafs: &BTreeMap<TensorId, LeafSplit>, members: &[TensorId]| {
-                let mut fewer = leafs.clone();
-                members.iter().for_each(|id| {
-                    fewer.remove(id);
-                });
-                fewer
-            };
-            let mut leafs = leafs;
-            let mut kept_whole = Vec::new();
-            // One part at a time, then all of them at once (over slow links
-            // keeping one part whole still pays for copying its results).
-            for (part, members) in &candidates {
-                let fewer = without(&leafs, members);
-                let (whole, whole_us) = best(&fewer)?;
-                if whole_us < us * (1.0 - KEEP_WHOLE_GAIN) {
-                    kept_whole.push((part.to_string(), members.clone(), us, whole_us));
-                    (chosen, us, leafs) = (whole, whole_us, fewer);
-                }
-            }
-            let rest: Vec<_> = candidates
-                .iter()
-                .filter(|(_, m)| m.iter().all(|id| leafs.contains_key(id)))
-                .collect();
-            if rest.len() > 1 {
-                let all: Vec<TensorId> = rest.iter().flat_map(|(_, m)| m.clone()).collect();
-                let (whole, whole_us) = best(&without(&leafs, &all))?;
-                if whole_us < us * (1.0 - KEEP_WHOLE_GAIN) {
-                    let names: Vec<&str> = rest.iter().map(|(p, _)| *p).collect();
-                    let parts = format!(
-                        "{} and {}",
-                        names[..names.len() - 1].join(", "),
-                        names[names.len() - 1]
-                    );
-                    kept_whole.push((parts, all, us, whole_us));
-                    chosen = whole;
-                }
-            }
-            for (part, members, split_us, whole_us) in kept_whole {
-                let why = format!(
-                    "kept whole by the cost model: the plan with the {part} split was \
-                     estimated at {split_us:.1} us, whole at {whole_us:.1} us"
-                );
-                for id in members {
-                    let name = &graph.tensor(id).name;
-                    if let Some(t) = chosen.graph.find(name) {
-                        chosen.assignment.reason[t.index()] = why.clone();
-                    }
-                }
-            }
-            Ok(chosen)
-        }
+        Collectives::Auto => choose::cheapest(graph, target, leafs, &shares, rows_mode),
     }
 }
