@@ -120,16 +120,25 @@ fn all_reduce_sum(dst: RawTensor, parts: Vec<RawTensor>) -> Box<dyn CpuKernel> {
         // only read.
         unsafe {
             let out = std::slice::from_raw_parts_mut(dst.data.cast::<f32>().add(lo), hi - lo);
-            let first = std::slice::from_raw_parts(parts[0].data.cast::<f32>().add(lo), hi - lo);
-            out.copy_from_slice(first);
-            for p in &parts[1..] {
-                let part = std::slice::from_raw_parts(p.data.cast::<f32>().add(lo), hi - lo);
-                for (o, &v) in out.iter_mut().zip(part) {
-                    *o += v;
-                }
-            }
+            let part =
+                |p: &RawTensor| std::slice::from_raw_parts(p.data.cast::<f32>().add(lo), hi - lo);
+            ordered_sum(out, parts.iter().map(part));
         }
     })
+}
+
+/// `out` = the first of `parts`, then each next one added in order: the one
+/// order every all-reduce and reduce-scatter participant adds in, so their
+/// results agree to the bit.
+fn ordered_sum<'p>(out: &mut [f32], mut parts: impl Iterator<Item = &'p [f32]>) {
+    if let Some(first) = parts.next() {
+        out.copy_from_slice(first);
+    }
+    for part in parts {
+        for (o, &v) in out.iter_mut().zip(part) {
+            *o += v;
+        }
+    }
 }
 
 fn all_gather(dst: RawTensor, parts: Vec<RawTensor>, dim: usize) -> Box<dyn CpuKernel> {
@@ -190,12 +199,7 @@ fn reduce_scatter_sum(
                     std::slice::from_raw_parts(p.data.cast::<f32>().add(o * part_run + skip), run)
                 };
                 let out = std::slice::from_raw_parts_mut(dst.data.cast::<f32>().add(o * run), run);
-                out.copy_from_slice(at(&parts[0]));
-                for p in &parts[1..] {
-                    for (o, &v) in out.iter_mut().zip(at(p)) {
-                        *o += v;
-                    }
-                }
+                ordered_sum(out, parts.iter().map(at));
             }
         }
     })
