@@ -7,8 +7,9 @@
 //!   along their output rows; a fused QKV matrix (`attn_qkv`, `wqkv`, and
 //!   its bias) by segments, its Q, K and V rows each cut by the block's KV
 //!   heads (segments and heads read from the views of its product; a fused
-//!   matrix whose views do not show them stays whole); the attention output and FFN down matrices
-//!   along their input (they then produce partial sums); KV caches by heads;
+//!   matrix whose views do not show them stays whole); the attention output
+//!   and FFN down matrices along their input (they then produce partial
+//!   sums); KV caches by heads;
 //!   the output head along its rows (it is found by use: the matrix whose
 //!   product is a graph output); token tables (read by `get_rows`) along
 //!   their columns, except a head that is one (tied embeddings): along its
@@ -47,6 +48,17 @@ pub struct LeafSplit {
     /// device `d`'s extent in segment `s`, and `extents[d]` their sum. Empty
     /// for one segment.
     pub segments: Vec<Vec<i64>>,
+}
+
+impl LeafSplit {
+    /// One segment along `axis`, device `d` holding `extents[d]`.
+    pub fn along(axis: usize, extents: Vec<i64>) -> LeafSplit {
+        LeafSplit {
+            axis,
+            extents,
+            segments: vec![],
+        }
+    }
 }
 
 /// A user's `--split REGEX=AXIS` rule.
@@ -200,7 +212,9 @@ fn heads_of(graph: &Graph, users: &[Vec<TensorId>], w: TensorId) -> Option<(i64,
 /// The Q, K and V segments of fused matrix `w`'s product, as the views
 /// reading them (after an optional bias add) show them: `(head_dim, query
 /// heads, KV heads)` when three views of `[head_dim, heads, …]` or `[rows,
-/// …]` tile its rows from 0 in Q, K, V order with K and V alike.
+/// …]` tile its rows from 0 in Q, K, V order with K and V alike. Only a
+/// 3-D Q view shows the head width: with 2-D views alone the K rows count as
+/// one unit (`head_dim` their width), so the attention stays on one device.
 fn fused_heads(graph: &Graph, users: &[Vec<TensorId>], w: TensorId) -> Option<(i64, i64, i64)> {
     let rows = graph.tensor(w).ne()[1];
     let product = users[w.index()]
@@ -363,14 +377,7 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
     let mut out = BTreeMap::new();
     for (id, axis, units, unit) in cuts {
         let extents = partition(units, shares).iter().map(|u| u * unit).collect();
-        out.insert(
-            id,
-            LeafSplit {
-                axis,
-                extents,
-                segments: vec![],
-            },
-        );
+        out.insert(id, LeafSplit::along(axis, extents));
     }
     // A fused QKV matrix: its Q, K and V rows each cut by the block's KV
     // heads, alike (device d gets the same heads in every segment).
@@ -404,14 +411,7 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
         let t = graph.tensor(table);
         if Some(table) == head && t.ne()[2] == 1 && t.ne()[3] == 1 {
             let extents = partition(t.ne()[1], shares);
-            out.insert(
-                table,
-                LeafSplit {
-                    axis: 1,
-                    extents,
-                    segments: vec![],
-                },
-            );
+            out.insert(table, LeafSplit::along(1, extents));
             continue;
         }
         let unit = t.dtype().block_elems() as i64;
@@ -419,26 +419,12 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
             .iter()
             .map(|u| u * unit)
             .collect();
-        out.insert(
-            table,
-            LeafSplit {
-                axis: 0,
-                extents,
-                segments: vec![],
-            },
-        );
+        out.insert(table, LeafSplit::along(0, extents));
     }
     if let Some(head) = head.filter(|h| !out.contains_key(h)) {
         let t = graph.tensor(head);
         let extents = partition(t.ne()[1], shares);
-        out.insert(
-            head,
-            LeafSplit {
-                axis: 1,
-                extents,
-                segments: vec![],
-            },
-        );
+        out.insert(head, LeafSplit::along(1, extents));
     }
     Ok(out)
 }
@@ -539,14 +525,7 @@ pub fn explicit(
             ));
         }
         let extents = partition(units, shares).iter().map(|u| u * unit).collect();
-        out.insert(
-            id,
-            LeafSplit {
-                axis,
-                extents,
-                segments: vec![],
-            },
-        );
+        out.insert(id, LeafSplit::along(axis, extents));
     }
     if let Some(k) = used.iter().position(|u| !u) {
         let r = &rules[k];

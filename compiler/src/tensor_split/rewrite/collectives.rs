@@ -32,17 +32,6 @@ impl Rewriter<'_> {
                     return Ok(Value::Mirrored(ts.clone()));
                 }
                 let present: Vec<TensorId> = parts.iter().flatten().copied().collect();
-                if let ([only], Value::Partial(_)) = (&present[..], &v) {
-                    // One device holds every share (the others got no
-                    // heads or units): its part is the whole value (and so
-                    // is the part it views, held on that device alone).
-                    for t in [*only, self.root(*only)] {
-                        if matches!(self.parts[t.index()], Some(SplitPart::Partial { .. })) {
-                            self.parts[t.index()] = None;
-                        }
-                    }
-                    return Ok(Value::Whole(*only));
-                }
                 let ts = self.collective(id, &v, &present, self.n, "")?;
                 self.whole.insert(id, ts.clone());
                 Ok(Value::Mirrored(ts))
@@ -62,20 +51,7 @@ impl Rewriter<'_> {
         name: &str,
     ) -> R<Vec<TensorId>> {
         let old_name = self.old.tensor(id).name.clone();
-        let mut parts = Vec::with_capacity(present.len());
-        for &p in present {
-            let pt = self.b.tensor(p);
-            if pt.dtype() != DType::F32 {
-                return Err(split_error(
-                    "--split-mode row",
-                    &old_name,
-                    &format!("its parts are {}; collectives join f32 parts", pt.dtype()),
-                ));
-            }
-            parts.push(self.packed(id, p)?);
-        }
-        let group = self.groups;
-        self.groups += 1;
+        let (parts, group) = self.collective_parts(id, present)?;
         let (kind, suffix) = match v {
             Value::Split { .. } => ("all-gather", "gather"),
             _ => ("all-reduce", "sum"),
@@ -114,6 +90,26 @@ impl Rewriter<'_> {
         Ok(out)
     }
 
+    /// The parts `present` of old tensor `id` as a collective reads them
+    /// (packed f32), and the collective's new group number.
+    fn collective_parts(&mut self, id: TensorId, present: &[TensorId]) -> R<(Vec<TensorId>, u32)> {
+        let mut parts = Vec::with_capacity(present.len());
+        for &p in present {
+            let dtype = self.b.tensor(p).dtype();
+            if dtype != DType::F32 {
+                return Err(split_error(
+                    "--split-mode row",
+                    &self.old.tensor(id).name,
+                    &format!("its parts are {dtype}; collectives join f32 parts"),
+                ));
+            }
+            parts.push(self.packed(id, p)?);
+        }
+        let group = self.groups;
+        self.groups += 1;
+        Ok((parts, group))
+    }
+
     /// `vals` (the operands `srcs` of old node `id`, running `op`) with each
     /// partial sum that `op` can read cut along an axis replaced by its
     /// reduce-scatter; `None` when scattering is off or no operand is cut.
@@ -131,9 +127,6 @@ impl Rewriter<'_> {
         let mut any = false;
         for (k, (&s, v)) in srcs.iter().zip(vals).enumerate() {
             let Value::Partial(parts) = v else { continue };
-            if parts.iter().flatten().count() < 2 {
-                continue; // one part is the whole value: nothing to add
-            }
             if let Some(done) = self.scattered.get(&s) {
                 cut[k] = done.clone();
                 any = true;
@@ -190,22 +183,8 @@ impl Rewriter<'_> {
         extents: Vec<i64>,
     ) -> R<Value> {
         let old_name = self.old.tensor(id).name.clone();
-        let mut packed = Vec::new();
-        for &p in parts.iter().flatten() {
-            if self.b.tensor(p).dtype() != DType::F32 {
-                return Err(split_error(
-                    "--split-mode row",
-                    &old_name,
-                    &format!(
-                        "its parts are {}; collectives join f32 parts",
-                        self.b.tensor(p).dtype()
-                    ),
-                ));
-            }
-            packed.push(self.packed(id, p)?);
-        }
-        let group = self.groups;
-        self.groups += 1;
+        let present: Vec<TensorId> = parts.iter().flatten().copied().collect();
+        let (packed, group) = self.collective_parts(id, &present)?;
         let ranks = self.n as u32;
         let mut out = vec![None; self.n];
         let mut start = 0;

@@ -223,9 +223,7 @@ impl Rewriter<'_> {
     fn node(&mut self, id: TensorId, op: Op) -> R<Value> {
         let srcs = self.old.tensor(id).srcs.clone();
         let mut vals: Vec<Value> = srcs.iter().map(|&s| self.value(s)).collect();
-        let all_whole = vals
-            .iter()
-            .all(|v| matches!(v, Value::Whole(_) | Value::Mirrored(_)));
+        let all_whole = vals.iter().all(Self::is_whole);
         if !all_whole {
             if let Some(v) = self.segment_rule(id, op, &vals)? {
                 return Ok(v);
@@ -240,29 +238,8 @@ impl Rewriter<'_> {
                 }
                 vals = cut; // made whole below (the axis test should prevent it)
             }
-            // Activations made whole, split weights kept as they are: a
-            // split weight read whole would undo its split.
-            let split_weight = |s: &TensorId, v: &Value| {
-                self.old.tensor(*s).role == Role::Weight
-                    && matches!(v, Value::Split { .. } | Value::Segmented(_))
-            };
-            if srcs.iter().zip(&vals).any(|(s, v)| split_weight(s, v))
-                && srcs
-                    .iter()
-                    .zip(&vals)
-                    .any(|(s, v)| !split_weight(s, v) && !Self::is_whole(v))
-            {
-                let mut activations_whole = Vec::with_capacity(vals.len());
-                for (s, v) in srcs.iter().zip(&vals) {
-                    activations_whole.push(if split_weight(s, v) {
-                        v.clone()
-                    } else {
-                        self.materialize(*s, v.clone())?
-                    });
-                }
-                if let Some(v) = self.split_rule(id, op, &activations_whole)? {
-                    return Ok(v);
-                }
+            if let Some(v) = self.split_weights_kept(id, op, &srcs, &vals)? {
+                return Ok(v);
             }
         }
         let mut whole = Vec::with_capacity(vals.len());
@@ -270,6 +247,40 @@ impl Rewriter<'_> {
             whole.push(self.materialize(*s, v)?);
         }
         self.plain(id, op, &whole)
+    }
+
+    /// `op` with its activations made whole and its split weights kept as
+    /// they are (a split weight read whole would undo its split), when that
+    /// lets a rule keep the split; `None` when `op` reads no split weight or
+    /// no split activation, or no rule fits then.
+    fn split_weights_kept(
+        &mut self,
+        id: TensorId,
+        op: Op,
+        srcs: &[TensorId],
+        vals: &[Value],
+    ) -> R<Option<Value>> {
+        let split_weight: Vec<bool> = srcs
+            .iter()
+            .zip(vals)
+            .map(|(s, v)| {
+                self.old.tensor(*s).role == Role::Weight
+                    && matches!(v, Value::Split { .. } | Value::Segmented(_))
+            })
+            .collect();
+        let split_activation = |k: usize| !split_weight[k] && !Self::is_whole(&vals[k]);
+        if !split_weight.contains(&true) || !(0..vals.len()).any(split_activation) {
+            return Ok(None);
+        }
+        let mut activations_whole = Vec::with_capacity(vals.len());
+        for (k, (s, v)) in srcs.iter().zip(vals).enumerate() {
+            activations_whole.push(if split_weight[k] {
+                v.clone()
+            } else {
+                self.materialize(*s, v.clone())?
+            });
+        }
+        self.split_rule(id, op, &activations_whole)
     }
 
     /// `op` over whole operands: once (all whole, a write into a whole
@@ -391,10 +402,24 @@ impl Rewriter<'_> {
         extents: Vec<i64>,
         parts: Vec<Option<TensorId>>,
     ) -> R<Value> {
+        self.split_result_from(id, 0, axis, extents, parts)
+    }
+
+    /// [`Self::split_result`] of a segment that begins at `first` along
+    /// `axis` (device `d`'s part is the slice from `first` plus the extents
+    /// before it).
+    fn split_result_from(
+        &mut self,
+        id: TensorId,
+        first: i64,
+        axis: usize,
+        extents: Vec<i64>,
+        parts: Vec<Option<TensorId>>,
+    ) -> R<Value> {
         let want = self.old.tensor(id).ne();
         for (d, p) in parts.iter().enumerate() {
             if let Some(p) = p {
-                let start = extents[..d].iter().sum();
+                let start = first + extents[..d].iter().sum::<i64>();
                 let part = self.slice_of(id, axis, start);
                 self.mark(*p, part);
                 let mut ne = want;
@@ -418,8 +443,13 @@ impl Rewriter<'_> {
         })
     }
 
-    /// A partial result: each part annotated as a partial sum of `id`.
+    /// A partial result: each part annotated as a partial sum of `id`. With
+    /// one part (the other devices got no heads or units) that part is the
+    /// whole value.
     fn partial_result(&mut self, id: TensorId, parts: Vec<Option<TensorId>>) -> Value {
+        if let [only] = parts.iter().flatten().collect::<Vec<_>>()[..] {
+            return Value::Whole(*only);
+        }
         let of = self.old.tensor(id).name.clone();
         for p in parts.iter().flatten() {
             self.mark(*p, SplitPart::Partial { of: of.clone() });

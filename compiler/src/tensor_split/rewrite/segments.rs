@@ -62,10 +62,9 @@ impl Rewriter<'_> {
                         let srcs = [parts[d].unwrap(), self.on(&b, d)?];
                         products[d] = Some(self.segment_part(id, k, d, Op::MulMat, &srcs)?);
                     }
-                    out.push((
-                        *start,
-                        self.segment_result(id, *start, 0, extents, products)?,
-                    ));
+                    let value =
+                        self.split_result_from(id, *start, 0, extents.to_vec(), products)?;
+                    out.push((*start, value));
                 }
                 Ok(Some(Value::Segmented(out)))
             }
@@ -86,10 +85,8 @@ impl Rewriter<'_> {
                         let srcs = [pa[d].unwrap(), pb[d].ok_or_else(|| self.mismatch(id))?];
                         sums[d] = Some(self.segment_part(id, k, d, Op::Add, &srcs)?);
                     }
-                    out.push((
-                        *start,
-                        self.segment_result(id, *start, axis, extents, sums)?,
-                    ));
+                    let value = self.split_result_from(id, *start, axis, extents.to_vec(), sums)?;
+                    out.push((*start, value));
                 }
                 Ok(Some(Value::Segmented(out)))
             }
@@ -110,49 +107,6 @@ impl Rewriter<'_> {
         let name = self.old.tensor(id).name.clone();
         let why = format!("device {d}'s part of segment {k} of '{name}'");
         self.add_node(id, format!("{name}.seg{k}#{d}"), op, srcs, None, d, why)
-    }
-
-    /// A segment's split result, checked and annotated: each part is the
-    /// original's extents but `extents[d]` along `axis`, the slice of the
-    /// original from `start` plus the devices before it.
-    fn segment_result(
-        &mut self,
-        id: TensorId,
-        start: i64,
-        axis: usize,
-        extents: &[i64],
-        parts: Vec<Option<TensorId>>,
-    ) -> R<Value> {
-        let t = self.old.tensor(id);
-        let (of, want) = (t.name.clone(), t.ne());
-        let mut at = start;
-        for (d, p) in parts.iter().enumerate() {
-            if let Some(p) = *p {
-                let mut ne = want;
-                ne[axis] = extents[d];
-                if self.b.tensor(p).ne() != ne {
-                    return Err(crate::Error::Internal {
-                        pass: "tensor-split",
-                        problem: format!(
-                            "part {d} of a segment of '{of}' is {:?}, expected {ne:?}",
-                            self.b.tensor(p).ne()
-                        ),
-                    });
-                }
-                let part = SplitPart::Slice {
-                    of: of.clone(),
-                    axis: axis as u8,
-                    start: at,
-                };
-                self.mark(p, part);
-            }
-            at += extents[d];
-        }
-        Ok(Value::Split {
-            axis,
-            extents: extents.to_vec(),
-            parts,
-        })
     }
 
     /// View `id` (byte `offset`) of a value segmented along axis 0: when it
