@@ -66,6 +66,27 @@ fn load(plan: Plan, threads: usize, delays: Option<u64>) -> Runtime {
     Runtime::load(Arc::new(plan), Weights::Random { seed: 3 }, &options).unwrap()
 }
 
+/// Asserts that every output of `got` is `want`'s within NMSE 1e-10 (the
+/// issue's bound for a split against one device).
+fn assert_outputs_match(
+    want: &BTreeMap<String, Vec<f32>>,
+    got: &BTreeMap<String, Vec<f32>>,
+    what: &str,
+) {
+    for (name, values) in got {
+        let e = nmse(&want[name], values);
+        assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
+    }
+}
+
+/// The splits each built-graph test runs: 2 devices, 3:1 shares, 4 devices
+/// (target, devices, shares).
+const SPLITS: [(&str, usize, &[f64]); 3] = [
+    ("cpu0+cpu1", 2, &[]),
+    ("cpu0+cpu1", 2, &[3.0, 1.0]),
+    ("cpu0+cpu1+cpu2+cpu3", 4, &[]),
+];
+
 /// Collective participants.
 fn collectives(plan: &Plan) -> usize {
     steps_where(plan, |op| op.collective().is_some())
@@ -114,10 +135,7 @@ fn row_split_plans_match_one_device_and_survive_injected_delays() {
                 plan.splits.iter().map(|s| s.device).collect();
             assert_eq!(used.len(), devices, "{what}: every device computes");
             let got = outputs(&mut load(plan.clone(), devices, None));
-            for (name, values) in &got {
-                let e = nmse(&want[name], values);
-                assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
-            }
+            assert_outputs_match(&want, &got, &what);
             let reference = bits(&got);
             let mut rt = load(plan, devices, Some(11));
             for run in 0..20 {
@@ -201,10 +219,7 @@ fn explicit_rules_split_what_they_name() {
     let plan = compile_for(&graph, "cpu0+cpu1", &options(split)).unwrap();
     assert!(plan.tensors.iter().any(|t| t.name == format!("{first}#1")));
     let got = outputs(&mut load(plan, 2, None));
-    for (name, values) in &got {
-        let e = nmse(&want[name], values);
-        assert!(e <= 1e-10, "mlp: '{name}' NMSE {e:e}");
-    }
+    assert_outputs_match(&want, &got, "mlp");
 }
 
 #[test]
@@ -373,10 +388,7 @@ fn the_cost_model_keeps_parts_whole_over_slow_links_and_the_outputs_stay_the_sam
             graph.name
         );
         let got = outputs(&mut load(plan, 2, None));
-        for (name, values) in &got {
-            let e = nmse(&want[name], values);
-            assert!(e <= 1e-10, "{}: '{name}' NMSE {e:e}", graph.name);
-        }
+        assert_outputs_match(&want, &got, &graph.name);
     }
 }
 
@@ -409,13 +421,9 @@ fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
     let graph = build_prefill(&config).unwrap();
     let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
     let want = outputs(&mut load(single, 1, None));
-    for (target, devices, shares) in [
-        ("cpu0+cpu1", 2, vec![]),
-        ("cpu0+cpu1", 2, vec![3.0, 1.0]),
-        ("cpu0+cpu1+cpu2+cpu3", 4, vec![]),
-    ] {
+    for (target, devices, shares) in SPLITS {
         let what = format!("tied llama on {target} shares {shares:?}");
-        let plan = compile_for(&graph, target, &options(row(&shares))).unwrap();
+        let plan = compile_for(&graph, target, &options(row(shares))).unwrap();
         let parts = steps_where(&plan, |op| matches!(op, ir::Op::GetRowsPart { .. }));
         assert_eq!(parts, devices, "{what}: one lookup part per device");
         let table = plan
@@ -425,10 +433,7 @@ fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
             .unwrap();
         assert_eq!(table.shard.as_ref().unwrap().axis, 1, "{what}: rows cut");
         let got = outputs(&mut load(plan, devices, None));
-        for (name, values) in &got {
-            let e = nmse(&want[name], values);
-            assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
-        }
+        assert_outputs_match(&want, &got, &what);
     }
 }
 
@@ -498,16 +503,12 @@ fn a_fused_qkv_matrix_is_cut_by_segments_and_computes_what_one_device_does() {
     let graph = fused_qkv_block(7, false);
     let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
     let want = outputs(&mut load(single, 1, None));
-    for (target, devices, shares) in [
-        ("cpu0+cpu1", 2, vec![]),
-        ("cpu0+cpu1", 2, vec![3.0, 1.0]),
-        ("cpu0+cpu1+cpu2+cpu3", 4, vec![]),
-    ] {
+    for (target, devices, shares) in SPLITS {
         let what = format!("fused QKV on {target} shares {shares:?}");
         let plan = compile_for(
             &graph,
             target,
-            &options(row_with(&shares, Collectives::AllReduce)),
+            &options(row_with(shares, Collectives::AllReduce)),
         )
         .unwrap();
         // Device 0's rows of each segment: its KV heads' Q, K and V rows.
@@ -541,10 +542,7 @@ fn a_fused_qkv_matrix_is_cut_by_segments_and_computes_what_one_device_does() {
         let expect = if shares.is_empty() { devices } else { 0 };
         assert_eq!(collectives(&plan), expect, "{what}: collectives");
         let got = outputs(&mut load(plan, devices, None));
-        for (name, values) in &got {
-            let e = nmse(&want[name], values);
-            assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
-        }
+        assert_outputs_match(&want, &got, &what);
     }
 }
 
@@ -566,10 +564,7 @@ fn a_segmented_value_read_whole_is_gathered_segment_by_segment() {
                 "{what}: segments joined on every device"
             );
             let got = outputs(&mut load(plan, devices, Some(5)));
-            for (name, values) in &got {
-                let e = nmse(&want[name], values);
-                assert!(e <= 1e-10, "{what}: '{name}' NMSE {e:e}");
-            }
+            assert_outputs_match(&want, &got, &what);
         }
     }
 }
