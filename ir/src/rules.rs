@@ -422,9 +422,9 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::MulMat
         | Op::Rope(_)
         | Op::Cpy
-        | Op::Concat { .. } => 2..=2,
+        | Op::Concat { .. }
+        | Op::GetRowsPart { .. } => 2..=2,
         Op::SetRows => 3..=3,
-        Op::GetRowsPart { .. } => 2..=2,
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             1..=MAX_PARTS
         }

@@ -53,36 +53,30 @@ impl Plan {
     pub fn index_tables(&self) -> BTreeMap<u32, (i64, u32)> {
         let mut out: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
         for step in self.splits.iter().flat_map(|s| &s.steps) {
-            let (index, table) = match step {
+            // `part`: a part of a row-cut table takes any row of the full
+            // table (its shard's extent); the others give zeros there.
+            let (index, table, part) = match step {
                 Step::Op {
-                    op: Op::GetRows | Op::GetRowsPart { .. },
+                    op: op @ (Op::GetRows | Op::GetRowsPart { .. }),
                     srcs,
                     ..
-                } => (srcs.get(1), srcs.first()),
+                } => (
+                    srcs.get(1),
+                    srcs.first(),
+                    matches!(op, Op::GetRowsPart { .. }),
+                ),
                 Step::Op {
                     op: Op::SetRows,
                     srcs,
                     ..
-                } => (srcs.get(2), srcs.first()),
+                } => (srcs.get(2), srcs.first(), false),
                 _ => continue,
             };
             let (Some(&index), Some(&table)) = (index, table) else {
                 continue;
             };
-            // A part of a row-cut table takes any row of the full table
-            // (its shard's extent): the others give zeros there.
             let Some(rows) = self.tensors.get(table as usize).map(|t| match &t.shard {
-                Some(s)
-                    if matches!(
-                        step,
-                        Step::Op {
-                            op: Op::GetRowsPart { .. },
-                            ..
-                        }
-                    ) =>
-                {
-                    s.full_ne[1]
-                }
+                Some(s) if part => s.full_ne[1],
                 _ => t.ne[1],
             }) else {
                 continue;

@@ -32,37 +32,23 @@ fn row_index(v: f64, n: i64, what: &str) -> i64 {
     i
 }
 
-/// Rows of `a` at the I32 indices in `idx`.
-pub(crate) fn get_rows(a: &Dense, idx: &Dense) -> Dense {
-    let ne = [a.ne[0], idx.ne[0], idx.ne[1], idx.ne[2]];
-    let mut data = Vec::with_capacity((ne[0] * ne[1] * ne[2] * ne[3]) as usize);
-    for k2 in 0..idx.ne[2] {
-        for k1 in 0..idx.ne[1] {
-            for j in 0..idx.ne[0] {
-                let r = row_index(idx.get([j, k1, k2, 0]), a.ne[1], "get_rows");
-                data.extend_from_slice(a.row(r, k1, k2));
-            }
-        }
-    }
-    Dense::new(ne, data)
-}
-
-/// get_rows from rows `[start, start + a.ne1)` of a larger table: an index
-/// outside them gives a row of zeros.
-pub(crate) fn get_rows_part(a: &Dense, idx: &Dense, start: i64) -> Dense {
+/// Rows of `a` at the I32 indices in `idx`; with `part = Some(start)`, `a`
+/// is rows `[start, start + a.ne1)` of a larger table and an index outside
+/// them gives a row of zeros (get_rows_part).
+pub(crate) fn get_rows(a: &Dense, idx: &Dense, part: Option<i64>) -> Dense {
     let ne = [a.ne[0], idx.ne[0], idx.ne[1], idx.ne[2]];
     let zeros = vec![0.0; a.ne[0] as usize];
     let mut data = Vec::with_capacity((ne[0] * ne[1] * ne[2] * ne[3]) as usize);
     for k2 in 0..idx.ne[2] {
         for k1 in 0..idx.ne[1] {
             for j in 0..idx.ne[0] {
-                let v = idx.get([j, k1, k2, 0]) - start as f64;
-                if (0.0..a.ne[1] as f64).contains(&v) {
-                    let r = row_index(v, a.ne[1], "get_rows_part");
-                    data.extend_from_slice(a.row(r, k1, k2));
-                } else {
+                let v = idx.get([j, k1, k2, 0]) - part.unwrap_or(0) as f64;
+                if part.is_some() && !(0.0..a.ne[1] as f64).contains(&v) {
                     data.extend_from_slice(&zeros);
+                    continue;
                 }
+                let r = row_index(v, a.ne[1], "get_rows");
+                data.extend_from_slice(a.row(r, k1, k2));
             }
         }
     }

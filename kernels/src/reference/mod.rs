@@ -61,8 +61,8 @@ pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
             "reference::compute: {op} is a view op and has no kernel; gather its root's \
              bytes through the view's layout instead"
         ),
-        Op::GetRows => copy::get_rows(a, srcs[1]),
-        Op::GetRowsPart { start } => copy::get_rows_part(a, srcs[1], start),
+        Op::GetRows => copy::get_rows(a, srcs[1], None),
+        Op::GetRowsPart { start } => copy::get_rows(a, srcs[1], Some(start)),
         Op::Add => binary(|x, y| x + y),
         Op::Sub => binary(|x, y| x - y),
         Op::Mul => binary(|x, y| x * y),

@@ -131,16 +131,18 @@ impl Rewriter<'_> {
             at[j] = (rest / src_nb[j]) as i64;
             rest -= at[j] as u64 * src_nb[j];
         }
-        let Some((start, seg)) = segs.iter().find(|(s, v)| match split_of(v) {
-            Some((0, extents, _)) => (*s..*s + extents.iter().sum::<i64>()).contains(&at[0]),
-            _ => false,
+        // The segment holding the view's first row.
+        let Some((start, len, extents, parts)) = segs.iter().find_map(|(s, v)| {
+            let (0, extents, parts) = split_of(v)? else {
+                return None;
+            };
+            let len: i64 = extents.iter().sum();
+            (*s..*s + len)
+                .contains(&at[0])
+                .then_some((*s, len, extents, parts))
         }) else {
             return Ok(None);
         };
-        let Some((0, extents, parts)) = split_of(seg) else {
-            return Ok(None);
-        };
-        let len: i64 = extents.iter().sum();
         // The segment alone, packed: strides along the rows stay, strides
         // along the outer axes take the segment's row length.
         let mut seg_ne = src_ne;
@@ -180,10 +182,12 @@ impl Rewriter<'_> {
         };
         let name = self.old.tensor(id).name.clone();
         let mut gathered: Vec<Vec<TensorId>> = Vec::with_capacity(segs.len());
+        let mut axis = 0;
         for (k, (start, seg)) in segs.iter().enumerate() {
-            let Some((axis, _, parts)) = split_of(seg) else {
+            let Some((seg_axis, _, parts)) = split_of(seg) else {
                 unreachable!("segments are split values");
             };
+            axis = seg_axis; // the same for every segment
             let present: Vec<TensorId> = parts.iter().flatten().copied().collect();
             let whole_name = format!("{name}.seg{k}.gather");
             let ts = self.collective(id, seg, &present, self.n, &whole_name)?;
@@ -198,10 +202,6 @@ impl Rewriter<'_> {
             }
             gathered.push(ts);
         }
-        let axis = match split_of(&segs[0].1) {
-            Some((axis, _, _)) => axis as u8,
-            None => 0,
-        };
         let mut out = Vec::with_capacity(self.n);
         for d in 0..self.n {
             let mut joined = gathered[0][d];
@@ -212,7 +212,7 @@ impl Rewriter<'_> {
                     format!("{name}.join{k}#{d}")
                 };
                 let why = format!("segments of '{name}' joined on device {d}");
-                let op = Op::Concat { dim: axis };
+                let op = Op::Concat { dim: axis as u8 };
                 joined = self.add_node(id, nm, op, &[joined, g[d]], None, d, why)?;
             }
             self.mark(joined, SplitPart::Mirror { of: name.clone() });
