@@ -164,8 +164,9 @@ pub struct Sharded {
 /// with a part of the model kept whole before the part is kept whole. The
 /// estimate is a roofline: on a 2-core Xeon the example graphs' FFN (bert2l)
 /// and output head (llama2l), estimated 4% and 0.3% sooner whole, measured
-/// 5–30% slower whole than split (and a whole weight read by token slices is
-/// mirrored on every device), so small margins are not trusted.
+/// slower whole than split (fastest of 30 runs, two alternations: bert2l
+/// 10–28%, llama2l 2–5%), and a whole weight read by token slices is
+/// mirrored on every device, so small margins are not trusted.
 pub const KEEP_WHOLE_GAIN: f64 = 0.10;
 
 /// Splits `graph` over every device of `target` (all CPU devices).
