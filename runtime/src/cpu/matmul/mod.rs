@@ -292,7 +292,13 @@ unsafe fn prepare_route(
             // SAFETY: forwarded.
             Box::new(unsafe { quantized::QuantMatMul::new(geo, repack) })
         }
-        Route::KQuantDot => Box::new(kquant::KQuantMatMul::new(geo)?),
+        // SAFETY: forwarded.
+        Route::KQuantDot => match unsafe { kquant::KQuantMatMul::new(geo, repack)? } {
+            Some(kernel) => Box::new(kernel),
+            // The SIMD tiles read src0 repacked at load; without a copy (src0
+            // is not a weight, or no memory for one) gemm reads it in place.
+            None => Box::new(float::GemmMatMul::new(geo)),
+        },
         Route::F32Gemm => Box::new(float::GemmMatMul::new(geo)),
         Route::F32Panels => {
             let isa = panel::PanelIsa::detect()

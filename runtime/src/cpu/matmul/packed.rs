@@ -1,7 +1,8 @@
 //! Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked once at load for the AVX2 lane
 //! kernel (`qdot::avx2_lane`), and the cache that shares one repacked copy
-//! between every kernel (and runtime) that reads the same weight (these, and
-//! float weights in panels for [`super::panel`]).
+//! between every kernel (and runtime) that reads the same weight (these,
+//! K-quant weights in the order of [`super::kquant::repack`], and float
+//! weights in panels for [`super::panel`]).
 //!
 //! Layout: a repacked row has exactly the bytes of the original row, and rows
 //! sit at the same offsets, so a row's address moves by one fixed offset.
@@ -54,6 +55,7 @@
 //!   references, so its memory is what the loaded runtimes use
 //!   ([`RepackCache::live_bytes`]).
 
+use super::kquant;
 use super::panel::{PanelIsa, Panels};
 use super::q8::{GROUP, PAIRED_TAIL, QK};
 use super::qdot::kind;
@@ -256,14 +258,23 @@ impl RepackCache {
         RepackCache::default()
     }
 
-    /// The repacked copy of `src0`, made now or shared; `None` for dtypes
-    /// other than Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, tensors that are not contiguous, or
-    /// when the memory cannot be had (the kernel then reads the original).
+    /// The repacked copy of `src0`, made now or shared: Q8_0, Q4_0, Q4_1,
+    /// Q5_0 and Q5_1 for the lane kernel (module doc), Q4_K, Q5_K and Q6_K
+    /// for the K-quant tiles (`kquant::repack`); `None` for other dtypes,
+    /// tensors that are not contiguous, or when the memory cannot be had.
     ///
     /// # Safety
     /// `src0`'s bytes are readable and never change while the copy lives.
     pub unsafe fn get(&self, src0: &RawTensor) -> Option<Arc<PackedWeights>> {
-        let kind = super::qdot::weight_kind(src0.dtype)?;
+        type RepackRows = unsafe fn(u8, *const u8, *mut u8, usize, usize);
+        let (kind, block_elems, block_bytes, repack): (u8, usize, usize, RepackRows) =
+            if let Some(kind) = super::qdot::weight_kind(src0.dtype) {
+                (kind, QK, kind::block_bytes(kind), repack_rows)
+            } else {
+                let kind = kquant::weight_kind(src0.dtype)?;
+                let bytes = kquant::kind::block_bytes(kind);
+                (kind, kquant::q8k::QK_K, bytes, kquant::repack::repack_rows)
+            };
         if !src0.is_contiguous() {
             return None;
         }
@@ -279,11 +290,11 @@ impl RepackCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .carve(span)?;
-        let nb = src0.ne[0] as usize / QK;
-        let rows = span / (nb * kind::block_bytes(kind));
+        let nb = src0.ne[0] as usize / block_elems;
+        let rows = span / (nb * block_bytes);
         // SAFETY: both hold `span` bytes = rows * nb blocks (contiguous); the
         // carved bytes belong to this copy alone.
-        unsafe { repack_rows(kind, src0.data, chunk.as_ptr().add(start), rows, nb) };
+        unsafe { repack(kind, src0.data, chunk.as_ptr().add(start), rows, nb) };
         let p = Arc::new(PackedWeights {
             chunk,
             start,

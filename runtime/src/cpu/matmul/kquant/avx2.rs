@@ -1,28 +1,45 @@
 //! AVX2 (+FMA) tiles of K-quant weight rows x Q8_K activation rows, and the
-//! same code with AVX512-VNNI's 256-bit `vpdpwssd` ([`tile_vnni`]) or
+//! same code with AVX512-VNNI's 256-bit `vpdpbusd` ([`tile_vnni`]) or
 //! AVX-VNNI's VEX-encoded one ([`tile_avx_vnni`], rows not interleaved).
+//! Weights are repacked at load and activations permuted alike
+//! ([`super::repack`]): 32-bit lane `g` of every vector belongs to sub-block
+//! `g` (Q6_K: `g + 8 (v / 4)` in vector `v`).
 //!
-//! Per super-block and weight row, the quants are unpacked once into 32-byte
-//! vectors of unsigned values (Q4_K 0..=15, Q5_K 0..=31, Q6_K 0..=63), each
-//! vector one sub-block of 32 values (Q4_K, Q5_K) or two of 16 (Q6_K); then,
-//! per activation column, `maddubs` (u8 x i8 pairs to i16; at most 2 * 63 *
-//! 127 = 16002, so never saturated) and `madd` with the sub-block scales as
-//! i16 (pairs to i32) give 8 lanes of scaled integer sums, added over the
-//! block in i32 (bounds in the module doc of [`super`]); with VNNI, `madd`
-//! and the add are one `vpdpwssd`. The minimums of Q4_K / Q5_K are one more
-//! `madd` of the activations' sums of 16 with the mins (each min twice, for
-//! the two sums of its sub-block); Q6_K's offset of 32 is `32 sum_s sc_s
-//! bsums_s`, one `madd` and a shift, subtracted in i32. Each block then
-//! costs one or two conversions and two or three f32 instructions per
-//! output.
+//! Per super-block and weight row, the quants are unpacked once into 8
+//! vectors of 32 unsigned values (Q4_K 0..=15, Q5_K 0..=31, Q6_K 0..=63);
+//! then, per activation column:
+//! - with VNNI, one `vpdpbusd` per vector adds each lane's 4 byte products
+//!   to the lane's raw sum, and after the block one `vpmulld` by the 8 (Q6_K:
+//!   twice 8) sub-block scales, as i32, scales them (bounds at the multiply);
+//! - plain AVX2: `maddubs` (u8 x i8 pairs to i16; at most 2 * 63 * 127 =
+//!   16002, so never saturated) and `madd` with one vector holding each
+//!   sub-block's scale under its lane's two i16 lanes, added in i32.
 //!
-//! Sub-block scales reach all 16 i16 lanes of a vector by `pshufb` from a
-//! vector holding the 8 scales in both 128-bit lanes (Q6_K: the low lane
-//! picks one sub-block's scale, the high lane the next's). Q4_K / Q5_K
-//! scales and mins are unpacked from their 12 bytes in vector registers
-//! ([`scales_mins`]; the scalar rule of `super::scales` cost twice the
-//! instructions). The f16 super-block scales come from the f16 table (one
-//! load and a broadcast each, as in `qdot::avx2`).
+//! Both give the same exact integer per lane, so every set computes the
+//! same bits (tested). The minimums of Q4_K / Q5_K are one more `madd` of
+//! the activations' sums of 16 with the mins (each min twice, for the two
+//! sums of its sub-block); Q6_K's offset of 32 is `32 sum_s sc_s bsums_s`,
+//! one `madd` and a shift, subtracted in i32. Each block then costs one or
+//! two conversions and two or three f32 instructions per output. Q4_K /
+//! Q5_K scales and mins are unpacked from their 12 bytes in vector registers
+//! ([`scales_mins`]); the f16 super-block scales come from the f16 table
+//! (one load and a broadcast each, as in `qdot::avx2`).
+//!
+//! Why repacked (2026-11-27, 2-core Xeon, family 6 model 207,
+//! `benches/matmul.rs -- ffn_down`, GB/s of weights, alternating runs):
+//! in the stored order each vector was one sub-block, so each took a
+//! `pshufb` to spread its scale and a `maddubs` + `vpdpwssd` pair; the
+//! matrix-vector tiles were then bound by their instruction count, Q4_K at
+//! 21.0-22.4 GB/s on one thread with the weights in L2, against Q4_1's lane
+//! kernel at 42-44. Repacked: Q4_K 26.2-27.0, Q6_K 22.3-22.4 (from
+//! 20.5-20.6). The copies also live in the repacked weights' huge-page
+//! slab, where the stored tensors sat on 4 KiB pages: that alone moved Q4_1
+//! on two threads from 31.9 to 39.1 GB/s (forced to 4 KiB pages with
+//! `GGPLAN_HUGE_PAGES=0`). SmolLM2's `ffn_down` (1536 x 576) on two threads,
+//! 96 MB of copies (L3): Q4_K 34.7-35.7 -> 44.0-44.4, Q6_K 33.3-34.4 ->
+//! 38.6-39.0, Q4_1 43.4-48.7 in the same runs. Prefill (N = 128, one
+//! thread, GFLOP/s): Q4_K K=4096 124.6-127.9 -> 140.2-145.5, K=1536
+//! 106.7-113.4 -> 118.1-120.4; Q6_K 112.4-112.9 -> 121.3-122.0.
 //!
 //! Rows one after another, or interleaved: with VNNI (whose AVX-512 VL
 //! encoding gives 32 vector registers) tiles of at most [`INTERLEAVE`]
@@ -34,8 +51,8 @@
 //! and lost. Software prefetch of the weights 2 to 8 blocks ahead did not
 //! help either way.
 //!
-//! Measured (one thread, 2-core Zen 4, weights in L2, ns per super-block
-//! and column, 2026-11-25): 1 x 8 tiles run Q4_K / Q5_K / Q6_K at 3.4 /
+//! Measured before the repacking (one thread, 2-core Zen 4, weights in L2,
+//! ns per super-block and column, 2026-11-25): 1 x 8 tiles run Q4_K / Q5_K / Q6_K at 3.4 /
 //! 3.7 / 3.7 (VNNI 2.9 / 3.1 / 3.1); 4 x 1 at 6.2 / 7.6 / 8.2 (VNNI
 //! interleaved 4.6 / 6.8 / 6.4).
 //!
@@ -92,7 +109,7 @@ pub(super) unsafe fn tile<const K: u8, const R: usize, const C: usize>(
 ///
 /// # Safety
 /// As [`tile`]; the host also has AVX512-VNNI and AVX512-VL.
-#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vnni,avx512vl")]
 pub(super) unsafe fn tile_vnni<const K: u8, const R: usize, const C: usize>(
     w: [*const u8; R],
     a: [Q8KRow; C],
@@ -166,23 +183,6 @@ unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: u8>
     }
 }
 
-/// `isum + madd(p, s)`.
-///
-/// # Safety
-/// The caller has AVX2, and AVX512-VNNI + VL when `VNNI` is [`EVEX`],
-/// AVX-VNNI when it is [`VEX`].
-#[inline(always)]
-unsafe fn dot_add<const VNNI: u8>(isum: __m256i, p: __m256i, s: __m256i) -> __m256i {
-    // SAFETY: the caller's features.
-    unsafe {
-        match VNNI {
-            EVEX => _mm256_dpwssd_epi32(isum, p, s),
-            VEX => _mm256_dpwssd_avx_epi32(isum, p, s),
-            _ => _mm256_add_epi32(isum, _mm256_madd_epi16(p, s)),
-        }
-    }
-}
-
 /// Sum of the 8 lanes.
 ///
 /// # Safety
@@ -220,9 +220,10 @@ unsafe fn load<T>(p: *const T) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
-/// Sub-block `j`'s Q5_K fifth bits (bit `j` of each byte of `qh`) moved to
-/// bit 4 of each byte, the rest cleared. The 16-bit shifts keep bit 4 of
-/// each byte within the byte for the shifts used (at most 4 left, 3 right).
+/// `qh` shifted so that bit `j` of each byte lands on bit 4 (Q5_K's fifth
+/// bits of vector `j`); bits elsewhere are left for [`or_masked`] to clear.
+/// The 16-bit shifts keep bit 4 of each byte within the byte for the shifts
+/// used (at most 4 left, 3 right).
 ///
 /// # Safety
 /// The caller has AVX2.
@@ -230,7 +231,7 @@ unsafe fn load<T>(p: *const T) -> __m256i {
 unsafe fn fifth_bits(qh: __m256i, j: usize) -> __m256i {
     // SAFETY: the caller's features.
     unsafe {
-        let x = match j {
+        match j {
             0 => _mm256_slli_epi16::<4>(qh),
             1 => _mm256_slli_epi16::<3>(qh),
             2 => _mm256_slli_epi16::<2>(qh),
@@ -239,8 +240,24 @@ unsafe fn fifth_bits(qh: __m256i, j: usize) -> __m256i {
             5 => _mm256_srli_epi16::<1>(qh),
             6 => _mm256_srli_epi16::<2>(qh),
             _ => _mm256_srli_epi16::<3>(qh),
-        };
-        _mm256_and_si256(x, _mm256_set1_epi8(0x10))
+        }
+    }
+}
+
+/// `a | (b & mask)`: one `vpternlogd` with AVX-512 (VL), two instructions
+/// otherwise.
+///
+/// # Safety
+/// The caller has AVX2, and AVX512-VL when `VNNI` is [`EVEX`].
+#[inline(always)]
+unsafe fn or_masked<const VNNI: u8>(a: __m256i, b: __m256i, mask: __m256i) -> __m256i {
+    // SAFETY: the caller's features.
+    unsafe {
+        match VNNI {
+            // Truth table of a | (b & c) over a = 0xF0, b = 0xCC, c = 0xAA.
+            EVEX => _mm256_ternarylogic_epi32::<0xF8>(a, b, mask),
+            _ => _mm256_or_si256(a, _mm256_and_si256(b, mask)),
+        }
     }
 }
 
@@ -295,13 +312,55 @@ unsafe fn mins_control() -> __m256i {
     }
 }
 
-/// Adds one Q4_K or Q5_K super-block of each of `RR` weight rows times
-/// block `b` of each column to `acc` (rows interleaved sub-block by
-/// sub-block).
+/// The `pshufb` control that puts byte `j` (scale `j` of a [`scales_mins`]
+/// vector, in both 128-bit lanes) at i16 lanes `2 j` and `2 j + 1`,
+/// zero-extended: scales 0..4 over the low half, 4..8 over the high one,
+/// each under the two i16 lanes of its sub-block's 32-bit lane.
 ///
 /// # Safety
-/// Each `blk[r]` points to one block of `K`; every `a[c]` has block `b`;
-/// the caller has [`tile_body`]'s features.
+/// The caller has AVX2.
+#[inline(always)]
+unsafe fn scales_control() -> __m256i {
+    // SAFETY: the caller's features.
+    unsafe {
+        _mm256_setr_epi8(
+            0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, //
+            4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
+        )
+    }
+}
+
+/// `acc + u q` over each 32-bit lane's 4 byte products: `vpdpbusd` with
+/// VNNI; plain AVX2 multiplies by `scales` on the way (`maddubs` + `madd`:
+/// its lanes come out already scaled).
+///
+/// # Safety
+/// The caller has AVX2, and AVX512-VNNI + VL when `VNNI` is [`EVEX`],
+/// AVX-VNNI when it is [`VEX`].
+#[inline(always)]
+unsafe fn lane_dot<const VNNI: u8>(
+    acc: __m256i,
+    u: __m256i,
+    q: __m256i,
+    scales: __m256i,
+) -> __m256i {
+    // SAFETY: the caller's features.
+    unsafe {
+        match VNNI {
+            EVEX => _mm256_dpbusd_epi32(acc, u, q),
+            VEX => _mm256_dpbusd_avx_epi32(acc, u, q),
+            _ => _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), scales)),
+        }
+    }
+}
+
+/// Adds one Q4_K or Q5_K super-block (repacked: lane `g` of every vector is
+/// sub-block `g`, [`super::repack`]) of each of `RR` weight rows times block
+/// `b` of each column to `acc` (rows interleaved vector by vector).
+///
+/// # Safety
+/// Each `blk[r]` points to one repacked block of `K`; every `a[c]` has block
+/// `b`, permuted alike; the caller has [`tile_body`]'s features.
 #[inline(always)]
 unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: u8>(
     table: &[f32; 65536],
@@ -314,12 +373,18 @@ unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: 
     unsafe {
         let sm: [__m256i; RR] =
             std::array::from_fn(|r| _mm256_broadcastsi128_si256(scales_mins(blk[r])));
+        // Plain AVX2: each scale under its sub-block's two i16 lanes.
+        let scales: [__m256i; RR] = if VNNI == PLAIN {
+            std::array::from_fn(|r| _mm256_shuffle_epi8(sm[r], scales_control()))
+        } else {
+            [_mm256_setzero_si256(); RR]
+        };
         let low = _mm256_set1_epi8(0x0F);
         let mut isum = [[_mm256_setzero_si256(); C]; RR];
         for j in 0..8 {
             for r in 0..RR {
-                // Sub-block j: values 32 j..; low nibbles of chunk j / 2 for
-                // even j, high for odd.
+                // Vector j: low nibbles of chunk j / 2 for even j, high for
+                // odd (Q5_K: fifth bits from bit j of qh).
                 let qs = blk[r].add(if K == kind::Q4_K { 16 } else { 48 });
                 let x = load(qs.add(32 * (j / 2)));
                 let mut u = if j % 2 == 0 {
@@ -328,17 +393,24 @@ unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: 
                     _mm256_and_si256(_mm256_srli_epi16::<4>(x), low)
                 };
                 if K == kind::Q5_K {
-                    u = _mm256_or_si256(u, fifth_bits(load(blk[r].add(16)), j));
+                    let fifth = fifth_bits(load(blk[r].add(16)), j);
+                    u = or_masked::<VNNI>(u, fifth, _mm256_set1_epi8(0x10));
                 }
-                // Scale j (byte j) zero-extended into every i16 lane.
-                let s = _mm256_shuffle_epi8(sm[r], _mm256_set1_epi16(j as i16 | -256));
                 for c in 0..C {
                     let q = load(a[c].qs.add(b * QK_K + 32 * j));
-                    isum[r][c] = dot_add::<VNNI>(isum[r][c], _mm256_maddubs_epi16(u, q), s);
+                    isum[r][c] = lane_dot::<VNNI>(isum[r][c], u, q, scales[r]);
                 }
             }
         }
         for r in 0..RR {
+            if VNNI != PLAIN {
+                // Lane g holds sub-block g's raw sum: times scale g (at
+                // most 63 * 32 * 31 * 127 < 2^23, exact).
+                let sc = _mm256_cvtepu8_epi32(_mm256_castsi256_si128(sm[r]));
+                for v in &mut isum[r] {
+                    *v = _mm256_mullo_epi32(*v, sc);
+                }
+            }
             let d = f16_splat(table, blk[r]);
             let dmin = f16_splat(table, blk[r].add(2));
             let mins = _mm256_shuffle_epi8(sm[r], mins_control());
@@ -355,24 +427,14 @@ unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: 
     }
 }
 
-/// The `pshufb` control that spreads i16 lane `lo` over the low 128-bit
-/// lane and i16 lane `lo + 1` over the high one.
+/// Adds one Q6_K super-block (repacked: lane `g` of vector `v` is
+/// sub-block `g + 8 (v / 4)`, [`super::repack`]) of each of `RR` weight rows
+/// times block `b` of each column to `acc` (rows interleaved vector by
+/// vector).
 ///
 /// # Safety
-/// The caller has AVX2.
-#[inline(always)]
-unsafe fn pick_pair(lo: i16) -> __m256i {
-    let word = |i: i16| (2 * i) | ((2 * i + 1) << 8);
-    // SAFETY: the caller's features.
-    unsafe { _mm256_setr_m128i(_mm_set1_epi16(word(lo)), _mm_set1_epi16(word(lo + 1))) }
-}
-
-/// Adds one Q6_K super-block of each of `RR` weight rows times block `b`
-/// of each column to `acc` (rows interleaved quarter by quarter).
-///
-/// # Safety
-/// Each `blk[r]` points to one Q6_K block; every `a[c]` has block `b`; the
-/// caller has [`tile_body`]'s features.
+/// Each `blk[r]` points to one repacked Q6_K block; every `a[c]` has block
+/// `b`, permuted alike; the caller has [`tile_body`]'s features.
 #[inline(always)]
 unsafe fn q6k_rows<const RR: usize, const C: usize, const VNNI: u8>(
     table: &[f32; 65536],
@@ -385,16 +447,32 @@ unsafe fn q6k_rows<const RR: usize, const C: usize, const VNNI: u8>(
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
         let top = _mm256_set1_epi8(0x30);
-        let mut isum = [[_mm256_setzero_si256(); C]; RR];
-        for half in 0..2 {
+        let sc_bytes: [__m128i; RR] =
+            std::array::from_fn(|r| _mm_loadu_si128(blk[r].add(192) as *const __m128i));
+        // Plain AVX2: scales 0..8 (vectors 0..4) and 8..16 (vectors 4..8),
+        // each under its sub-block's two i16 lanes, sign-extended.
+        let pair_scales = |r: usize, half: usize| {
+            if VNNI != PLAIN {
+                return _mm256_setzero_si256();
+            }
+            let x = sc_bytes[r];
+            let pairs = if half == 0 {
+                _mm_unpacklo_epi8(x, x)
+            } else {
+                _mm_unpackhi_epi8(x, x)
+            };
+            _mm256_cvtepi8_epi16(pairs)
+        };
+        let scales: [[__m256i; RR]; 2] =
+            std::array::from_fn(|half| std::array::from_fn(|r| pair_scales(r, half)));
+        // Per half: with VNNI the raw sums of sub-blocks 8 half + g, scaled
+        // after the block; plain AVX2 sums scaled products into half 0.
+        let mut isum = [[[_mm256_setzero_si256(); 2]; C]; RR];
+        for (half, half_scales) in scales.iter().enumerate() {
             for t in 0..4 {
                 for r in 0..RR {
-                    let sc = _mm_loadl_epi64(blk[r].add(192 + 8 * half) as *const __m128i);
-                    let scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
-                    // Quarter t: values 128 half + 32 t.., sub-blocks
-                    // 8 half + 2 t (low 128 bits) and 8 half + 2 t + 1 (high);
-                    // low 4 bits from ql (chunk t % 2, nibble t / 2), top 2
-                    // from bits 2 t, 2 t + 1 of qh.
+                    // Vector 4 half + t: low 4 bits from ql (chunk t % 2,
+                    // nibble t / 2), top 2 from bits 2 t, 2 t + 1 of qh.
                     let ql = load(blk[r].add(64 * half + 32 * (t % 2)));
                     let qh = load(blk[r].add(128 + 32 * half));
                     let lo4 = if t < 2 {
@@ -408,22 +486,38 @@ unsafe fn q6k_rows<const RR: usize, const C: usize, const VNNI: u8>(
                         2 => qh,
                         _ => _mm256_srli_epi16::<2>(qh),
                     };
-                    let u = _mm256_or_si256(lo4, _mm256_and_si256(hi2, top));
-                    let s = _mm256_shuffle_epi8(scales, pick_pair(2 * t as i16));
+                    let u = or_masked::<VNNI>(lo4, hi2, top);
+                    let h = if VNNI == PLAIN { 0 } else { half };
                     for c in 0..C {
                         let q = load(a[c].qs.add(b * QK_K + 128 * half + 32 * t));
-                        isum[r][c] = dot_add::<VNNI>(isum[r][c], _mm256_maddubs_epi16(u, q), s);
+                        isum[r][c][h] = lane_dot::<VNNI>(isum[r][c][h], u, q, half_scales[r]);
                     }
                 }
             }
         }
         for r in 0..RR {
             let d = f16_splat(table, blk[r].add(208));
-            let sc_all = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk[r].add(192) as *const __m128i));
+            let sc_all = _mm256_cvtepi8_epi16(sc_bytes[r]);
+            let (sc_lo, sc_hi) = if VNNI == PLAIN {
+                (_mm256_setzero_si256(), _mm256_setzero_si256())
+            } else {
+                (
+                    _mm256_cvtepi8_epi32(sc_bytes[r]),
+                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc_bytes[r], sc_bytes[r])),
+                )
+            };
             for c in 0..C {
+                let [s0, s1] = isum[r][c];
+                // Raw sums times their (signed) scales: at most 16 * 63 *
+                // 127 * 128 < 2^25 each, exact.
+                let isum = if VNNI == PLAIN {
+                    s0
+                } else {
+                    _mm256_add_epi32(_mm256_mullo_epi32(s0, sc_lo), _mm256_mullo_epi32(s1, sc_hi))
+                };
                 let bsums = load(a[c].bsums.add(b * (QK_K / SUM_ELEMS)));
                 let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc_all));
-                let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r][c], offset));
+                let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, offset));
                 let dy = _mm256_broadcast_ss(&*a[c].d.add(b));
                 acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), s, acc[r][c]);
             }

@@ -16,8 +16,10 @@
 //!   ([`tile::edge_tile`]).
 //!
 //! Dot products ([`tile`]): AVX2 (+FMA) where the host has it, with
-//! AVX512-VNNI's `vpdpwssd` where it has that too (`avx2`), the portable
-//! [`scalar`] code otherwise (also the tests' oracle). [`Isa::detect`] picks.
+//! AVX512-VNNI's or AVX-VNNI's `vpdpbusd` where it has that too (`avx2`), on
+//! weights repacked at load and activations permuted alike ([`repack`]); the
+//! portable [`scalar`] code otherwise, on the stored layout (also the tests'
+//! oracle). [`Isa::detect`] picks.
 //!
 //! Tile shapes, measured (one thread, 2-core Zen 4, ns per super-block and
 //! column with the weights in L2, 2026-11-25): 1 x 8 beat 1 x 4, 2 x 4,
@@ -31,8 +33,14 @@
 //! threads, alternating runs): 4096 x 4096 Q4_K 7.3-7.5 / 11.9-15.3 against
 //! 12.0-13.0 / 29.1-39.7 with four streams; SmolLM2's `ffn_down` (1536 x 576)
 //! 5.8-6.4 / 14.1-21.6 against 11.9-12.0 / 19.7-27.7 (Q4_1 repacked, same
-//! runs: 13.0-13.2 / 37.5-45.8). So the streams stay; why the K-quant tiles
-//! gain less from a second thread than Q4_1's lanes is not found yet.
+//! runs: 13.0-13.2 / 37.5-45.8). So the streams stay. Why the K-quant tiles
+//! gained less from a second thread than Q4_1's lanes (found 2026-11-27):
+//! with the weights in L2 one thread ran them at half the lane kernel's
+//! rate (instruction-bound), so on two threads, where the L3 feeds more
+//! than one core takes, they ran out of compute first; and the stored
+//! tensors sat on 4 KiB pages, where Q4_1's repacked copies sit on huge
+//! pages. The SIMD tiles now read weights repacked ([`repack`]; figures in
+//! `avx2`'s doc).
 //!
 //! Integer bounds (why i16 and i32 suffice): Q8_K quants lie in -127..=127
 //! and their sums of 16 in -2032..=2032; weight quants are unsigned (Q4_K
@@ -48,17 +56,20 @@
 //!   multiple of 256 and an instruction set the host has (checked in
 //!   [`KQuantMatMul::with_isa`]); a run never fails or panics;
 //! - scratch holds one Q8_K row ([`q8k::row_bytes`]) per src1 row of every
-//!   batch, written in phase 1 and only read in phase 2;
+//!   batch, written in phase 1 and only read in phase 2; its quants are in
+//!   [`repack`]'s order exactly when the weights are repacked (SIMD sets);
 //! - each thread writes only the dst rows of its items.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 pub mod q8k;
+pub mod repack;
 pub mod scalar;
 pub mod scales;
 pub mod tile;
 
 use super::convert::for_src1_rows;
+use super::packed::{PackedWeights, RepackCache};
 use super::shape::Geometry;
 use super::split::Split;
 use super::unsupported;
@@ -67,6 +78,7 @@ use crate::cpu::{CpuKernel, ThreadCtx};
 use ir::DType;
 use q8k::{Q8KRow, QK_K};
 use std::ops::Range;
+use std::sync::Arc;
 use tile::{edge_tile, full_tile};
 
 /// Weight formats, as const generic parameters of the kernels.
@@ -105,11 +117,11 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA.
     Avx2,
-    /// The AVX2 kernels with AVX-VNNI's `vpdpwssd` (the VEX form: hosts
+    /// The AVX2 kernels with AVX-VNNI's `vpdpbusd` (the VEX form: hosts
     /// without AVX-512).
     AvxVnni,
-    /// The AVX2 kernels with AVX512-VNNI's 256-bit `vpdpwssd` (needs
-    /// AVX512-VNNI and AVX512-VL besides).
+    /// The AVX2 kernels with AVX512-VNNI's 256-bit `vpdpbusd` and
+    /// AVX512-VL's `vpternlogd` (needs AVX512-F, -VNNI and -VL).
     Avx512Vnni,
 }
 
@@ -143,7 +155,7 @@ impl Isa {
                 if has!("avxvnni") {
                     v.push(Isa::AvxVnni);
                 }
-                if has!("avx512vnni") && has!("avx512vl") {
+                if has!("avx512f") && has!("avx512vnni") && has!("avx512vl") {
                     v.push(Isa::Avx512Vnni);
                 }
             }
@@ -182,18 +194,40 @@ pub struct KQuantMatMul {
     isa: Isa,
     /// Bytes of one quantized src1 row.
     qrow_bytes: usize,
+    /// src0 repacked for the SIMD tiles ([`repack`]); `None` with the
+    /// scalar set, which reads src0 in place.
+    packed: Option<Arc<PackedWeights>>,
 }
 
 impl KQuantMatMul {
-    /// A kernel for `geo` with the host's best instruction set.
-    pub fn new(geo: Geometry) -> Result<KQuantMatMul, RuntimeError> {
-        KQuantMatMul::with_isa(geo, Isa::detect())
+    /// A kernel for `geo` with the host's best instruction set, src0
+    /// repacked through `repack` ([`KQuantMatMul::with_isa`]).
+    ///
+    /// # Safety
+    /// With `repack`, src0's bytes are readable now and never change while
+    /// the kernel lives.
+    pub unsafe fn new(
+        geo: Geometry,
+        repack: Option<&RepackCache>,
+    ) -> Result<Option<KQuantMatMul>, RuntimeError> {
+        // SAFETY: forwarded.
+        unsafe { KQuantMatMul::with_isa(geo, Isa::detect(), repack) }
     }
 
-    /// A kernel that uses `isa` (tests compare every set the host has).
+    /// A kernel that uses `isa` (tests compare every set the host has). The
+    /// SIMD sets read src0 repacked ([`repack`]): `None` when `repack` is
+    /// `None` or cannot make the copy (no memory, src0 not contiguous), so
+    /// the caller can read src0 another way.
     /// Errors: src0 is not Q4_K, Q5_K or Q6_K, K is not a multiple of 256,
     /// or the host lacks `isa`.
-    pub fn with_isa(geo: Geometry, isa: Isa) -> Result<KQuantMatMul, RuntimeError> {
+    ///
+    /// # Safety
+    /// As [`KQuantMatMul::new`].
+    pub unsafe fn with_isa(
+        geo: Geometry,
+        isa: Isa,
+        repack: Option<&RepackCache>,
+    ) -> Result<Option<KQuantMatMul>, RuntimeError> {
         let Some(kind) = weight_kind(geo.src0.dtype) else {
             return Err(unsupported(format!(
                 "the K-quant route needs Q4_K, Q5_K or Q6_K weights, not {}",
@@ -209,12 +243,39 @@ impl KQuantMatMul {
         if !Isa::available().contains(&isa) {
             return Err(unsupported(format!("the host lacks {isa:?}")));
         }
-        Ok(KQuantMatMul {
+        let packed = match (isa, repack) {
+            (Isa::Scalar, _) => None,
+            // SAFETY: src0 is readable and never changes (caller's contract).
+            (_, Some(cache)) => match unsafe { cache.get(&geo.src0) } {
+                Some(copy) => Some(copy),
+                None => return Ok(None),
+            },
+            (_, None) => return Ok(None),
+        };
+        Ok(Some(KQuantMatMul {
             geo,
             kind,
             isa,
             qrow_bytes: q8k::row_bytes(geo.k),
-        })
+            packed,
+        }))
+    }
+
+    /// The first byte of row 0 of batch (`b2`, `b3`) as the tiles read it:
+    /// in the repacked copy when there is one.
+    ///
+    /// # Safety
+    /// (`b2`, `b3`) is a batch of src0.
+    unsafe fn weight_rows(&self, b2: usize, b3: usize) -> *const u8 {
+        // SAFETY: row 0 of the batch is inside src0, and the copy has
+        // src0's rows at the same offsets.
+        unsafe {
+            let row = self.geo.src0_row(0, b2, b3);
+            match &self.packed {
+                Some(copy) => copy.row(row),
+                None => row,
+            }
+        }
     }
 
     /// Quantizes this thread's share of src1's rows into `scratch`.
@@ -224,9 +285,19 @@ impl KQuantMatMul {
     unsafe fn quantize_src1(&self, ctx: &ThreadCtx<'_>, scratch: *mut u8) {
         let rows = ctx.share(self.geo.n * self.geo.batches());
         let quantize = |r: usize, x: &[f32]| {
+            let out = scratch.wrapping_add(r * self.qrow_bytes);
             // SAFETY: quantized row r lies inside the scratch; only this
             // thread writes it; the host has self.isa (checked at new).
-            unsafe { q8k::quantize_row(x, scratch.add(r * self.qrow_bytes), self.isa) };
+            unsafe { q8k::quantize_row(x, out, self.isa) };
+            if self.packed.is_some() {
+                // The repacked weights' order ([`repack`]); the row's
+                // quants are its first `k` bytes.
+                // SAFETY: as above.
+                let qs = unsafe { std::slice::from_raw_parts_mut(out as *mut i8, x.len()) };
+                for block in qs.chunks_exact_mut(QK_K) {
+                    repack::permute_activations(self.kind, block);
+                }
+            }
         };
         // SAFETY: this thread's share of src1's rows.
         unsafe { for_src1_rows(&self.geo, rows, quantize) };
@@ -278,7 +349,7 @@ impl KQuantMatMul {
         // SAFETY: row 0 and the C columns are inside the extents.
         let (w0, dst0) = unsafe {
             let dst0: [*mut f32; C] = std::array::from_fn(|c| g.dst_at(0, c, b2, b3));
-            (g.src0_row(0, b2, b3), dst0)
+            (self.weight_rows(b2, b3), dst0)
         };
         let (nb1, nb0) = (g.src0.nb[1] as usize, g.dst.nb[0] as usize / 4);
         let full = full_tile::<MATVEC_R, C>(self.isa, self.kind);
@@ -325,7 +396,7 @@ impl KQuantMatMul {
         let row_bytes = nb * kind::block_bytes(self.kind);
         let chunk = (CHUNK_BYTES / row_bytes).clamp(R, 256) / R * R;
         // SAFETY: row 0 and dst (0, 0) are inside the extents.
-        let (w0, dst0) = unsafe { (g.src0_row(0, b2, b3), g.dst_at(0, 0, b2, b3)) };
+        let (w0, dst0) = unsafe { (self.weight_rows(b2, b3), g.dst_at(0, 0, b2, b3)) };
         let nb1 = g.src0.nb[1] as usize;
         let (di, dj) = (g.dst.nb[0] as usize / 4, g.dst.nb[1] as usize / 4);
         let full = full_tile::<R, C>(self.isa, self.kind);
@@ -385,10 +456,15 @@ impl CpuKernel for KQuantMatMul {
 
     fn describe(&self) -> String {
         format!(
-            "mul_mat {} x {} (int8 {})",
+            "mul_mat {} x {} (int8 {}{})",
             self.geo.src0.dtype,
             self.geo.src1.dtype,
-            self.isa.label()
+            self.isa.label(),
+            if self.packed.is_some() {
+                ", repacked"
+            } else {
+                ""
+            }
         )
     }
 }

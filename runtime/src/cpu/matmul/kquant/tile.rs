@@ -9,9 +9,10 @@ use super::{Isa, kind, scalar};
 /// A kernel for tiles of `R` weight rows x `C` activation rows.
 ///
 /// # Safety
-/// Each weight pointer points to `nb` blocks of the kernel's format, each
-/// activation row has at least `nb` blocks, and the host supports the
-/// kernel's instruction set.
+/// Each weight pointer points to `nb` blocks of the kernel's format (for
+/// every set but [`Isa::Scalar`], repacked: [`super::repack`]), each
+/// activation row has at least `nb` blocks (permuted alike), and the host
+/// supports the kernel's instruction set.
 pub type TileFn<const R: usize, const C: usize> =
     unsafe fn([*const u8; R], [Q8KRow; C], usize) -> [[f32; C]; R];
 

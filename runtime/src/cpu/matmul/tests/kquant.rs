@@ -8,7 +8,9 @@ use super::{Buf, Route, Tensor, check};
 use crate::cpu::matmul::kquant::q8k::{self, Q8KRow, QK_K, SUM_ELEMS};
 use crate::cpu::matmul::kquant::scales::{q4k_scales_mins, q5k_fifth_bit, q6k_quant};
 use crate::cpu::matmul::kquant::tile::{TileFn, full_tile};
-use crate::cpu::matmul::kquant::{Isa, kind, scalar, weight_kind};
+use crate::cpu::matmul::kquant::{Isa, kind, repack, scalar, weight_kind};
+use crate::cpu::matmul::packed::RepackCache;
+use crate::cpu::matmul::{Precision, prepare_mul_mat_weights};
 use ir::DType;
 use kernels::testing::Rng;
 
@@ -262,11 +264,45 @@ fn kquant_simd_dots_match_scalar_and_dequantized() {
                     );
                 }
             }
+            // The SIMD tiles read repacked weights and activations permuted
+            // alike (`kquant::repack`).
+            let w_rep: Vec<Vec<u8>> = w
+                .iter()
+                .map(|row| {
+                    let mut out = vec![0u8; row.len()];
+                    // SAFETY: both hold nb blocks.
+                    unsafe { repack::repack_rows(k, row.as_ptr(), out.as_mut_ptr(), 1, nb) };
+                    out
+                })
+                .collect();
+            let mut act_p = Buf::new(q8k::row_bytes(kk) * C);
+            act_p.bytes().copy_from_slice(act.bytes());
+            for c in 0..C {
+                let at = c * q8k::row_bytes(kk);
+                for block in act_p.bytes()[at..at + kk].chunks_exact_mut(QK_K) {
+                    // SAFETY: i8 and u8 have one layout.
+                    let block: &mut [i8] = unsafe { &mut *(block as *mut [u8] as *mut [i8]) };
+                    repack::permute_activations(k, block);
+                }
+            }
+            // SAFETY: rows inside the buffer.
+            let a_p: [Q8KRow; C] = std::array::from_fn(|c| unsafe {
+                Q8KRow::at(act_p.ptr().add(c * q8k::row_bytes(kk)), kk)
+            });
+            let wp_rep: [*const u8; R] = std::array::from_fn(|r| w_rep[r].as_ptr());
+            // Every SIMD set computes the same integer sums and f32 steps.
+            let mut simd_bits: Option<Vec<u32>> = None;
             for isa in Isa::available() {
-                let compare = |shape: (usize, usize), got: &dyn Fn(usize, usize) -> f32| {
+                let (wp, a) = match isa {
+                    Isa::Scalar => (wp, a),
+                    _ => (wp_rep, a_p),
+                };
+                let mut bits = Vec::new();
+                let mut compare = |shape: (usize, usize), got: &dyn Fn(usize, usize) -> f32| {
                     for r in 0..shape.0 {
                         for c in 0..shape.1 {
                             let (x, y) = (want[r][c], got(r, c));
+                            bits.push(y.to_bits());
                             assert!(
                                 f64::from((x - y).abs()) <= 1e-5 * mag[r][c] + 1e-35,
                                 "kind {k} {isa:?} nb {nb} tile {shape:?} [{r}][{c}]: scalar {x} vs {y} (magnitude {})",
@@ -312,6 +348,15 @@ fn kquant_simd_dots_match_scalar_and_dequantized() {
                 compare((3, 1), &|r, c| t[r][c]);
                 let t = run(full_tile::<1, 8>(isa, k), wp, a, nb);
                 compare((1, 8), &|r, c| t[r][c]);
+                if isa != Isa::Scalar {
+                    match &simd_bits {
+                        None => simd_bits = Some(bits),
+                        Some(first) => assert!(
+                            *first == bits,
+                            "kind {k} nb {nb}: {isa:?} differs from the first SIMD set"
+                        ),
+                    }
+                }
             }
         }
     }
@@ -374,16 +419,33 @@ fn q8k_simd_quantizer_matches_scalar_and_rounds_to_nearest() {
 }
 
 #[test]
-fn kquant_default_route_is_the_integer_kernel() {
+fn kquant_default_route_is_the_integer_kernel_on_weights() {
     let mut rng = Rng::new(36);
     for t in KQUANTS {
         for n in [1, 9] {
             let mut a = Tensor::packed(&mut rng, t, [256, 3, 1, 1]);
             let mut b = Tensor::packed(&mut rng, DType::F32, [256, n, 1, 1]);
             let mut dst = Tensor::packed(&mut rng, DType::F32, [3, n, 1, 1]);
-            let kernel = crate::cpu::matmul::prepare_mul_mat(dst.raw(), a.raw(), b.raw()).unwrap();
-            let want = format!("(int8 {})", Isa::detect().label());
+            let repack = RepackCache::new();
+            // SAFETY: a's bytes do not change while the kernel lives.
+            let kernel = unsafe {
+                prepare_mul_mat_weights(dst.raw(), a.raw(), b.raw(), Precision::Fast, &repack)
+            }
+            .unwrap();
+            let isa = Isa::detect();
+            let want = match isa {
+                Isa::Scalar => "(int8 scalar)".to_string(),
+                _ => format!("(int8 {}, repacked)", isa.label()),
+            };
             assert!(kernel.describe().ends_with(&want), "{}", kernel.describe());
+            // Not a weight (no repacked copy): the SIMD sets leave it to gemm.
+            let kernel = crate::cpu::matmul::prepare_mul_mat(dst.raw(), a.raw(), b.raw()).unwrap();
+            assert_eq!(
+                kernel.describe().contains("int8"),
+                isa == Isa::Scalar,
+                "{}",
+                kernel.describe()
+            );
         }
     }
 }
@@ -397,6 +459,7 @@ fn kquant_prepare_refuses_other_weights() {
     let mut b = Tensor::packed(&mut rng, DType::F32, [256, 2, 1, 1]);
     let mut dst = Tensor::packed(&mut rng, DType::F32, [3, 2, 1, 1]);
     let geo = Geometry::new(dst.raw(), a.raw(), b.raw()).unwrap();
-    assert!(KQuantMatMul::new(geo).is_err());
+    // SAFETY: a's bytes do not change while the kernel lives.
+    assert!(unsafe { KQuantMatMul::new(geo, Some(&RepackCache::new())) }.is_err());
     assert!(weight_kind(DType::Q4_K).is_some() && weight_kind(DType::Q4_1).is_none());
 }

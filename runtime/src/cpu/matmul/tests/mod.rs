@@ -86,7 +86,8 @@ enum Route {
     /// The integer kernel with this instruction set; `true`: src0 prepared
     /// as a weight (repacked where the set does that: AVX2).
     Quant(Isa, bool),
-    /// The K-quant kernel with this instruction set ([`super::kquant`]).
+    /// The K-quant kernel with this instruction set ([`super::kquant`]),
+    /// src0 repacked (but for the scalar set, which reads it in place).
     KQuant(KQuantIsa),
     /// src0 packed in panels for this set ([`super::panel`]); besides the
     /// reference, each element must equal, to the bit, one `f32::mul_add`
@@ -156,9 +157,17 @@ fn check(a: &mut Tensor, b: &mut Tensor, route: Route) {
                     weight.then_some(&repack),
                 )
             }),
+            // SAFETY: a's bytes do not change while the kernel lives.
             Route::KQuant(isa) => Box::new(
-                KQuantMatMul::with_isa(Geometry::new(raw_dst, a.raw(), b.raw()).unwrap(), isa)
-                    .unwrap(),
+                unsafe {
+                    KQuantMatMul::with_isa(
+                        Geometry::new(raw_dst, a.raw(), b.raw()).unwrap(),
+                        isa,
+                        Some(&repack),
+                    )
+                }
+                .unwrap()
+                .expect("a repacked copy of a contiguous src0"),
             ),
             Route::Panels(isa) => {
                 let geo = Geometry::new(raw_dst, a.raw(), b.raw()).unwrap();
