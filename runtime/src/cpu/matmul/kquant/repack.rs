@@ -27,6 +27,11 @@
 //! the copies). The activations' sums of 16 (`bsums`) and scales keep the
 //! stored order: they are indexed by sub-block, not by position.
 //!
+//! Speed: one thread repacks 1.4-1.6 GB/s of Q4_K and Q6_K blocks and 0.56
+//! GB/s of Q5_K (2026-11-27, the 2-core Xeon of `avx2`'s figures, a timing of
+//! 20,000 blocks into fresh memory); SmolLM2 Q4_K_M's 30 K-quant matrices (19
+//! MB) take about 15 ms of its load.
+//!
 //! Invariant: `source(kind, .)` is a permutation of `0..256` for each kind
 //! (tested), so a repacked block holds exactly the stored block's quants.
 
@@ -50,29 +55,36 @@ fn low_nibbles_at(kind: u8) -> usize {
 /// Q6_K per half `h`: values `128 h + 32 t + l` take nibble `t / 2` of
 /// `ql[64 h + 32 (t % 2) + l]` and bits `2 t, 2 t + 1` of `qh[32 h + l]`.
 fn unpack(kind: u8, blk: &[u8]) -> [u8; QK_K] {
+    // Fixed-size views: the loops below compile without bounds checks.
     let mut u = [0u8; QK_K];
-    let ql = &blk[low_nibbles_at(kind)..];
     if kind == kind::Q6_K {
+        let ql: &[u8; 128] = blk[..128].try_into().expect("Q6_K ql");
+        let qh: &[u8; 64] = blk[128..192].try_into().expect("Q6_K qh");
         for h in 0..2 {
             for t in 0..4 {
                 for l in 0..32 {
                     let low = (ql[64 * h + 32 * (t % 2) + l] >> (4 * (t / 2))) & 0x0F;
-                    let high = (blk[128 + 32 * h + l] >> (2 * t)) & 3;
+                    let high = (qh[32 * h + l] >> (2 * t)) & 3;
                     u[128 * h + 32 * t + l] = low | (high << 4);
                 }
             }
         }
         return u;
     }
+    let at = low_nibbles_at(kind);
+    let qs: &[u8; 128] = blk[at..at + 128].try_into().expect("quant nibbles");
     for c in 0..4 {
         for l in 0..32 {
-            u[64 * c + l] = ql[32 * c + l] & 0x0F;
-            u[64 * c + 32 + l] = ql[32 * c + l] >> 4;
+            u[64 * c + l] = qs[32 * c + l] & 0x0F;
+            u[64 * c + 32 + l] = qs[32 * c + l] >> 4;
         }
     }
     if kind == kind::Q5_K {
-        for (i, v) in u.iter_mut().enumerate() {
-            *v |= ((blk[16 + i % 32] >> (i / 32)) & 1) << 4;
+        let qh: &[u8; 32] = blk[16..48].try_into().expect("Q5_K qh");
+        for j in 0..8 {
+            for l in 0..32 {
+                u[32 * j + l] |= ((qh[l] >> j) & 1) << 4;
+            }
         }
     }
     u
@@ -81,26 +93,35 @@ fn unpack(kind: u8, blk: &[u8]) -> [u8; QK_K] {
 /// Writes the 256 unsigned quants `u` (value order) into the quant fields
 /// of `blk`, the inverse of [`unpack`]; other bytes are left as they are.
 fn pack(kind: u8, u: &[u8; QK_K], blk: &mut [u8]) {
-    let at = low_nibbles_at(kind);
     if kind == kind::Q6_K {
+        let (ql, rest) = blk.split_at_mut(128);
+        let ql: &mut [u8; 128] = ql.try_into().expect("Q6_K ql");
+        let qh: &mut [u8; 64] = (&mut rest[..64]).try_into().expect("Q6_K qh");
         for h in 0..2 {
             for l in 0..32 {
                 let v = |t: usize| u[128 * h + 32 * t + l];
-                blk[64 * h + l] = (v(0) & 0x0F) | ((v(2) & 0x0F) << 4);
-                blk[64 * h + 32 + l] = (v(1) & 0x0F) | ((v(3) & 0x0F) << 4);
-                blk[128 + 32 * h + l] = (0..4).map(|t| (v(t) >> 4) << (2 * t)).sum();
+                ql[64 * h + l] = (v(0) & 0x0F) | ((v(2) & 0x0F) << 4);
+                ql[64 * h + 32 + l] = (v(1) & 0x0F) | ((v(3) & 0x0F) << 4);
+                qh[32 * h + l] =
+                    (v(0) >> 4) | ((v(1) >> 4) << 2) | ((v(2) >> 4) << 4) | ((v(3) >> 4) << 6);
             }
         }
         return;
     }
+    let at = low_nibbles_at(kind);
+    let qs: &mut [u8; 128] = (&mut blk[at..at + 128]).try_into().expect("quant nibbles");
     for c in 0..4 {
         for l in 0..32 {
-            blk[at + 32 * c + l] = (u[64 * c + l] & 0x0F) | ((u[64 * c + 32 + l] & 0x0F) << 4);
+            qs[32 * c + l] = (u[64 * c + l] & 0x0F) | ((u[64 * c + 32 + l] & 0x0F) << 4);
         }
     }
     if kind == kind::Q5_K {
-        for l in 0..32 {
-            blk[16 + l] = (0..8).map(|j| ((u[32 * j + l] >> 4) & 1) << j).sum();
+        let qh: &mut [u8; 32] = (&mut blk[16..48]).try_into().expect("Q5_K qh");
+        qh.fill(0);
+        for j in 0..8 {
+            for l in 0..32 {
+                qh[l] |= ((u[32 * j + l] >> 4) & 1) << j;
+            }
         }
     }
 }
@@ -119,7 +140,13 @@ pub fn source(kind: u8, p: usize) -> usize {
 pub fn repack_block(kind: u8, src: &[u8], dst: &mut [u8]) {
     dst.copy_from_slice(src);
     let stored = unpack(kind, src);
-    pack(kind, &std::array::from_fn(|p| stored[source(kind, p)]), dst);
+    // Runs of 4 positions hold runs of 4 values (module doc).
+    let mut u = [0u8; QK_K];
+    for (run, out) in u.chunks_exact_mut(4).enumerate() {
+        let from = source(kind, 4 * run);
+        out.copy_from_slice(&stored[from..from + 4]);
+    }
+    pack(kind, &u, dst);
 }
 
 /// Repacks `rows` rows of `nb` blocks of `kind` from `src` into `dst`.
