@@ -30,6 +30,10 @@ pub struct BenchArgs {
     /// Timed runs (after one warm-up run).
     #[arg(long, default_value_t = 10)]
     runs: usize,
+    /// Also list the N slowest steps (median time), each with its fastest
+    /// run, its kernel and GFLOP/s.
+    #[arg(long, value_name = "N")]
+    steps: Option<usize>,
     #[command(flatten)]
     rpc: crate::cmd_run::RpcArgs,
 }
@@ -108,10 +112,14 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             n as f64 / (med / 1e3)
         );
     }
+    let step_medians: Vec<f64> = per_step.iter_mut().map(|v| median(v)).collect();
+    if let Some(n) = args.steps {
+        slowest_steps(&plan, &rt, &step_medians, &per_step, n);
+    }
     let mut by_kind: BTreeMap<&str, Totals> = BTreeMap::new();
     let mut by_split: BTreeMap<usize, Totals> = BTreeMap::new();
     for (i, step) in rt.steps().iter().enumerate() {
-        let ns = median(&mut per_step[i]);
+        let ns = step_medians[i];
         for t in [
             by_kind.entry(step.kind).or_default(),
             by_split.entry(step.split).or_default(),
@@ -164,4 +172,34 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         ceilings.fma_gflops_per_core * rt.threads() as f64
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the `n` steps with the largest median time: its median and fastest
+/// run, GFLOP/s at both, what it writes and its kernel. `per_step` holds each
+/// step's times, sorted (by [`median`]).
+fn slowest_steps(
+    plan: &ir::plan::Plan,
+    rt: &runtime::Runtime,
+    medians: &[f64],
+    per_step: &[Vec<f64>],
+    n: usize,
+) {
+    let mut order: Vec<usize> = (0..medians.len()).collect();
+    order.sort_by(|&a, &b| medians[b].total_cmp(&medians[a]).then(a.cmp(&b)));
+    println!("\nslowest steps (median and fastest of the runs):");
+    for i in order.into_iter().take(n) {
+        let step = &rt.steps()[i];
+        let fastest = per_step[i].first().copied().unwrap_or(0.0);
+        let gflops = |ns: f64| step.flops as f64 / ns.max(1.0);
+        println!(
+            "  step {i:>4} {:<9} {:>8.3} ms {:>8.3} ms {:>7.1} {:>7.1} GFLOP/s  {}  {}",
+            step.kind,
+            medians[i] / 1e6,
+            fastest / 1e6,
+            gflops(medians[i]),
+            gflops(fastest),
+            plan.tensors[step.dst as usize].name,
+            step.kernel.describe()
+        );
+    }
 }

@@ -76,6 +76,39 @@ fn bench_prints_the_ceiling_and_per_op_figures() {
     ] {
         assert!(t.contains(needle), "missing '{needle}': {t}");
     }
+    assert!(!t.contains("slowest steps"), "only with --steps: {t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_steps_lists_the_slowest_steps_with_their_kernels() {
+    let dir = scratch_dir("bench_steps");
+    let p = plan(&dir, "llama2l.ron", "cpu");
+    let args = ["bench", &p, "--random-weights", "1", "--runs", "3"];
+    let out = ggplan(&[&args[..], &["--threads", "1", "--steps", "4"]].concat());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let listed: Vec<&str> = t
+        .lines()
+        .skip_while(|l| !l.starts_with("slowest steps"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  step"))
+        .collect();
+    assert_eq!(listed.len(), 4, "{t}");
+    // Which steps are slowest is a timing; what each line names is not.
+    let mut indices: Vec<&str> = listed
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    indices.dedup();
+    assert_eq!(indices.len(), 4, "each step once: {t}");
+    for line in &listed {
+        assert!(line.contains("GFLOP/s") && line.contains(" ms"), "{t}");
+    }
+    assert!(
+        listed.iter().any(|l| l.contains("mul_mat f32 x f32")),
+        "a product's kernel is named: {t}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

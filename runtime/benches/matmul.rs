@@ -6,6 +6,9 @@
 //!   bytes read and % of the memcpy ceiling (read + write, 1 thread). Several
 //!   weight copies, together larger than the L3 cache, are used in turn so
 //!   that each product reads its weights from memory;
+//! - llama2l's f32 weight products (N = 128): GFLOP/s, on one product
+//!   repeated (its weights partly in L2) or, with `MATMUL_COMPUTE_COPIES=N`,
+//!   on N distinct products in turn (weights from L3, as in a model);
 //! - Q4_1 prefill (N = 128) at a small model's FFN sizes: GFLOP/s (K-quants
 //!   on both their routes, the integer one and f32 gemm);
 //! - SmolLM2 Q4_K_M's `ffn_down` (1536 x 576) as Q4_1, Q4_K, Q6_K and Q5_0
@@ -146,7 +149,11 @@ fn compute_bound_on(
     runs: usize,
     route: Option<Route>,
 ) -> [f64; 2] {
-    let (_keep, kernels, what) = products_on(t0, kmn, 1, route);
+    // One product's weights stay in L2 between runs (for the smaller
+    // shapes); in a model they come from L3: `MATMUL_COMPUTE_COPIES=32`
+    // runs that many distinct products in turn.
+    let copies = std::env::var("MATMUL_COMPUTE_COPIES").map_or(1, |v| v.parse().unwrap());
+    let (_keep, kernels, what) = products_on(t0, kmn, copies, route);
     let (k, m, n) = kmn;
     let flops = 2.0 * (k * m * n) as f64;
     let mut secs = [0.0; 2];

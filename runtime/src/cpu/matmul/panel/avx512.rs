@@ -10,6 +10,9 @@ const MR: usize = 32;
 /// Activation block width.
 const NR: usize = 14;
 
+/// How far ahead of its reads a tile prefetches its panel (bytes).
+const PREFETCH_AHEAD: usize = 4096;
+
 /// One depth step of a panel: its 32 rows as two vectors (f16 widened).
 ///
 /// # Safety
@@ -61,6 +64,11 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
         // SAFETY: the panel holds MR values per depth step, 32-byte aligned;
         // the column block NR per step, of which the first N are set.
         unsafe {
+            if t.prefetch {
+                // A hint: never faults, even past the panel's end.
+                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_AHEAD) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_AHEAD + 64) as *const i8);
+            }
             let (a0, a1) = load_rows::<F16>(a);
             for j in 0..N {
                 let s = _mm512_set1_ps(*b.add(j));

@@ -14,6 +14,18 @@
 //! column block, runs one tile: `rows x cols` accumulators in registers (one
 //! column: four panels per call, [`Matvec4`]).
 //!
+//! The first tile over a panel's depth block prefetches the panel 4 KiB
+//! ahead of its reads ([`Tile::prefetch`]); the later tiles find the block in
+//! L2. Why (2026-11-27, 2-core Xeon, family 6 model 207, `benches/matmul.rs
+//! -- "f32 llama2l"`, one thread): one product repeated, whose weights stay
+//! partly in L2, ran llama2l's shapes at 85-89% of the FMA peak, but 32
+//! distinct products in turn (weights from L3, as in the model, where
+//! `mul_mat` ran at 68%) at 70-74%, and the f32 tiles wait on the first
+//! pass over each panel. With the prefetch: 76-81% (AVX2 tiles on the same
+//! host: +3-7%). Prefetching the next panel into L2 during the current
+//! one's tiles instead, or putting the panels on huge pages, changed
+//! nothing measurable.
+//!
 //! Invariants:
 //! - each dst element is one chain of fused multiply-adds over `kk = 0..K`
 //!   in order, starting from +0 (between depth blocks the accumulator goes
@@ -61,6 +73,10 @@ pub struct Tile {
     pub depth: usize,
     /// Continue the chains stored in dst (every depth block but the first).
     pub load: bool,
+    /// Prefetch the panel ahead of the reads (a hint, never a fault): the
+    /// first tile over a panel's depth block reads it from L3 or memory;
+    /// the later ones find it in L2 (module doc).
+    pub prefetch: bool,
 }
 
 /// One column (N = 1) against four panels at once: four weight streams in
@@ -190,6 +206,7 @@ impl CpuKernel for PanelMatMul {
                     cols: nr.min(columns - c0),
                     depth: KC.min(g.k - k0),
                     load: k0 > 0,
+                    prefetch: b == 0,
                 };
                 for (j, d) in t.dst.iter_mut().take(t.cols).enumerate() {
                     // SAFETY: i0 < m, c0 + j < columns.
