@@ -1,7 +1,7 @@
 //! AVX2 + FMA (+ F16C for f16 panels) micro-kernel: a tile of 16 weight rows (two vectors) x up to 6
 //! activation columns, 12 accumulators held in registers over the depth.
 
-use super::{Matvec4, Tile};
+use super::{Matvec4, NextPanel, Tile};
 use std::arch::x86_64::*;
 
 /// Weight rows per tile.
@@ -71,7 +71,9 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
         }
     }
     let (mut a, mut b) = (t.a, t.b);
+    let mut next = NextPanel::new(t);
     for _ in 0..t.depth {
+        next.step();
         // SAFETY: the panel holds MR values per depth step, 32-byte aligned;
         // the column block NR per step, of which the first N are set.
         unsafe {

@@ -14,17 +14,21 @@
 //! column block, runs one tile: `rows x cols` accumulators in registers (one
 //! column: four panels per call, [`Matvec4`]).
 //!
-//! The first tile over a panel's depth block prefetches the panel 4 KiB
-//! ahead of its reads ([`Tile::prefetch`]); the later tiles find the block in
-//! L2. Why (2026-11-27, 2-core Xeon, family 6 model 207, `benches/matmul.rs
-//! -- "f32 llama2l"`, one thread): one product repeated, whose weights stay
-//! partly in L2, ran llama2l's shapes at 85-89% of the FMA peak, but 32
-//! distinct products in turn (weights from L3, as in the model, where
-//! `mul_mat` ran at 68%) at 70-74%, and the f32 tiles wait on the first
-//! pass over each panel. With the prefetch: 76-81% (AVX2 tiles on the same
-//! host: +3-7%). Prefetching the next panel into L2 during the current
-//! one's tiles instead, or putting the panels on huge pages, changed
-//! nothing measurable.
+//! Prefetching: while a thread's tiles run over one panel's depth block,
+//! each prefetches its share of the next panel's block into L2, a line
+//! every few depth steps (`NextPanel`); the first panel of a thread's
+//! range, which nothing prefetched, has its first tile prefetch it 4 KiB
+//! ahead of its reads ([`Tile::prefetch`]). Why (2026-11-27, 2-core Xeon,
+//! family 6 model 207, `benches/matmul.rs -- "f32 llama2l"`, one thread,
+//! GFLOP/s): one product repeated, whose weights stay partly in L2, ran
+//! llama2l's shapes at 85-89% of the FMA peak, but 32 distinct products in
+//! turn (weights from L3, as in the model, where `mul_mat` ran at 68%) at
+//! 70-74%: the first tile over each panel waited on it. Prefetching 4 KiB
+//! ahead in every panel's first tile gave 76-81%; the next panel trickled
+//! into L2 as well, 77-85% (alternating runs: 138.6-152.6 against
+//! 126.2-137.2 GFLOP/s without the trickle). The same prefetches of the
+//! next panel issued as one burst per tile, or the panels on huge pages,
+//! changed nothing measurable. AVX2 tiles on the same host: +3-7%.
 //!
 //! Invariants:
 //! - each dst element is one chain of fused multiply-adds over `kk = 0..K`
@@ -77,6 +81,56 @@ pub struct Tile {
     /// first tile over a panel's depth block reads it from L3 or memory;
     /// the later ones find it in L2 (module doc).
     pub prefetch: bool,
+    /// This tile's share of the panel the thread takes next (same depth
+    /// block), prefetched into L2 a line at a time over the depth steps
+    /// (`NextPanel`).
+    pub next: *const u8,
+    /// Lines (64 bytes) of `next` to prefetch (0: none).
+    pub next_lines: usize,
+}
+
+/// A tile's prefetch of its share of the next panel: one line every few
+/// depth steps, so the lines trickle in while the tile computes (a burst
+/// of them at the tile's start stalled its loads and gained nothing).
+pub(crate) struct NextPanel {
+    at: *const u8,
+    left: usize,
+    every: usize,
+    countdown: usize,
+}
+
+impl NextPanel {
+    /// The prefetch schedule of `t`.
+    pub(crate) fn new(t: &Tile) -> NextPanel {
+        let every = t.depth.checked_div(t.next_lines).unwrap_or(1).max(1);
+        NextPanel {
+            at: t.next,
+            left: t.next_lines,
+            every,
+            countdown: 0,
+        }
+    }
+
+    /// Called once per depth step: prefetches the next line when it is due.
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        if self.left == 0 {
+            return;
+        }
+        if self.countdown == 0 {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch is a hint: it never faults, and these lines
+            // are inside the panels.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T1>(self.at as *const i8);
+            }
+            self.at = self.at.wrapping_add(64);
+            self.left -= 1;
+            self.countdown = self.every;
+        }
+        self.countdown -= 1;
+    }
 }
 
 /// One column (N = 1) against four panels at once: four weight streams in
@@ -191,10 +245,21 @@ impl CpuKernel for PanelMatMul {
         }
         ctx.barrier();
         let mine = ctx.share(p.count());
-        // Every column block of one panel over one depth block.
-        let panel_block = |k0: usize, panel: usize| {
+        let step_bytes = mr * p.value.bytes();
+        // Every column block of one panel over one depth block; `next`: the
+        // panel this thread takes after it (its block is prefetched over these
+        // tiles); `first`: nothing prefetched this one.
+        let panel_block = |k0: usize, panel: usize, next: Option<usize>, first: bool| {
             let i0 = panel * mr;
+            let depth = KC.min(g.k - k0);
+            let lines = (depth * step_bytes).div_ceil(64);
             for b in 0..blocks {
+                let (from, to) = (lines * b / blocks, lines * (b + 1) / blocks);
+                let next_at = match next {
+                    // SAFETY: next < count(), k0 < k.
+                    Some(n) => unsafe { p.at(n, k0) }.wrapping_add(64 * from),
+                    None => std::ptr::null(),
+                };
                 let c0 = b * nr;
                 let mut t = Tile {
                     // SAFETY: panel < count(), k0 < k.
@@ -204,9 +269,11 @@ impl CpuKernel for PanelMatMul {
                     dst: [std::ptr::null_mut(); MAX_NR],
                     rows: mr.min(g.m - i0),
                     cols: nr.min(columns - c0),
-                    depth: KC.min(g.k - k0),
+                    depth,
                     load: k0 > 0,
-                    prefetch: b == 0,
+                    prefetch: b == 0 && first,
+                    next: next_at,
+                    next_lines: if next.is_some() { to - from } else { 0 },
                 };
                 for (j, d) in t.dst.iter_mut().take(t.cols).enumerate() {
                     // SAFETY: i0 < m, c0 + j < columns.
@@ -245,19 +312,20 @@ impl CpuKernel for PanelMatMul {
             }
             for panel in mine.start + 4 * q..mine.end {
                 for k0 in (0..g.k).step_by(KC) {
-                    panel_block(k0, panel);
+                    panel_block(k0, panel, None, true);
                 }
             }
         } else if blocks == 1 {
             for panel in mine {
                 for k0 in (0..g.k).step_by(KC) {
-                    panel_block(k0, panel);
+                    panel_block(k0, panel, None, true);
                 }
             }
         } else {
             for k0 in (0..g.k).step_by(KC) {
                 for panel in mine.clone() {
-                    panel_block(k0, panel);
+                    let next = (panel + 1 < mine.end).then_some(panel + 1);
+                    panel_block(k0, panel, next, panel == mine.start);
                 }
             }
         }
