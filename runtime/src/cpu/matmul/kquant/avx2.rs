@@ -294,40 +294,27 @@ unsafe fn scales_mins(blk: *const u8) -> __m128i {
     }
 }
 
-/// The `pshufb` control that puts byte `8 + j / 2` (min `j / 2` of a
-/// [`scales_mins`] vector, in both 128-bit lanes) at i16 lane `j` of the
-/// low half and byte `12 + j / 2` at i16 lane `j` of the high half, each
-/// zero-extended: the mins in the order of the activations' sums of 16.
+/// The `pshufb` control that puts byte `first + j` (of a [`scales_mins`]
+/// vector, which holds its 16 bytes in both 128-bit lanes) at i16 lanes
+/// `2 j` and `2 j + 1`, zero-extended: `j` 0..4 over the low half, 4..8
+/// over the high one, each under the two i16 lanes of 32-bit lane `j`.
+/// `first` 0: the scales, each under its sub-block's lane (repacked
+/// weights); 8: the mins, each twice, in the order of the activations'
+/// sums of 16.
 ///
 /// # Safety
 /// The caller has AVX2.
 #[inline(always)]
-unsafe fn mins_control() -> __m256i {
-    // SAFETY: the caller's features.
-    unsafe {
-        _mm256_setr_epi8(
-            8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, //
-            12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1,
-        )
-    }
-}
-
-/// The `pshufb` control that puts byte `j` (scale `j` of a [`scales_mins`]
-/// vector, in both 128-bit lanes) at i16 lanes `2 j` and `2 j + 1`,
-/// zero-extended: scales 0..4 over the low half, 4..8 over the high one,
-/// each under the two i16 lanes of its sub-block's 32-bit lane.
-///
-/// # Safety
-/// The caller has AVX2.
-#[inline(always)]
-unsafe fn scales_control() -> __m256i {
-    // SAFETY: the caller's features.
-    unsafe {
-        _mm256_setr_epi8(
-            0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, //
-            4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
-        )
-    }
+unsafe fn pairs_control(first: i8) -> __m256i {
+    let control: [i8; 32] = std::array::from_fn(|i| {
+        if i % 2 == 1 {
+            -1
+        } else {
+            first + (i / 4) as i8
+        }
+    });
+    // SAFETY: 32 readable bytes; the caller's features.
+    unsafe { _mm256_loadu_si256(control.as_ptr() as *const __m256i) }
 }
 
 /// `acc + u q` over each 32-bit lane's 4 byte products: `vpdpbusd` with
@@ -375,7 +362,7 @@ unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: 
             std::array::from_fn(|r| _mm256_broadcastsi128_si256(scales_mins(blk[r])));
         // Plain AVX2: each scale under its sub-block's two i16 lanes.
         let scales: [__m256i; RR] = if VNNI == PLAIN {
-            std::array::from_fn(|r| _mm256_shuffle_epi8(sm[r], scales_control()))
+            std::array::from_fn(|r| _mm256_shuffle_epi8(sm[r], pairs_control(0)))
         } else {
             [_mm256_setzero_si256(); RR]
         };
@@ -413,7 +400,7 @@ unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: 
             }
             let d = f16_splat(table, blk[r]);
             let dmin = f16_splat(table, blk[r].add(2));
-            let mins = _mm256_shuffle_epi8(sm[r], mins_control());
+            let mins = _mm256_shuffle_epi8(sm[r], pairs_control(8));
             for c in 0..C {
                 let bsums = load(a[c].bsums.add(b * (QK_K / SUM_ELEMS)));
                 let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
