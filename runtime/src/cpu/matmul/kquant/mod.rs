@@ -53,7 +53,8 @@
 //!
 //! Invariants:
 //! - a [`KQuantMatMul`] exists only for Q4_K, Q5_K or Q6_K src0 with K a
-//!   multiple of 256 and an instruction set the host has (checked in
+//!   multiple of 256, an instruction set the host has and, for every set but
+//!   the scalar one, a repacked copy of src0 (checked in
 //!   [`KQuantMatMul::with_isa`]); a run never fails or panics;
 //! - scratch holds one Q8_K row ([`q8k::row_bytes`]) per src1 row of every
 //!   batch, written in phase 1 and only read in phase 2; its quants are in
