@@ -267,14 +267,13 @@ impl RepackCache {
     /// `src0`'s bytes are readable and never change while the copy lives.
     pub unsafe fn get(&self, src0: &RawTensor) -> Option<Arc<PackedWeights>> {
         type RepackRows = unsafe fn(u8, *const u8, *mut u8, usize, usize);
-        let (kind, block_elems, block_bytes, repack): (u8, usize, usize, RepackRows) =
-            if let Some(kind) = super::qdot::weight_kind(src0.dtype) {
-                (kind, QK, kind::block_bytes(kind), repack_rows)
-            } else {
-                let kind = kquant::weight_kind(src0.dtype)?;
-                let bytes = kquant::kind::block_bytes(kind);
-                (kind, kquant::q8k::QK_K, bytes, kquant::repack::repack_rows)
-            };
+        let (kind, repack): (u8, RepackRows) = match super::qdot::weight_kind(src0.dtype) {
+            Some(kind) => (kind, repack_rows),
+            None => (
+                kquant::weight_kind(src0.dtype)?,
+                kquant::repack::repack_rows,
+            ),
+        };
         if !src0.is_contiguous() {
             return None;
         }
@@ -290,8 +289,8 @@ impl RepackCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .carve(span)?;
-        let nb = src0.ne[0] as usize / block_elems;
-        let rows = span / (nb * block_bytes);
+        let nb = src0.ne[0] as usize / src0.dtype.block_elems() as usize;
+        let rows = span / (nb * src0.dtype.block_bytes() as usize);
         // SAFETY: both hold `span` bytes = rows * nb blocks (contiguous); the
         // carved bytes belong to this copy alone.
         unsafe { repack(kind, src0.data, chunk.as_ptr().add(start), rows, nb) };

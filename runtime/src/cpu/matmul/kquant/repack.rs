@@ -136,17 +136,22 @@ pub fn source(kind: u8, p: usize) -> usize {
     }
 }
 
+/// `stored` (256 values in value order) in the repacked order of `kind`:
+/// position `p` gets value [`source`]`(kind, p)`, copied in runs of 4
+/// (runs of 4 positions hold runs of 4 values).
+fn permuted<T: Copy + Default>(kind: u8, stored: &[T; QK_K]) -> [T; QK_K] {
+    let mut out = [T::default(); QK_K];
+    for (run, to) in out.chunks_exact_mut(4).enumerate() {
+        let from = source(kind, 4 * run);
+        to.copy_from_slice(&stored[from..from + 4]);
+    }
+    out
+}
+
 /// Repacks one block of `kind` from `src` into `dst` (module doc).
 pub fn repack_block(kind: u8, src: &[u8], dst: &mut [u8]) {
     dst.copy_from_slice(src);
-    let stored = unpack(kind, src);
-    // Runs of 4 positions hold runs of 4 values (module doc).
-    let mut u = [0u8; QK_K];
-    for (run, out) in u.chunks_exact_mut(4).enumerate() {
-        let from = source(kind, 4 * run);
-        out.copy_from_slice(&stored[from..from + 4]);
-    }
-    pack(kind, &u, dst);
+    pack(kind, &permuted(kind, &unpack(kind, src)), dst);
 }
 
 /// Repacks `rows` rows of `nb` blocks of `kind` from `src` into `dst`.
@@ -171,10 +176,9 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
 /// Reorders one block's 256 activation quants as [`repack_block`] reorders
 /// a weight block's, so position `p` of both holds the same value.
 pub fn permute_activations(kind: u8, qs: &mut [i8]) {
-    let stored: [i8; QK_K] = qs[..QK_K].try_into().expect("a whole block");
-    for (p, q) in qs[..QK_K].iter_mut().enumerate() {
-        *q = stored[source(kind, p)];
-    }
+    let stored: &[i8; QK_K] = (&qs[..QK_K]).try_into().expect("a whole block");
+    let reordered = permuted(kind, stored);
+    qs[..QK_K].copy_from_slice(&reordered);
 }
 
 #[cfg(test)]
