@@ -1,17 +1,13 @@
 //! AVX2 + FMA (+ F16C for f16 panels) micro-kernel: a tile of 16 weight rows (two vectors) x up to 6
 //! activation columns, 12 accumulators held in registers over the depth.
 
-use super::{Matvec4, NextPanel, Tile};
+use super::{Matvec4, NextPanel, Tile, prefetch_ahead};
 use std::arch::x86_64::*;
 
 /// Weight rows per tile.
 const MR: usize = 16;
 /// Activation block width.
 const NR: usize = 6;
-
-/// How far ahead of its reads a tile prefetches its panel (bytes; as the
-/// AVX-512 tiles).
-const PREFETCH_AHEAD: usize = 4096;
 
 /// One depth step of a panel: its 16 rows as two vectors (f16 widened).
 ///
@@ -78,8 +74,7 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
         // the column block NR per step, of which the first N are set.
         unsafe {
             if t.prefetch {
-                // A hint: never faults, even past the panel's end.
-                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_AHEAD) as *const i8);
+                prefetch_ahead(a, MR * if F16 { 2 } else { 4 });
             }
             let (a0, a1) = load_rows::<F16>(a);
             for j in 0..N {

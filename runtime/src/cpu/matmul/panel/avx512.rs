@@ -2,16 +2,13 @@
 //! activation columns, 28 accumulators held in registers over the depth; and
 //! one column against four panels ([`matvec4`]).
 
-use super::{Matvec4, NextPanel, Tile};
+use super::{Matvec4, NextPanel, Tile, prefetch_ahead};
 use std::arch::x86_64::*;
 
 /// Weight rows per tile.
 const MR: usize = 32;
 /// Activation block width.
 const NR: usize = 14;
-
-/// How far ahead of its reads a tile prefetches its panel (bytes).
-const PREFETCH_AHEAD: usize = 4096;
 
 /// One depth step of a panel: its 32 rows as two vectors (f16 widened).
 ///
@@ -67,9 +64,7 @@ unsafe fn tile_n<const N: usize, const F16: bool>(t: &Tile) {
         // the column block NR per step, of which the first N are set.
         unsafe {
             if t.prefetch {
-                // A hint: never faults, even past the panel's end.
-                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_AHEAD) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_AHEAD + 64) as *const i8);
+                prefetch_ahead(a, MR * if F16 { 2 } else { 4 });
             }
             let (a0, a1) = load_rows::<F16>(a);
             for j in 0..N {
