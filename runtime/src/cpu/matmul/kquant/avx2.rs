@@ -60,9 +60,10 @@
 //! from memory, `benches/matmul.rs`, each set forced in turn twice): Q4_K
 //! and Q5_K rows repacked at load so that one 64-byte load holds four whole
 //! sub-blocks, run by 512-bit `maddubs` + `vpdpwssd` (four of each per
-//! super-block where these tiles take eight; Q5_K's fifth bits as byte masks
+//! super-block where the tiles of then took eight; Q5_K's fifth bits as byte masks
 //! for a masked `vpaddb`). 4096² matvec, one / two threads: Q4_K 12.0-12.4
-//! / 25.7-29.0 GB/s against 12.4-13.7 / 36.9-45.0 here, Q5_K 12.9-15.5 /
+//! / 25.7-29.0 GB/s against 12.4-13.7 / 36.9-45.0 for the 256-bit tiles of
+//! then (before the repacking above), Q5_K 12.9-15.5 /
 //! 31.2-35.7 against 11.3-11.5 / 30.4-33.2; prefill K=1536 M=576 N=128
 //! Q4_K 69 against 111 GFLOP/s. Fewer instructions did not make up for the
 //! 512-bit integer ports (on this core `vpdpwssd` on 512 bits issues at
