@@ -29,8 +29,9 @@
 //!
 //! Speed: one thread repacks 1.4-1.6 GB/s of Q4_K and Q6_K blocks and 0.56
 //! GB/s of Q5_K (2026-11-27, the 2-core Xeon of `avx2`'s figures, a timing of
-//! 20,000 blocks into fresh memory); SmolLM2 Q4_K_M's 30 K-quant matrices (19
-//! MB) take about 15 ms of its load.
+//! 20,000 blocks into fresh memory); at those rates SmolLM2 Q4_K_M's 30
+//! K-quant matrices (19 MB) add about 13 ms to its load (worked out, not
+//! timed: the load times of whole runs moved by more than that).
 //!
 //! Invariant: `source(kind, .)` is a permutation of `0..256` for each kind
 //! (tested), so a repacked block holds exactly the stored block's quants.
