@@ -12,7 +12,8 @@
 //! - Q4_1 prefill (N = 128) at a small model's FFN sizes: GFLOP/s (K-quants
 //!   on both their routes, the integer one and f32 gemm);
 //! - SmolLM2 Q4_K_M's `ffn_down` (1536 x 576) as Q4_1, Q4_K, Q6_K and Q5_0
-//!   matrix-vector products on 1 and 2 threads;
+//!   and its `ffn_up` (576 x 1536) as Q4_1 and Q5_0: matrix-vector products
+//!   on 1 and 2 threads;
 //! - SmolLM2-135M's exact shapes (Q4_1 layers, Q8_0 tied output head) for
 //!   N = 1 (weights from memory, as in decode) and N = 128 (prefill), and the
 //!   tokens/s those timings add up to for the whole model's mul_mats
@@ -361,6 +362,13 @@ fn main() {
     for t in [DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::Q5_0] {
         if want(&format!("{t} ffn_down")) {
             let _ = memory_bound(&c, t, 1536, 576);
+        }
+    }
+    // Its ffn_gate / ffn_up (K = 576, M = 1536; rows end in a pair tail),
+    // Q5_0 in Q4_K_M's mix, against Q4_1.
+    for t in [DType::Q4_1, DType::Q5_0] {
+        if want(&format!("{t} ffn_up")) {
+            let _ = memory_bound(&c, t, 576, 1536);
         }
     }
     if want("crossover") {

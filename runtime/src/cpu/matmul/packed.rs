@@ -11,14 +11,14 @@
 //! those blocks (at `b * block_bytes`) and holds, in order:
 //! - the `t` f16 scales `d`;
 //! - Q4_1 and Q5_1 only: the `t` f16 minimums `m`;
-//! - Q5_0 and Q5_1 only, `4 t` bytes of fifth bits: in a whole group
-//!   (`t = 8`), 8 u32 *byte masks*, two per quant vector `v` below: bit
-//!   `4 j + i` of mask `2 v` is the fifth bit of the value in the low nibble
-//!   of byte `i` of lane `j` (block `b + j`'s value `4 v + i`), of mask
-//!   `2 v + 1` the same for the high nibble (value `16 + 4 v + i`), so one
-//!   mask is the per-byte condition of a whole vector (an AVX-512 `k`
-//!   register as it is); in a shorter group, the `t` blocks' own u32 `qh`
-//!   words in block order (a 32-byte load puts block `b + j`'s in lane `j`);
+//! - Q5_0 and Q5_1 only, `4 t` bytes of fifth bits: for `t > 4` *bit
+//!   planes* laid out as the quant vectors below (byte `4 j + i` belongs to
+//!   lane `j`, block `b + j`), whose bit `2 v` is the fifth bit of the value
+//!   in the low nibble of byte `i` of lane `j` in quant vector `v` (value
+//!   `4 v + i`) and bit `2 v + 1` the same for its high nibble (value
+//!   `16 + 4 v + i`), so one shift or one GFNI affine step brings a whole
+//!   vector's fifth bits to bit 4 ([`fifth_bit_planes`]); for `t <= 4` (the
+//!   pair tail below), the `t` blocks' own u32 `qh` words in block order;
 //! - the quants (Q8_0: 32 bytes a block; Q4 and Q5: 16 bytes of nibbles, whose low
 //!   nibbles are values 0..16 and high nibbles values 16..32) as vectors of
 //!   `4 t` bytes (8 for Q8_0, 4 for Q4): in vector `v`, the 4 bytes of lane
@@ -110,20 +110,22 @@ pub(crate) fn fifth_bit_bytes(kind: u8) -> usize {
     if kind::five_bit(kind) { 4 } else { 0 }
 }
 
-/// The 8 byte masks of a group of Q5 blocks (module doc) from the blocks'
-/// `qh` words (`qh.len()` blocks, at most 8): mask `2 v` / `2 v + 1` holds
-/// at bits `4 j..4 j + 4` bits `4 v..` / `16 + 4 v..` of block `j`'s word.
-/// Repacking stores them for whole groups; the lane kernel builds them for
-/// a shorter last group.
-pub(crate) fn fifth_bit_masks(qh: &[u32]) -> [u32; 8] {
-    let mut masks = [0u32; 8];
+/// The bit planes of a group of Q5 blocks (module doc) from the blocks'
+/// `qh` words (`qh.len()` blocks, at most 8): byte `4 j + i` holds, at bit
+/// `2 v`, bit `4 v + i` of block `j`'s word and, at bit `2 v + 1`, its bit
+/// `16 + 4 v + i`. Bytes past `4 qh.len()` stay zero.
+pub(crate) fn fifth_bit_planes(qh: &[u32]) -> [u8; 32] {
+    let mut planes = [0u8; 32];
     for (j, &word) in qh.iter().enumerate() {
-        for v in 0..4 {
-            masks[2 * v] |= ((word >> (4 * v)) & 0xF) << (4 * j);
-            masks[2 * v + 1] |= ((word >> (16 + 4 * v)) & 0xF) << (4 * j);
+        for i in 0..4 {
+            for v in 0..4 {
+                let low = (word >> (4 * v + i)) & 1;
+                let high = (word >> (16 + 4 * v + i)) & 1;
+                planes[4 * j + i] |= ((low | high << 1) << (2 * v)) as u8;
+            }
         }
     }
-    masks
+    planes
 }
 
 /// Quant bytes in a block of `kind`: 32 for Q8_0, 16 of nibbles for Q4.
@@ -152,12 +154,13 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
                 let to = dst.add((r * nb + b) * bytes);
                 let hdst = to.add(2 * fields * t);
                 let qdst = hdst.add(fifth * t);
-                if fifth > 0 && t == GROUP {
+                if fifth > 0 && t > PAIRED_TAIL {
                     let qh: [u32; GROUP] = std::array::from_fn(|j| {
-                        (from.add(j * bytes + 2 * fields) as *const u32).read_unaligned()
+                        let word = from.add(j.min(t - 1) * bytes + 2 * fields);
+                        (word as *const u32).read_unaligned()
                     });
-                    let masks = fifth_bit_masks(&qh);
-                    std::ptr::copy_nonoverlapping(masks.as_ptr().cast::<u8>(), hdst, 32);
+                    let planes = fifth_bit_planes(&qh[..t]);
+                    std::ptr::copy_nonoverlapping(planes.as_ptr(), hdst, fifth * t);
                 }
                 for j in 0..t {
                     let blk = from.add(j * bytes);
@@ -165,7 +168,7 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
                         std::ptr::copy_nonoverlapping(blk.add(2 * f), to.add(2 * (f * t + j)), 2);
                     }
                     let h = blk.add(2 * fields);
-                    if t < GROUP {
+                    if t <= PAIRED_TAIL {
                         std::ptr::copy_nonoverlapping(h, hdst.add(fifth * j), fifth);
                     }
                     let q = h.add(fifth);

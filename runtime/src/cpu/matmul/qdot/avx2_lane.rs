@@ -9,12 +9,15 @@
 //!   and high nibbles (`shift`, `and`); 8 `maddubs` with the activations'
 //!   `ql`, added as i16 (each at most 2 * 15 * 127 = 3810 in magnitude, so 8
 //!   of them stay below 2^15), one `madd` with ones, one conversion, two FMAs;
-//! - Q5: as Q4, with each vector's fifth bits added as 16 under two byte
-//!   masks per vector (AVX-512: one masked `vpaddb` per half; AVX2:
-//!   [`mask_bytes`]): repacked for a whole group, built from the blocks' `qh`
-//!   words for a shorter one (`packed::fifth_bit_masks`), half words of the
-//!   two blocks' `qh` in a pair tail; the i16 tree then stops at four
-//!   `maddubs` (each at most 2 * 31 * 127 = 7874), two `madd`s widen;
+//! - Q5: as Q4, with each vector's fifth bits merged in as bit 4: one load
+//!   of the group's bit planes (`packed`), from which each of the 8
+//!   nibble vectors takes its plane to bit 4 (GFNI: one `gf2p8affineqb`,
+//!   else a 16-bit shift and an `and`), merged with the nibbles (AVX-512:
+//!   one `vpternlogd` that also drops the other nibble, else `and` + `or`);
+//!   a pair tail adds its fifth bits as 16 under two byte masks per vector
+//!   (AVX-512: a masked `vpaddb`; AVX2: [`mask_bytes`]), half words of the
+//!   two blocks' `qh`. The i16 tree then stops at four `maddubs` (each at
+//!   most 2 * 31 * 127 = 7874), two `madd`s widen;
 //! - Q8_0: 8 loads of 32 bytes; per vector the weights' signs move onto the
 //!   activations (`maddubs` takes unsigned x signed), a `maddubs` and a
 //!   `madd` (the i16 pair sums reach 2 * 128 * 127, so each is widened
@@ -42,9 +45,10 @@
 //! body is one `#[inline(always)]` function per variant, compiled inside
 //! each entry point's target features.
 
+use super::Isa;
 use super::avx2::hsums;
 use super::kind;
-use crate::cpu::matmul::packed::{fifth_bit_bytes, fifth_bit_masks, scale_fields};
+use crate::cpu::matmul::packed::{fifth_bit_bytes, scale_fields};
 use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
@@ -136,13 +140,76 @@ fn mask_bytes(m: u32) -> __m256i {
 /// always inlined into feature-enabled entry points, left some closures'
 /// intrinsics as calls: 5x slower on Q8_0 tails.)
 macro_rules! lane_kernel {
-    ($module:ident, $features:literal, $vnni:literal, $masks:literal, $dpbusd:ident) => {
+    (
+        $module:ident, $features:literal, $vnni:literal, $masks:literal, $gfni:literal,
+        $dpbusd:ident
+    ) => {
         mod $module {
             use super::*;
 
-            /// AVX-512 byte masks (BW + VL): a whole group's fifth bits are
-            /// added by one masked `vpaddb` per half vector.
+            /// AVX-512 (BW + VL): a pair tail's fifth bits are added by one
+            /// masked `vpaddb` per half vector, and a group's merge with
+            /// one `vpternlogd`.
             const MASKS: bool = $masks;
+
+            /// GFNI: each bit plane moves to bit 4 with one affine step.
+            const GFNI: bool = $gfni;
+
+            /// Bit plane `S` of `planes` (module `packed`) at bit 4 of each
+            /// byte, every other bit zero.
+            ///
+            /// # Safety
+            /// Inside this module's target features.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn fifth<const S: i64>(planes: __m256i) -> __m256i {
+                // SAFETY: the caller runs inside the features (the affine
+                // step only where they include GFNI).
+                #[allow(unused_unsafe)]
+                unsafe {
+                    if GFNI {
+                        // Row 3 of the bit matrix (output bit 4) picks bit S.
+                        return _mm256_gf2p8affine_epi64_epi8::<0>(
+                            planes,
+                            _mm256_set1_epi64x(1 << (24 + S)),
+                        );
+                    }
+                    // 16-bit shifts: bit 4 of each byte comes from its own
+                    // byte (shifts of at most 4), the rest is masked off.
+                    let at4 = match S {
+                        0 => _mm256_slli_epi16::<4>(planes),
+                        1 => _mm256_slli_epi16::<3>(planes),
+                        2 => _mm256_slli_epi16::<2>(planes),
+                        3 => _mm256_slli_epi16::<1>(planes),
+                        4 => planes,
+                        5 => _mm256_srli_epi16::<1>(planes),
+                        6 => _mm256_srli_epi16::<2>(planes),
+                        _ => _mm256_srli_epi16::<3>(planes),
+                    };
+                    _mm256_and_si256(at4, _mm256_set1_epi8(16))
+                }
+            }
+
+            /// The low nibbles of `v` (`low`: 0x0F in every byte) with the
+            /// fifth bits `f` ([`fifth`]) as bit 4.
+            ///
+            /// # Safety
+            /// Inside this module's target features.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn with_fifth(v: __m256i, f: __m256i, low: __m256i) -> __m256i {
+                // SAFETY: the caller runs inside the features (the ternary
+                // logic only where they include AVX512-VL).
+                #[allow(unused_unsafe)]
+                unsafe {
+                    if MASKS {
+                        // low ? v : f, bit by bit.
+                        _mm256_ternarylogic_epi32::<0xE4>(v, f, low)
+                    } else {
+                        _mm256_or_si256(_mm256_and_si256(v, low), f)
+                    }
+                }
+            }
 
             /// Sums with `vpdpbusd` rather than `maddubs` + `madd`.
             const VNNI: bool = $vnni;
@@ -267,24 +334,36 @@ macro_rules! lane_kernel {
                             continue;
                         }
                         let x: [__m256i; 4] = std::array::from_fn(vector);
-                        let mut lo = x.map(|v| _mm256_and_si256(v, low));
-                        let mut hi = x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
-                        if kind::five_bit(K) {
-                            // Two byte masks per vector (module `packed`):
-                            // stored for a whole group, built for a shorter.
-                            let word = |i: usize| (qh as *const u32).add(i).read_unaligned();
-                            let masks: [u32; 8] = if FULL {
-                                std::array::from_fn(word)
+                        let (lo, hi): ([__m256i; 4], [__m256i; 4]) = if kind::five_bit(K) {
+                            // The group's bit planes, laid out as a quant
+                            // vector (module `packed`).
+                            let planes = if FULL {
+                                _mm256_loadu_si256(qh as *const __m256i)
                             } else {
-                                let words: [u32; GROUP] =
-                                    std::array::from_fn(|j| if j < t { word(j) } else { 0 });
-                                fifth_bit_masks(&words[..t])
+                                _mm256_maskload_epi32(qh as *const i32, mask)
                             };
-                            for v in 0..4 {
-                                lo[v] = add_fifth(lo[v], masks[2 * v]);
-                                hi[v] = add_fifth(hi[v], masks[2 * v + 1]);
-                            }
-                        }
+                            let f = [
+                                fifth::<0>(planes),
+                                fifth::<1>(planes),
+                                fifth::<2>(planes),
+                                fifth::<3>(planes),
+                                fifth::<4>(planes),
+                                fifth::<5>(planes),
+                                fifth::<6>(planes),
+                                fifth::<7>(planes),
+                            ];
+                            (
+                                std::array::from_fn(|v| with_fifth(x[v], f[2 * v], low)),
+                                std::array::from_fn(|v| {
+                                    with_fifth(_mm256_srli_epi16::<4>(x[v]), f[2 * v + 1], low)
+                                }),
+                            )
+                        } else {
+                            (
+                                x.map(|v| _mm256_and_si256(v, low)),
+                                x.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)),
+                            )
+                        };
                         for c in 0..C {
                             let ql = a[c].ql.add(b * QK);
                             let q = |v: usize| _mm256_loadu_si256(ql.add(32 * v) as *const __m256i);
@@ -515,10 +594,26 @@ macro_rules! lane_kernel {
     };
 }
 
-lane_kernel!(plain, "avx2,fma,f16c", false, false, _mm256_dpbusd_epi32);
+lane_kernel!(
+    plain,
+    "avx2,fma,f16c",
+    false,
+    false,
+    false,
+    _mm256_dpbusd_epi32
+);
 lane_kernel!(
     with_vnni,
     "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw",
+    true,
+    true,
+    false,
+    _mm256_dpbusd_epi32
+);
+lane_kernel!(
+    with_vnni_gfni,
+    "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw,gfni",
+    true,
     true,
     true,
     _mm256_dpbusd_epi32
@@ -528,17 +623,46 @@ lane_kernel!(
     "avx2,fma,f16c,avxvnni",
     true,
     false,
+    false,
+    _mm256_dpbusd_avx_epi32
+);
+lane_kernel!(
+    with_avx_vnni_gfni,
+    "avx2,fma,f16c,avxvnni,gfni",
+    true,
+    false,
+    true,
     _mm256_dpbusd_avx_epi32
 );
 
-/// The AVX2 lane kernel (`out[r][c] = dot(w[r], a[c])` over `nb` blocks of
-/// format `K`, weight rows repacked). Safety: the host has AVX2, FMA, F16C;
-/// the rows and columns as `plain::tile` states.
-pub(super) use plain::tile;
-/// [`tile`] with AVX-VNNI's `vpdpbusd` (the VEX form, on AVX2 hosts without
-/// AVX-512: Alder Lake and later, Zen 5). Safety: as [`tile`], and the host
-/// has AVX-VNNI.
-pub(super) use with_avx_vnni::tile as tile_avx_vnni;
-/// [`tile`] with `vpdpbusd` (module doc). Safety: as [`tile`], and the host
-/// has AVX512-VNNI and AVX512-VL.
-pub(super) use with_vnni::tile as tile_vnni;
+/// A lane kernel tile: `out[r][c] = dot(w[r], a[c])` over `nb` blocks,
+/// weight rows repacked. Safety: the host has the kernel's instruction
+/// sets ([`kernel`]); each `w[r]` points to a repacked row of `nb` blocks,
+/// each `a[c]` to a quantized row of exactly `nb` blocks.
+pub(super) type LaneTile<const R: usize, const C: usize> =
+    unsafe fn([*const u8; R], [QRow; C], usize) -> [[f32; C]; R];
+
+/// Whether the host has GFNI (Q5 groups then take their bit planes to bit 4
+/// with one affine step each).
+pub(super) fn host_gfni() -> bool {
+    std::arch::is_x86_feature_detected!("gfni")
+}
+
+/// The lane kernel for `isa` over format `K`: with `vpdpbusd` under
+/// AVX512-VNNI (with VL and BW) or AVX-VNNI, the AVX2 one (AVX2, FMA, F16C)
+/// under any other set; Q5 formats with GFNI when `gfni` (the VNNI sets
+/// only, whose hosts mostly have it). The caller checks that the host has
+/// the sets (and GFNI when `gfni`).
+pub(super) fn kernel<const K: u8, const R: usize, const C: usize>(
+    isa: Isa,
+    gfni: bool,
+) -> LaneTile<R, C> {
+    let gfni = gfni && kind::five_bit(K);
+    match (isa, gfni) {
+        (Isa::Avx512 { vnni: true }, true) => with_vnni_gfni::tile::<K, R, C>,
+        (Isa::Avx512 { vnni: true }, false) => with_vnni::tile::<K, R, C>,
+        (Isa::AvxVnni, true) => with_avx_vnni_gfni::tile::<K, R, C>,
+        (Isa::AvxVnni, false) => with_avx_vnni::tile::<K, R, C>,
+        _ => plain::tile::<K, R, C>,
+    }
+}

@@ -306,41 +306,16 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
             (Isa::Scalar, _) => {}
             // Natural Q5 rows have no SIMD tiles (module doc).
             (_, RowLayout::Natural) if kind::five_bit(k) => {}
-            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q5_0 => {
-                return avx2_lane::tile_vnni::<Q5_0, TILE_R, C>;
+            (_, RowLayout::Packed) => {
+                let gfni = avx2_lane::host_gfni();
+                return match k {
+                    Q8_0 => avx2_lane::kernel::<Q8_0, TILE_R, C>(isa, gfni),
+                    Q4_0 => avx2_lane::kernel::<Q4_0, TILE_R, C>(isa, gfni),
+                    Q5_0 => avx2_lane::kernel::<Q5_0, TILE_R, C>(isa, gfni),
+                    Q5_1 => avx2_lane::kernel::<Q5_1, TILE_R, C>(isa, gfni),
+                    _ => avx2_lane::kernel::<Q4_1, TILE_R, C>(isa, gfni),
+                };
             }
-            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q5_1 => {
-                return avx2_lane::tile_vnni::<Q5_1, TILE_R, C>;
-            }
-            (Isa::AvxVnni, RowLayout::Packed) if k == Q5_0 => {
-                return avx2_lane::tile_avx_vnni::<Q5_0, TILE_R, C>;
-            }
-            (Isa::AvxVnni, RowLayout::Packed) if k == Q5_1 => {
-                return avx2_lane::tile_avx_vnni::<Q5_1, TILE_R, C>;
-            }
-            (_, RowLayout::Packed) if k == Q5_0 => return avx2_lane::tile::<Q5_0, TILE_R, C>,
-            (_, RowLayout::Packed) if k == Q5_1 => return avx2_lane::tile::<Q5_1, TILE_R, C>,
-            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q8_0 => {
-                return avx2_lane::tile_vnni::<Q8_0, TILE_R, C>;
-            }
-            (Isa::Avx512 { vnni: true }, RowLayout::Packed) if k == Q4_0 => {
-                return avx2_lane::tile_vnni::<Q4_0, TILE_R, C>;
-            }
-            (Isa::Avx512 { vnni: true }, RowLayout::Packed) => {
-                return avx2_lane::tile_vnni::<Q4_1, TILE_R, C>;
-            }
-            (Isa::AvxVnni, RowLayout::Packed) if k == Q8_0 => {
-                return avx2_lane::tile_avx_vnni::<Q8_0, TILE_R, C>;
-            }
-            (Isa::AvxVnni, RowLayout::Packed) if k == Q4_0 => {
-                return avx2_lane::tile_avx_vnni::<Q4_0, TILE_R, C>;
-            }
-            (Isa::AvxVnni, RowLayout::Packed) => {
-                return avx2_lane::tile_avx_vnni::<Q4_1, TILE_R, C>;
-            }
-            (_, RowLayout::Packed) if k == Q8_0 => return avx2_lane::tile::<Q8_0, TILE_R, C>,
-            (_, RowLayout::Packed) if k == Q4_0 => return avx2_lane::tile::<Q4_0, TILE_R, C>,
-            (_, RowLayout::Packed) => return avx2_lane::tile::<Q4_1, TILE_R, C>,
             (Isa::Avx512 { vnni: true }, _) if k == Q8_0 => return avx512_full::<true, Q8_0, C>,
             (Isa::Avx512 { vnni: true }, _) if k == Q4_0 => return avx512_full::<true, Q4_0, C>,
             (Isa::Avx512 { vnni: true }, _) => return avx512_full::<true, Q4_1, C>,
@@ -396,27 +371,17 @@ unsafe fn simd_tile(
         // SAFETY: forwarded from the caller, who checked the host's features.
         unsafe {
             match (isa, rows) {
-                (Isa::Avx512 { vnni: true }, RowLayout::Packed) => match kind {
-                    kind::Q8_0 => avx2_lane::tile_vnni::<{ kind::Q8_0 }, R, C>(w, a, nb),
-                    kind::Q4_0 => avx2_lane::tile_vnni::<{ kind::Q4_0 }, R, C>(w, a, nb),
-                    kind::Q5_0 => avx2_lane::tile_vnni::<{ kind::Q5_0 }, R, C>(w, a, nb),
-                    kind::Q5_1 => avx2_lane::tile_vnni::<{ kind::Q5_1 }, R, C>(w, a, nb),
-                    _ => avx2_lane::tile_vnni::<{ kind::Q4_1 }, R, C>(w, a, nb),
-                },
-                (Isa::AvxVnni, RowLayout::Packed) => match kind {
-                    kind::Q8_0 => avx2_lane::tile_avx_vnni::<{ kind::Q8_0 }, R, C>(w, a, nb),
-                    kind::Q4_0 => avx2_lane::tile_avx_vnni::<{ kind::Q4_0 }, R, C>(w, a, nb),
-                    kind::Q5_0 => avx2_lane::tile_avx_vnni::<{ kind::Q5_0 }, R, C>(w, a, nb),
-                    kind::Q5_1 => avx2_lane::tile_avx_vnni::<{ kind::Q5_1 }, R, C>(w, a, nb),
-                    _ => avx2_lane::tile_avx_vnni::<{ kind::Q4_1 }, R, C>(w, a, nb),
-                },
-                (_, RowLayout::Packed) => match kind {
-                    kind::Q8_0 => avx2_lane::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),
-                    kind::Q4_0 => avx2_lane::tile::<{ kind::Q4_0 }, R, C>(w, a, nb),
-                    kind::Q5_0 => avx2_lane::tile::<{ kind::Q5_0 }, R, C>(w, a, nb),
-                    kind::Q5_1 => avx2_lane::tile::<{ kind::Q5_1 }, R, C>(w, a, nb),
-                    _ => avx2_lane::tile::<{ kind::Q4_1 }, R, C>(w, a, nb),
-                },
+                (_, RowLayout::Packed) => {
+                    let gfni = avx2_lane::host_gfni();
+                    let kernel = match kind {
+                        kind::Q8_0 => avx2_lane::kernel::<{ kind::Q8_0 }, R, C>(isa, gfni),
+                        kind::Q4_0 => avx2_lane::kernel::<{ kind::Q4_0 }, R, C>(isa, gfni),
+                        kind::Q5_0 => avx2_lane::kernel::<{ kind::Q5_0 }, R, C>(isa, gfni),
+                        kind::Q5_1 => avx2_lane::kernel::<{ kind::Q5_1 }, R, C>(isa, gfni),
+                        _ => avx2_lane::kernel::<{ kind::Q4_1 }, R, C>(isa, gfni),
+                    };
+                    kernel(w, a, nb)
+                }
                 (Isa::Avx512 { vnni }, _) => avx512::tile::<R, C>(vnni, kind, w, a, nb),
                 _ => match kind {
                     kind::Q8_0 => avx2_group::tile::<{ kind::Q8_0 }, R, C>(w, a, nb),

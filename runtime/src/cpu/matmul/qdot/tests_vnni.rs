@@ -1,8 +1,10 @@
-//! The lane kernel with `vpdpbusd` (AVX512-VNNI's and AVX-VNNI's) gives the
-//! AVX2 lane kernel's bits: the integer sums are the same numbers, and the
-//! float work is the same code.
+//! The lane kernel with `vpdpbusd` (AVX512-VNNI's and AVX-VNNI's), with and
+//! without GFNI for the Q5 fifth bits, gives the AVX2 lane kernel's bits:
+//! the integer sums are the same numbers, and the float work is the same
+//! code.
 
-use super::{Isa, RowLayout, TILE_C, TILE_R, tile, weight_kind};
+use super::avx2_lane::{LaneTile, host_gfni, kernel};
+use super::{Isa, TILE_C, TILE_R, kind, weight_kind};
 use crate::cpu::matmul::packed::repack_rows;
 use crate::cpu::matmul::q8::{self, QK, QRow};
 use ir::DType;
@@ -24,14 +26,32 @@ fn vnni_lanes_equal_avx2_lanes_to_the_bit() {
             );
             continue;
         }
-        lanes_equal_avx2_lanes(vnni);
-        checked += 1;
+        for gfni in [false, true] {
+            if gfni && !host_gfni() {
+                eprintln!("this host has no GFNI: the Q5 affine steps are not checked here");
+                continue;
+            }
+            lanes_equal_avx2_lanes(vnni, gfni);
+            checked += 1;
+        }
     }
     eprintln!("{checked} VNNI lane kernels checked against the AVX2 one");
 }
 
-/// The lane kernel of `vnni` against the AVX2 one, bit for bit.
-fn lanes_equal_avx2_lanes(vnni: Isa) {
+/// The lane kernel for (`isa`, `gfni`) over format `k`, in full tiles.
+fn full(isa: Isa, gfni: bool, k: u8) -> LaneTile<TILE_R, TILE_C> {
+    match k {
+        kind::Q8_0 => kernel::<{ kind::Q8_0 }, TILE_R, TILE_C>(isa, gfni),
+        kind::Q4_0 => kernel::<{ kind::Q4_0 }, TILE_R, TILE_C>(isa, gfni),
+        kind::Q5_0 => kernel::<{ kind::Q5_0 }, TILE_R, TILE_C>(isa, gfni),
+        kind::Q5_1 => kernel::<{ kind::Q5_1 }, TILE_R, TILE_C>(isa, gfni),
+        _ => kernel::<{ kind::Q4_1 }, TILE_R, TILE_C>(isa, gfni),
+    }
+}
+
+/// The lane kernel of `vnni` (with GFNI when `gfni`) against the AVX2 one,
+/// bit for bit.
+fn lanes_equal_avx2_lanes(vnni: Isa, gfni: bool) {
     let mut rng = Rng::new(29);
     let quants = [
         DType::Q8_0,
@@ -81,13 +101,18 @@ fn lanes_equal_avx2_lanes(vnni: Isa) {
             // SAFETY: as above.
             let cols: [QRow; TILE_C] =
                 std::array::from_fn(|c| unsafe { QRow::at(ap.add(c * q8::row_bytes(k)), k) });
-            let run = |isa| {
-                let mut out = [[f32::NAN; TILE_C]; TILE_R];
-                // SAFETY: repacked rows of nb blocks, quantized rows of k; the host has isa.
-                unsafe { tile(isa, kind, RowLayout::Packed, &rows, &cols, nb, &mut out) };
+            let run = |isa, gfni| {
+                // SAFETY: repacked rows of nb blocks, quantized rows of k; the
+                // host has isa (and GFNI when asked).
+                let out = unsafe { full(isa, gfni, kind)(rows, cols, nb) };
                 out.map(|r| r.map(f32::to_bits))
             };
-            assert_eq!(run(vnni), run(Isa::Avx2), "{} {t} nb {nb}", vnni.name());
+            assert_eq!(
+                run(vnni, gfni),
+                run(Isa::Avx2, false),
+                "{} gfni {gfni} {t} nb {nb}",
+                vnni.name()
+            );
         }
     }
 }
