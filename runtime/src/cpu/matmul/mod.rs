@@ -38,6 +38,7 @@ pub mod float;
 pub mod kquant;
 pub mod packed;
 pub mod panel;
+pub(crate) mod prefetch;
 pub mod q8;
 pub mod qdot;
 pub mod quantized;

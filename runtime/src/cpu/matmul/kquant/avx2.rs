@@ -77,6 +77,7 @@
 
 use super::kind;
 use super::q8k::{Q8KRow, QK_K, SUM_ELEMS};
+use crate::cpu::matmul::prefetch::prefetch_ahead;
 use crate::cpu::matmul::qdot::f16_table;
 use std::arch::x86_64::*;
 
@@ -154,6 +155,11 @@ unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: u8>
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for b in 0..nb {
+            // Each row is a stream (a matrix-vector tile's rows come from
+            // distant parts of the matrix): fetch it ahead.
+            for &row in &w {
+                prefetch_ahead(row.add(b * bytes), bytes);
+            }
             if VNNI == EVEX && R * C <= INTERLEAVE {
                 let blk: [*const u8; R] = std::array::from_fn(|r| w[r].add(b * bytes));
                 if K == kind::Q6_K {

@@ -1,7 +1,8 @@
 //! AVX2 + FMA (+ F16C for f16 panels) micro-kernel: a tile of 16 weight rows (two vectors) x up to 6
 //! activation columns, 12 accumulators held in registers over the depth.
 
-use super::{Matvec4, NextPanel, Tile, prefetch_ahead};
+use super::{Matvec4, NextPanel, Tile};
+use crate::cpu::matmul::prefetch::prefetch_ahead;
 use std::arch::x86_64::*;
 
 /// Weight rows per tile.

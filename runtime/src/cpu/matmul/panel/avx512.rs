@@ -2,7 +2,8 @@
 //! activation columns, 28 accumulators held in registers over the depth; and
 //! one column against four panels ([`matvec4`]).
 
-use super::{Matvec4, NextPanel, Tile, prefetch_ahead};
+use super::{Matvec4, NextPanel, Tile};
+use crate::cpu::matmul::prefetch::prefetch_ahead;
 use std::arch::x86_64::*;
 
 /// Weight rows per tile.

@@ -89,28 +89,6 @@ pub struct Tile {
     pub next_lines: usize,
 }
 
-/// How far ahead of its reads a tile with [`Tile::prefetch`] prefetches its
-/// panel (bytes; 2048 and 8192 measured no better on the host of the module
-/// doc).
-const PREFETCH_AHEAD: usize = 4096;
-
-/// Prefetches into L1 the lines of the depth step [`PREFETCH_AHEAD`] bytes
-/// past `a`, a step being `step_bytes` of the panel (a hint: it never
-/// faults, even past the panel's end).
-#[inline(always)]
-pub(crate) fn prefetch_ahead(a: *const u8, step_bytes: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for line in (0..step_bytes).step_by(64) {
-        // SAFETY: a prefetch reads nothing and cannot fault.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_AHEAD + line) as *const i8);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a, step_bytes);
-}
-
 /// A tile's prefetch of its share of the next panel: one line every few
 /// depth steps, so the lines trickle in while the tile computes (a burst
 /// of them at the tile's start stalled its loads and gained nothing).

@@ -49,6 +49,7 @@ use super::Isa;
 use super::avx2::hsums;
 use super::kind;
 use crate::cpu::matmul::packed::{fifth_bit_bytes, scale_fields};
+use crate::cpu::matmul::prefetch::prefetch_ahead;
 use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
@@ -304,6 +305,9 @@ macro_rules! lane_kernel {
                         std::array::from_fn(|c| _mm256_mul_ps(load(a[c].s8.add(b)), f));
                     for r in 0..R {
                         let p = w[r].add(b * kind::block_bytes(K));
+                        // Each row is a stream (a tile's rows come from
+                        // distant parts of the matrix): fetch it ahead.
+                        prefetch_ahead(p, GROUP * kind::block_bytes(K));
                         let dw = f16s::<FULL>(p, pairs, lanes);
                         let mw = if kind::has_min(K) {
                             f16s::<FULL>(p.add(2 * t), pairs, lanes)
