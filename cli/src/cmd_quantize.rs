@@ -16,11 +16,15 @@ K-quant rows must be a multiple of 256 values; other rows take llama.cpp's fallb
 pub struct QuantizeArgs {
     /// The GGUF file to read.
     input: PathBuf,
-    /// The GGUF file to write (never the input; written atomically).
+    /// The GGUF file to write (never the input; written atomically; an
+    /// existing file only with --force).
     output: PathBuf,
     /// Target format: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k or q4_k_m (llama.cpp's mix).
     #[arg(long = "type", value_name = "TYPE")]
     target: String,
+    /// Replace OUTPUT if it exists.
+    #[arg(long)]
+    force: bool,
 }
 
 /// Requantizes the file and prints a summary.
@@ -34,6 +38,13 @@ pub fn run(args: QuantizeArgs) -> Result<ExitCode> {
             known.join(", ")
         );
     };
+    // Before any work: a file the user has is never replaced unasked.
+    if !args.force && args.output.exists() {
+        bail!(
+            "{} exists; pass --force to replace it",
+            args.output.display()
+        );
+    }
     let summary = quantize_gguf(&args.input, &args.output, target)?;
     print!("{}", summary_text(&summary, target, &args.output));
     Ok(ExitCode::SUCCESS)

@@ -24,6 +24,7 @@ use ggplan_tests::bert_gguf::{Convert, HfBert, write_bert_gguf};
 use ggplan_tests::gguf_writer::Meta;
 use ggplan_tests::models::{minilm_dir, smollm2_gguf};
 use ggplan_tests::references::{read_json as json, read_npy_f64 as f32s, references};
+use std::path::Path;
 
 #[test]
 fn generate_reproduces_llama_cpp_greedy_continuation() {
@@ -380,5 +381,37 @@ fn bad_gguf_files_are_named_errors() {
         err.contains("missing.gguf: missing tensor 'blk.0.attn_q.bias'"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[test]
+fn quantize_never_replaces_a_file_unasked() {
+    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds/gguf/llama-tiny.gguf")
+        .display()
+        .to_string();
+    let scratch = scratch_dir("quantize-force");
+    let out = scratch.join("tiny.q8_0.gguf").display().to_string();
+    let args = ["quantize", &input, &out, "--type", "q8_0"];
+    let first = ggplan(&args);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        text(&first).contains("11 tensors as q8_0"),
+        "{}",
+        text(&first)
+    );
+    // A second run without --force: exit 1, the file as it was.
+    std::fs::write(&out, b"the user's file").unwrap();
+    let err = ggplan_error(&args);
+    assert!(
+        err.contains("tiny.q8_0.gguf exists; pass --force to replace it"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), b"the user's file");
+    let forced = ggplan(&[&args[..], &["--force"]].concat());
+    assert!(forced.status.success(), "{}", text(&forced));
+    assert!(std::fs::read(&out).unwrap().starts_with(b"GGUF"));
+    let err = ggplan_error(&["quantize", &input, &out, "--type", "q3_k", "--force"]);
+    assert!(err.contains("unknown --type \"q3_k\" (known: "), "{err}");
     let _ = std::fs::remove_dir_all(&scratch);
 }
