@@ -101,6 +101,26 @@ PY
     echo "exit $?" | tee -a "$log"
     head -c 1500 "$out/generate_${t/+/_}.json" | tee -a "$log"; echo | tee -a "$log"
   done
+  # Q4_K_M (Q5_0, Q4_K, Q6_K, Q8_0 weights: every block format the kernels
+  # decode, blocks.cuh) on the GPU against the same file on the CPU.
+  "$B" quantize /tmp/smollm2.gguf /tmp/q4km.gguf --type q4_k_m --force >>"$log" 2>&1
+  for t in cuda0 cpu; do
+    echo "== Q4_K_M generate on $t (exact, 32 tokens)" | tee -a "$log"
+    timeout 300 "$B" generate --gguf /tmp/q4km.gguf --prompt "$PROMPT" --max-tokens 32 \
+      --precision exact --target "$t" --json --dump-logits "$out/q4km_logits_$t.npy" \
+      >"$out/q4km_generate_$t.json" 2>>"$log"
+    echo "exit $?" | tee -a "$log"
+    head -c 600 "$out/q4km_generate_$t.json" | tee -a "$log"; echo | tee -a "$log"
+  done
+  python3 - "$out" <<'PY' 2>&1 | tee -a "$log"
+import json, sys, numpy as np
+out = sys.argv[1]
+g, c = (np.load(f"{out}/q4km_logits_{t}.npy").astype(np.float64) for t in ("cuda0", "cpu"))
+nmse = ((g - c) ** 2).sum() / (c ** 2).sum()
+same = [json.load(open(f"{out}/q4km_generate_{t}.json")).get("tokens") for t in ("cuda0", "cpu")]
+print(f"Q4_K_M cuda0 vs cpu: logits max |diff| {np.abs(g - c).max():.3e}, NMSE {nmse:.3e}, "
+      f"same 32 tokens: {same[0] == same[1]}")
+PY
   "$B" graph --gguf /tmp/smollm2.gguf --tokens 512 -o /tmp/p512.ron >/dev/null
   "$B" graph --gguf /tmp/smollm2.gguf --decode --ctx 512 -o /tmp/dec.ron >/dev/null
   for g in p512 dec; do

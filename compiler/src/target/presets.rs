@@ -43,7 +43,8 @@
 //!   128 more bytes per tensor, and makes CUDA arena sizes not byte-comparable
 //!   with ggml's;
 //! - support: every op for F32/F16/BF16 src0; `mul_mat` and `get_rows` for
-//!   Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; view ops (no kernel) for every dtype.
+//!   Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; view ops (no kernel) for
+//!   every dtype.
 //!   Everything else (I32 src0 outside views, quantized src0 of any other op)
 //!   is unsupported and falls back to the CPU. This describes ggplan's CUDA
 //!   runtime, not ggml's: ggml-cuda's `supports_op` refuses `get_rows` of
@@ -201,6 +202,8 @@ pub fn cuda(ordinal: u32) -> Device {
         DType::Q8_0,
         DType::Q4_0,
         DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,

@@ -17,7 +17,7 @@
 //!   in the low nibble of byte `i` of lane `j` in quant vector `v` (value
 //!   `4 v + i`) and bit `2 v + 1` the same for its high nibble (value
 //!   `16 + 4 v + i`), so one shift or one GFNI affine step brings a whole
-//!   vector's fifth bits to bit 4 ([`fifth_bit_planes`]); for `t <= 4` (the
+//!   vector's fifth bits to bit 4 (`fifth_bit_planes`); for `t <= 4` (the
 //!   pair tail below), the `t` blocks' own u32 `qh` words in block order;
 //! - the quants (Q8_0: 32 bytes a block; Q4 and Q5: 16 bytes of nibbles, whose low
 //!   nibbles are values 0..16 and high nibbles values 16..32) as vectors of

@@ -38,10 +38,9 @@ pub struct KArgs {
     pub l: [i64; 4],
 }
 
-/// The code common.cuh gives `dtype` (`DT_*`), or `None` for one the CUDA
-/// kernels do not read.
-pub fn dtype_code(dtype: DType) -> Option<i64> {
-    Some(match dtype {
+/// The code common.cuh and blocks.cuh give `dtype` (`DT_*`).
+pub fn dtype_code(dtype: DType) -> i64 {
+    match dtype {
         DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
@@ -49,20 +48,23 @@ pub fn dtype_code(dtype: DType) -> Option<i64> {
         DType::Q8_0 => 4,
         DType::Q4_0 => 5,
         DType::Q4_1 => 6,
-        DType::Q5_0 | DType::Q5_1 | DType::Q4_K | DType::Q5_K | DType::Q6_K => return None,
-    })
+        DType::Q5_0 => 7,
+        DType::Q5_1 => 8,
+        DType::Q4_K => 9,
+        DType::Q5_K => 10,
+        DType::Q6_K => 11,
+    }
 }
 
 impl KTensor {
-    /// `t` as a kernel sees it (its address is a device address); `None`
-    /// when its dtype has no code.
-    pub fn of(t: &RawTensor) -> Option<KTensor> {
-        Some(KTensor {
+    /// `t` as a kernel sees it (its address is a device address).
+    pub fn of(t: &RawTensor) -> KTensor {
+        KTensor {
             data: t.data as u64,
             ne: t.ne,
             nb: t.nb.map(|b| b as i64),
-            dtype: dtype_code(t.dtype)?,
-        })
+            dtype: dtype_code(t.dtype),
+        }
     }
 }
 
@@ -84,9 +86,17 @@ mod tests {
         assert_eq!(&a.l as *const _ as usize - base, 1024);
         let src = include_str!("kernels/common.cuh");
         assert!(src.contains("#define GG_MAXT 12"));
-        for (dtype, name) in [(DType::F32, "DT_F32 0"), (DType::Q4_1, "DT_Q4_1 6")] {
-            let code = dtype_code(dtype).expect("coded");
-            assert!(src.contains(name) && name.ends_with(&code.to_string()));
+        let blocks = include_str!("kernels/blocks.cuh");
+        for dtype in DType::ALL {
+            let name = format!(
+                "#define DT_{} {}\n",
+                dtype.name().to_uppercase(),
+                dtype_code(dtype)
+            );
+            assert!(
+                src.contains(&name) || blocks.contains(&name),
+                "{name:?} in common.cuh or blocks.cuh"
+            );
         }
     }
 }

@@ -7,7 +7,8 @@
 //! lacks the free bytes; weights and constants are uploaded; every step
 //! becomes a [`launch::Launch`] (pure: kernel, grid, block, argument block)
 //! of a hand-written kernel (`kernels/ops.cu`: mul_mat with on-the-fly
-//! dequantization of Q8_0/Q4_0/Q4_1, get_rows, soft_max, rope, copies,
+//! dequantization of every block format, `kernels/blocks.cuh`, checked on
+//! the host by `blocks_host`; get_rows, soft_max, rope, copies,
 //! set_rows, reductions) or of a kernel generated from the step's body
 //! (`codegen`: fused bodies, elementwise ops and norms, as the CPU JIT takes
 //! them); the op library and the plan's generated kernels are compiled by
@@ -21,6 +22,8 @@
 //! device can never be opened (`nocuda.rs`).
 
 pub mod args;
+#[cfg(test)]
+mod blocks_host;
 pub mod codegen;
 pub mod launch;
 pub mod probe;

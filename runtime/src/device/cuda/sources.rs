@@ -9,11 +9,13 @@ use crate::cpu::RawTensor;
 use ir::plan::{DeviceKind, Plan, Step};
 use std::collections::BTreeMap;
 
-/// The op library's source (`kernels/common.cuh` + `kernels/ops.cu`).
+/// The op library's source (`kernels/common.cuh` + `kernels/blocks.cuh` +
+/// `kernels/ops.cu`).
 pub fn library_source() -> String {
     format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
         include_str!("kernels/common.cuh"),
+        include_str!("kernels/blocks.cuh"),
         include_str!("kernels/ops.cu")
     )
 }

@@ -32,6 +32,7 @@ struct Args {
 #define DT_Q8_0 4
 #define DT_Q4_0 5
 #define DT_Q4_1 6
+// (the other block types: blocks.cuh)
 
 #define GG_INF __int_as_float(0x7f800000)
 
@@ -80,33 +81,6 @@ __device__ __forceinline__ void stf(char *p, long long dt, float v) {
     case DT_BF16: *(unsigned short *)p = f2bf(v); break;
     case DT_I32: *(int *)p = (int)v; break;
     default: break;
-  }
-}
-
-// Element k of a row that starts at `row`: float types step by nb0, block
-// types (32 values per block) find block k / 32.
-__device__ __forceinline__ float ldrow(const char *row, long long dt, long long nb0, long long k) {
-  if (dt <= DT_I32) return ldf(row + k * nb0, dt);
-  long long b = k >> 5;
-  int j = (int)(k & 31);
-  switch (dt) {
-    case DT_Q8_0: {
-      const char *q = row + b * 34;
-      return h2f(ld_u16(q)) * (float)(signed char)q[2 + j];
-    }
-    case DT_Q4_0: {
-      const char *q = row + b * 18;
-      unsigned char x = (unsigned char)q[2 + (j & 15)];
-      int v = j < 16 ? (x & 15) : (x >> 4);
-      return h2f(ld_u16(q)) * (float)(v - 8);
-    }
-    case DT_Q4_1: {
-      const char *q = row + b * 20;
-      unsigned char x = (unsigned char)q[4 + (j & 15)];
-      int v = j < 16 ? (x & 15) : (x >> 4);
-      return h2f(ld_u16(q)) * (float)v + h2f(ld_u16(q + 2));
-    }
-    default: return 0.0f;
   }
 }
 

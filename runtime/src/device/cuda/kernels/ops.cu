@@ -3,37 +3,28 @@
 // kernels::reference's; values are computed in f32 (rope's angles in f64).
 // Launch geometry for each kernel is chosen in launch.rs, beside its args.
 
-// mul_mat: t0 = dst F32 [M, N, ne12, ne13], t1 = src0 [K, M, ne02, ne03]
-// (weights: floats with any strides, or Q8_0 / Q4_0 / Q4_1 rows of whole
-// blocks), t2 = src1 [K, N, ne12, ne13] (floats); src0's matrix (k2 / r2,
-// k3 / r3) for dst's (k2, k3). Each kernel is a template over src0's dtype,
-// so a block is decoded with its scale read once.
-
-// Bytes from one chunk to the next along a row.
-template <int DT>
-__device__ __forceinline__ long long chunk_bytes(long long nb0) {
-  return DT == DT_Q4_1 ? 20 : DT == DT_Q4_0 ? 18 : DT == DT_Q8_0 ? 34 : 32 * nb0;
+// Element k of a row that starts at `row`: float types step by nb0, block
+// types decode k's chunk (blocks.cuh).
+__device__ __forceinline__ float ldrow(const char *row, long long dt, long long nb0, long long k) {
+  if (dt <= DT_I32) return ldf(row + k * nb0, dt);
+  return block_value(row, dt, k);
 }
 
-// Elements part .. part + 7 of the chunk at `q` into v, the block's scale
-// read once (floats: zero past K, for a row of K elements from chunk c).
+// mul_mat: t0 = dst F32 [M, N, ne12, ne13], t1 = src0 [K, M, ne02, ne03]
+// (weights: floats with any strides, or rows of whole blocks of any format
+// blocks.cuh decodes), t2 = src1 [K, N, ne12, ne13] (floats); src0's matrix
+// (k2 / r2, k3 / r3) for dst's (k2, k3). Each kernel is a template over
+// src0's dtype, so a chunk is decoded with its scales read once.
+
+// Elements part .. part + 7 of chunk `ch` (values 32 ch ..) of the row at
+// `row` into v (floats: zero past K).
 template <int DT>
-__device__ __forceinline__ void chunk8(const char *q, long long nb0, int part, long long kbase, long long K, float *v) {
-  if (DT == DT_Q4_1 || DT == DT_Q4_0) {
-    const float d = h2f(ld_u16(q));
-    const float m = DT == DT_Q4_1 ? h2f(ld_u16(q + 2)) : -8.0f * d;
-    const unsigned char *qs = (const unsigned char *)q + (DT == DT_Q4_1 ? 4 : 2);
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      const int k = part + e;
-      const unsigned char x = qs[k & 15];
-      v[e] = d * (float)(k < 16 ? (x & 15) : (x >> 4)) + m;
-    }
-  } else if (DT == DT_Q8_0) {
-    const float d = h2f(ld_u16(q));
-#pragma unroll
-    for (int e = 0; e < 8; e++) v[e] = d * (float)(signed char)q[2 + part + e];
+__device__ __forceinline__ void chunk8(const char *row, long long ch, long long nb0, int part, long long K, float *v) {
+  if (DT > DT_I32) {
+    block_chunk8<DT>(row, ch, part, v);
   } else {
+    const long long kbase = ch * 32;
+    const char *q = row + kbase * nb0;
 #pragma unroll
     for (int e = 0; e < 8; e++) v[e] = kbase + part + e < K ? ldf(q + (part + e) * nb0, DT) : 0.0f;
   }
@@ -64,7 +55,7 @@ __device__ void mm_vec(const Args &a) {
   for (int c = 0; c < MM_COLS; c++) acc[c] = 0.0f;
   for (long long ch = lane >> 2; ch < chunks; ch += 8) {
     float w[8];
-    chunk8<DT>(arow + ch * chunk_bytes<DT>(A.nb[0]), A.nb[0], part, ch * 32, K, w);
+    chunk8<DT>(arow, ch, A.nb[0], part, K, w);
     const long long k = ch * 32 + part;
 #pragma unroll
     for (int c = 0; c < MM_COLS; c++) {
@@ -117,7 +108,7 @@ __device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]
   for (long long ch = 0; ch < chunks; ch++) {
     float w[8];
     if (wi < M) {
-      chunk8<DT>(arow + ch * chunk_bytes<DT>(A.nb[0]), A.nb[0], part, ch * 32, K, w);
+      chunk8<DT>(arow, ch, A.nb[0], part, K, w);
     } else {
 #pragma unroll
       for (int e = 0; e < 8; e++) w[e] = 0.0f;
@@ -165,6 +156,11 @@ __device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]
     case DT_Q8_0: KERNEL<DT_Q8_0>(a, ##__VA_ARGS__); break; \
     case DT_Q4_0: KERNEL<DT_Q4_0>(a, ##__VA_ARGS__); break; \
     case DT_Q4_1: KERNEL<DT_Q4_1>(a, ##__VA_ARGS__); break; \
+    case DT_Q5_0: KERNEL<DT_Q5_0>(a, ##__VA_ARGS__); break; \
+    case DT_Q5_1: KERNEL<DT_Q5_1>(a, ##__VA_ARGS__); break; \
+    case DT_Q4_K: KERNEL<DT_Q4_K>(a, ##__VA_ARGS__); break; \
+    case DT_Q5_K: KERNEL<DT_Q5_K>(a, ##__VA_ARGS__); break; \
+    case DT_Q6_K: KERNEL<DT_Q6_K>(a, ##__VA_ARGS__); break; \
     default: break;                                         \
   }
 
