@@ -78,7 +78,7 @@
 use super::kind;
 use super::q8k::{Q8KRow, QK_K, SUM_ELEMS};
 use crate::cpu::matmul::prefetch::prefetch_ahead;
-use crate::cpu::matmul::qdot::f16_table;
+use crate::cpu::matmul::qdot::{f16_table, plane_to_bit4};
 use std::arch::x86_64::*;
 
 /// `madd` + `add` (plain AVX2).
@@ -227,30 +227,6 @@ unsafe fn load<T>(p: *const T) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
-/// `qh` shifted so that bit `j` of each byte lands on bit 4 (Q5_K's fifth
-/// bits of vector `j`); bits elsewhere are left for [`or_masked`] to clear.
-/// The 16-bit shifts keep bit 4 of each byte within the byte for the shifts
-/// used (at most 4 left, 3 right).
-///
-/// # Safety
-/// The caller has AVX2.
-#[inline(always)]
-unsafe fn fifth_bits(qh: __m256i, j: usize) -> __m256i {
-    // SAFETY: the caller's features.
-    unsafe {
-        match j {
-            0 => _mm256_slli_epi16::<4>(qh),
-            1 => _mm256_slli_epi16::<3>(qh),
-            2 => _mm256_slli_epi16::<2>(qh),
-            3 => _mm256_slli_epi16::<1>(qh),
-            4 => qh,
-            5 => _mm256_srli_epi16::<1>(qh),
-            6 => _mm256_srli_epi16::<2>(qh),
-            _ => _mm256_srli_epi16::<3>(qh),
-        }
-    }
-}
-
 /// `a | (b & mask)`: one `vpternlogd` with AVX-512 (VL), two instructions
 /// otherwise.
 ///
@@ -387,7 +363,8 @@ unsafe fn affine_rows<const K: u8, const RR: usize, const C: usize, const VNNI: 
                     _mm256_and_si256(_mm256_srli_epi16::<4>(x), low)
                 };
                 if K == kind::Q5_K {
-                    let fifth = fifth_bits(load(blk[r].add(16)), j);
+                    // Bits elsewhere than 4 are cleared by `or_masked`.
+                    let fifth = plane_to_bit4(load(blk[r].add(16)), j);
                     u = or_masked::<VNNI>(u, fifth, _mm256_set1_epi8(0x10));
                 }
                 for c in 0..C {

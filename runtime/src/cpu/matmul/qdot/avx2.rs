@@ -11,6 +11,31 @@ use super::kind;
 use crate::cpu::matmul::q8::{QK, QRow};
 use std::arch::x86_64::*;
 
+/// Bit `j` (0..8) of each byte of `planes` moved to bit 4 of that byte, by
+/// a 16-bit shift (at most 4 left or 3 right, so bit 4 of each byte comes
+/// from its own byte); the other bits are left for the caller to clear.
+/// The 5-bit formats' fifth bits stored as bit planes (Q5_K's `qh`, the
+/// repacked Q5_0 / Q5_1 groups) become the value 16 this way.
+///
+/// # Safety
+/// The caller has AVX2.
+#[inline(always)]
+pub(crate) unsafe fn plane_to_bit4(planes: __m256i, j: usize) -> __m256i {
+    // SAFETY: the caller's features.
+    unsafe {
+        match j {
+            0 => _mm256_slli_epi16::<4>(planes),
+            1 => _mm256_slli_epi16::<3>(planes),
+            2 => _mm256_slli_epi16::<2>(planes),
+            3 => _mm256_slli_epi16::<1>(planes),
+            4 => planes,
+            5 => _mm256_srli_epi16::<1>(planes),
+            6 => _mm256_srli_epi16::<2>(planes),
+            _ => _mm256_srli_epi16::<3>(planes),
+        }
+    }
+}
+
 /// Sum of the 8 lanes.
 #[target_feature(enable = "avx2")]
 #[inline]

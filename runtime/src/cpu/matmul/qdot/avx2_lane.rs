@@ -46,7 +46,7 @@
 //! each entry point's target features.
 
 use super::Isa;
-use super::avx2::hsums;
+use super::avx2::{hsums, plane_to_bit4};
 use super::kind;
 use crate::cpu::matmul::packed::{fifth_bit_bytes, scale_fields};
 use crate::cpu::matmul::prefetch::prefetch_ahead;
@@ -175,18 +175,7 @@ macro_rules! lane_kernel {
                             _mm256_set1_epi64x(1 << (24 + S)),
                         );
                     }
-                    // 16-bit shifts: bit 4 of each byte comes from its own
-                    // byte (shifts of at most 4), the rest is masked off.
-                    let at4 = match S {
-                        0 => _mm256_slli_epi16::<4>(planes),
-                        1 => _mm256_slli_epi16::<3>(planes),
-                        2 => _mm256_slli_epi16::<2>(planes),
-                        3 => _mm256_slli_epi16::<1>(planes),
-                        4 => planes,
-                        5 => _mm256_srli_epi16::<1>(planes),
-                        6 => _mm256_srli_epi16::<2>(planes),
-                        _ => _mm256_srli_epi16::<3>(planes),
-                    };
+                    let at4 = plane_to_bit4(planes, S as usize);
                     _mm256_and_si256(at4, _mm256_set1_epi8(16))
                 }
             }

@@ -45,6 +45,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::plane_to_bit4;
+#[cfg(target_arch = "x86_64")]
 mod avx2_group;
 #[cfg(target_arch = "x86_64")]
 mod avx2_lane;
