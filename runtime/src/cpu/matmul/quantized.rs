@@ -293,10 +293,10 @@ impl CpuKernel for QuantMatMul {
     }
 
     fn describe(&self) -> String {
-        let packed = if self.packed.is_some() {
-            ", repacked"
-        } else {
-            ""
+        let packed = match &self.packed {
+            Some(_) if qdot::lane_gfni(self.isa, self.kind) => "+gfni, repacked",
+            Some(_) => ", repacked",
+            None => "",
         };
         format!(
             "mul_mat {} x {} (int8 dot, {}{packed})",

@@ -226,6 +226,23 @@ impl Isa {
     }
 }
 
+/// Whether the lane kernel of `isa` over repacked `kind` rows takes its
+/// fifth bits with GFNI on this host (Q5 formats under a VNNI set; named in
+/// kernel descriptions, since it is a different instruction mix).
+pub fn lane_gfni(isa: Isa, kind: u8) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kind::five_bit(kind)
+            && matches!(isa, Isa::Avx512 { vnni: true } | Isa::AvxVnni)
+            && avx2_lane::host_gfni()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, kind);
+        false
+    }
+}
+
 /// How weight rows are laid out in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowLayout {
