@@ -157,23 +157,11 @@ pub fn f32_route_min_columns(dtype: DType) -> usize {
 pub fn full_width_fma512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::__cpuid;
         if !std::arch::is_x86_feature_detected!("avx512f") {
             return false;
         }
-        // cpuid leaves 0 and 1 exist on every x86_64 processor.
-        let (vendor, signature) = (__cpuid(0), __cpuid(1).eax);
-        let vendor: Vec<u8> = [vendor.ebx, vendor.edx, vendor.ecx]
-            .iter()
-            .flat_map(|r| r.to_le_bytes())
-            .collect();
-        let base = (signature >> 8) & 0xF;
-        let family = if base == 0xF {
-            base + ((signature >> 20) & 0xFF)
-        } else {
-            base
-        };
-        match &vendor[..] {
+        let (vendor, family) = cpu_vendor_family();
+        match &vendor {
             b"GenuineIntel" => true,
             b"AuthenticAMD" => family >= 0x1A,
             _ => false,
@@ -181,6 +169,36 @@ pub fn full_width_fma512() -> bool {
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
+}
+
+/// Whether this host is an Intel one (`cpuid`'s vendor string).
+pub(crate) fn intel_host() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        &cpu_vendor_family().0 == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `cpuid`'s vendor string and the processor's family (base family plus
+/// extended family where the base is 0xF).
+#[cfg(target_arch = "x86_64")]
+fn cpu_vendor_family() -> ([u8; 12], u32) {
+    use std::arch::x86_64::__cpuid;
+    // cpuid leaves 0 and 1 exist on every x86_64 processor.
+    let (vendor, signature) = (__cpuid(0), __cpuid(1).eax);
+    let mut name = [0u8; 12];
+    for (i, r) in [vendor.ebx, vendor.edx, vendor.ecx].iter().enumerate() {
+        name[4 * i..4 * i + 4].copy_from_slice(&r.to_le_bytes());
+    }
+    let base = (signature >> 8) & 0xF;
+    let family = if base == 0xF {
+        base + ((signature >> 20) & 0xFF)
+    } else {
+        base
+    };
+    (name, family)
 }
 
 /// The route [`prepare_mul_mat_with`] takes for src0 of `dtype` times `n`

@@ -12,8 +12,11 @@
 //! rows, so they stream from four places at once: one core keeps more
 //! memory reads in flight that way (4096 x 4096 Q8_0: 16.6 -> 24 GB/s on
 //! this machine's one core). Software prefetch of each stream 2 KiB ahead
-//! was tried on top and lost a third of that (the hardware prefetchers
-//! already follow four streams). Full tiles go through a kernel chosen once
+//! was tried on top there (an AMD EPYC) and lost a third of that (the
+//! hardware prefetchers already follow four streams); on an Intel Xeon a
+//! prefetch 4 KiB ahead gained 15-25%, so the lane kernel prefetches where
+//! `prefetch::stream_prefetch` says (Intel hosts by default).
+//! Full tiles go through a kernel chosen once
 //! per call ([`qdot::full_tile`]), with row and dst addresses from one base
 //! and stride, which matters for short rows (K = 576).
 //!

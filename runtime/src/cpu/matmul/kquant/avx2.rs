@@ -77,7 +77,7 @@
 
 use super::kind;
 use super::q8k::{Q8KRow, QK_K, SUM_ELEMS};
-use crate::cpu::matmul::prefetch::prefetch_ahead;
+use crate::cpu::matmul::prefetch::{prefetch_ahead, stream_prefetch};
 use crate::cpu::matmul::qdot::{f16_table, plane_to_bit4};
 use std::arch::x86_64::*;
 
@@ -150,6 +150,7 @@ unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: u8>
 ) -> [[f32; C]; R] {
     let table = f16_table();
     let bytes = kind::block_bytes(K);
+    let prefetch = stream_prefetch();
     // SAFETY: block b of row r and of every column exists (caller's
     // contract); the caller enabled the features the intrinsics need.
     unsafe {
@@ -157,8 +158,10 @@ unsafe fn tile_body<const K: u8, const R: usize, const C: usize, const VNNI: u8>
         for b in 0..nb {
             // Each row is a stream (a matrix-vector tile's rows come from
             // distant parts of the matrix): fetch it ahead.
-            for &row in &w {
-                prefetch_ahead(row.add(b * bytes), bytes);
+            if prefetch {
+                for &row in &w {
+                    prefetch_ahead(row.add(b * bytes), bytes);
+                }
             }
             if VNNI == EVEX && R * C <= INTERLEAVE {
                 let blk: [*const u8; R] = std::array::from_fn(|r| w[r].add(b * bytes));

@@ -49,7 +49,7 @@ use super::Isa;
 use super::avx2::{hsums, plane_to_bit4};
 use super::kind;
 use crate::cpu::matmul::packed::{fifth_bit_bytes, scale_fields};
-use crate::cpu::matmul::prefetch::prefetch_ahead;
+use crate::cpu::matmul::prefetch::{prefetch_ahead, stream_prefetch};
 use crate::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
 
@@ -236,15 +236,17 @@ macro_rules! lane_kernel {
                 a: [QRow; C],
                 nb: usize,
             ) -> [[f32; C]; R] {
+                // Once per tile, not per group (an atomic load).
+                let prefetch = stream_prefetch();
                 // SAFETY: every call below is forwarded from the caller.
                 unsafe {
                     let mut acc = [[_mm256_setzero_ps(); C]; R];
                     for g in 0..nb / GROUP {
-                        group::<K, R, C, true>(w, a, g * GROUP, GROUP, &mut acc);
+                        group::<K, R, C, true>(w, a, g * GROUP, GROUP, prefetch, &mut acc);
                     }
                     let b = nb / GROUP * GROUP;
                     if nb - b > PAIRED_TAIL {
-                        group::<K, R, C, false>(w, a, b, nb - b, &mut acc);
+                        group::<K, R, C, false>(w, a, b, nb - b, prefetch, &mut acc);
                     } else if nb > b {
                         pairs::<K, R, C>(w, a, b, nb - b, &mut acc);
                     }
@@ -252,7 +254,8 @@ macro_rules! lane_kernel {
                 }
             }
 
-            /// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j).
+            /// Adds blocks `b..b + t` (t = 8 when `FULL`) to `acc` (lane j: block b + j),
+            /// each row's stream fetched ahead when `prefetch`.
             ///
             /// # Safety
             /// As [`tile`], with `b + t <= nb` and `b` a multiple of 8.
@@ -263,6 +266,7 @@ macro_rules! lane_kernel {
                 a: [QRow; C],
                 b: usize,
                 t: usize,
+                prefetch: bool,
                 acc: &mut [[__m256; C]; R],
             ) {
                 let t = if FULL { GROUP } else { t };
@@ -296,7 +300,9 @@ macro_rules! lane_kernel {
                         let p = w[r].add(b * kind::block_bytes(K));
                         // Each row is a stream (a tile's rows come from
                         // distant parts of the matrix): fetch it ahead.
-                        prefetch_ahead(p, GROUP * kind::block_bytes(K));
+                        if prefetch {
+                            prefetch_ahead(p, GROUP * kind::block_bytes(K));
+                        }
                         let dw = f16s::<FULL>(p, pairs, lanes);
                         let mw = if kind::has_min(K) {
                             f16s::<FULL>(p.add(2 * t), pairs, lanes)
