@@ -117,7 +117,7 @@ import json, sys, numpy as np
 out = sys.argv[1]
 g, c = (np.load(f"{out}/q4km_logits_{t}.npy").astype(np.float64) for t in ("cuda0", "cpu"))
 nmse = ((g - c) ** 2).sum() / (c ** 2).sum()
-same = [json.load(open(f"{out}/q4km_generate_{t}.json")).get("tokens") for t in ("cuda0", "cpu")]
+same = [json.load(open(f"{out}/q4km_generate_{t}.json"))["generated_ids"] for t in ("cuda0", "cpu")]
 print(f"Q4_K_M cuda0 vs cpu: logits max |diff| {np.abs(g - c).max():.3e}, NMSE {nmse:.3e}, "
       f"same 32 tokens: {same[0] == same[1]}")
 PY
