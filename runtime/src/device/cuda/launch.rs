@@ -383,8 +383,13 @@ mod tests {
             let d = t(DType::F32, [4, 13, 3, 1]);
             let l = op(&Op::MulMat, d, &[k, x]).expect("launch");
             assert_eq!(l.args.t[1].dtype, code);
-            let err = op(&Op::Cont, k, &[k]).unwrap_err().to_string();
-            assert!(err.contains(dtype.name()), "{err}");
+            // As another op's source: refused by the block-format check.
+            let rows = t(DType::I32, [4, 1, 1, 1]);
+            let err = op(&Op::Argmax, rows, &[k]).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("reads or writes {dtype}, which only mul_mat")),
+                "{err}"
+            );
         }
     }
 

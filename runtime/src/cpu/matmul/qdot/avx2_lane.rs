@@ -650,8 +650,9 @@ pub(super) fn host_gfni() -> bool {
 /// The lane kernel for `isa` over format `K`: with `vpdpbusd` under
 /// AVX512-VNNI (with VL and BW) or AVX-VNNI, the AVX2 one (AVX2, FMA, F16C)
 /// under any other set; Q5 formats with GFNI when `gfni` (the VNNI sets
-/// only, whose hosts mostly have it). The caller checks that the host has
-/// the sets (and GFNI when `gfni`).
+/// only, whose hosts mostly have it): the dispatch passes `lane_gfni`,
+/// the rule kernel descriptions name too; tests force either. The caller
+/// checks that the host has the sets (and GFNI when `gfni`).
 pub(super) fn kernel<const K: u8, const R: usize, const C: usize>(
     isa: Isa,
     gfni: bool,

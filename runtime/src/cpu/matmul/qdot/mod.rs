@@ -326,7 +326,7 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
             // Natural Q5 rows have no SIMD tiles (module doc).
             (_, RowLayout::Natural) if kind::five_bit(k) => {}
             (_, RowLayout::Packed) => {
-                let gfni = avx2_lane::host_gfni();
+                let gfni = lane_gfni(isa, k);
                 return match k {
                     Q8_0 => avx2_lane::kernel::<Q8_0, TILE_R, C>(isa, gfni),
                     Q4_0 => avx2_lane::kernel::<Q4_0, TILE_R, C>(isa, gfni),
@@ -391,7 +391,7 @@ unsafe fn simd_tile(
         unsafe {
             match (isa, rows) {
                 (_, RowLayout::Packed) => {
-                    let gfni = avx2_lane::host_gfni();
+                    let gfni = lane_gfni(isa, kind);
                     let kernel = match kind {
                         kind::Q8_0 => avx2_lane::kernel::<{ kind::Q8_0 }, R, C>(isa, gfni),
                         kind::Q4_0 => avx2_lane::kernel::<{ kind::Q4_0 }, R, C>(isa, gfni),
