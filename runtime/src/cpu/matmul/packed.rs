@@ -155,10 +155,10 @@ pub unsafe fn repack_rows(kind: u8, src: *const u8, dst: *mut u8, rows: usize, n
                 let hdst = to.add(2 * fields * t);
                 let qdst = hdst.add(fifth * t);
                 if fifth > 0 && t > PAIRED_TAIL {
-                    let qh: [u32; GROUP] = std::array::from_fn(|j| {
-                        let word = from.add(j.min(t - 1) * bytes + 2 * fields);
-                        (word as *const u32).read_unaligned()
-                    });
+                    let mut qh = [0u32; GROUP];
+                    for (j, word) in qh.iter_mut().enumerate().take(t) {
+                        *word = (from.add(j * bytes + 2 * fields) as *const u32).read_unaligned();
+                    }
                     let planes = fifth_bit_planes(&qh[..t]);
                     std::ptr::copy_nonoverlapping(planes.as_ptr(), hdst, fifth * t);
                 }
