@@ -35,18 +35,37 @@ pub fn preparing(bar: &ProgressBar) -> std::sync::Arc<dyn Fn(usize, usize) + Sen
     })
 }
 
-/// Runs `load` with `options` plus a bar labelled `message` over kernel
-/// preparation (hidden unless stderr is a terminal).
+/// A hook for the runtime's weight uploads (bytes written, bytes in all)
+/// that moves `bar`, shown in bytes.
+pub fn uploading(bar: &ProgressBar) -> std::sync::Arc<dyn Fn(u64, u64) + Send + Sync> {
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} ({binary_bytes_per_sec}, eta {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let bar = bar.clone();
+    std::sync::Arc::new(move |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+}
+
+/// Runs `load` with `options` plus a bar over the weights' upload to
+/// devices with memory of their own, then one labelled `message` over
+/// kernel preparation (both hidden unless stderr is a terminal).
 pub fn while_preparing<T>(
     options: &runtime::LoadOptions,
     message: &str,
     load: impl FnOnce(&runtime::LoadOptions) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let bar = bar(0, message);
+    let upload = bar(0, "uploading weights");
+    let prepare = bar(0, message);
     let mut options = options.clone();
-    options.on_prepare = Some(preparing(&bar));
+    options.on_upload = Some(uploading(&upload));
+    options.on_prepare = Some(preparing(&prepare));
     let result = load(&options);
-    bar.finish_and_clear();
+    upload.finish_and_clear();
+    prepare.finish_and_clear();
     result
 }
 

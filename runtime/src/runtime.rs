@@ -54,6 +54,10 @@ pub struct LoadOptions {
     /// Called with (steps prepared, steps in all) while kernels are prepared
     /// (JIT compilation included), for progress bars.
     pub on_prepare: Option<Arc<dyn Fn(usize, usize) + Send + Sync>>,
+    /// Called with (bytes written, bytes in all) while a load writes weights
+    /// and constants into arenas (the weights a GPU or a remote server holds;
+    /// a CPU maps its weights in place), for progress bars.
+    pub on_upload: Option<Arc<dyn Fn(u64, u64) + Send + Sync>>,
     /// Test hook: with a seed, every segment of a multi-stream run starts
     /// after a random delay (see `executor`), to shake out missing events.
     pub fault_injection: Option<u64>,
@@ -75,6 +79,7 @@ impl Default for LoadOptions {
             state: None,
             precision: Precision::Fast,
             on_prepare: None,
+            on_upload: None,
             fault_injection: None,
             fault_panic_at: None,
             rpc: None,
@@ -399,11 +404,29 @@ impl Runtime {
                 copies.push((t as u32, std::borrow::Cow::Owned(bytes)));
             }
         }
-        for (t, bytes) in copies {
-            // SAFETY: the tensor's arena slot holds its span (checker), which
-            // equals the stored bytes (binding checked dtype and extents).
-            let tensor = unsafe { TensorBytes::new(addr[t as usize], bytes.len()) };
-            devices[plan.tensors[t as usize].device.index()].set_tensor(tensor, 0, &bytes)?;
+        // Each device writes its own in one call (a GPU stages them).
+        let total: u64 = copies.iter().map(|(_, b)| b.len() as u64).sum();
+        let mut written = 0u64;
+        for (d, device) in devices.iter().enumerate() {
+            let items: Vec<(TensorBytes, &[u8])> = (copies.iter())
+                .filter(|(t, _)| plan.tensors[*t as usize].device.index() == d)
+                .map(|(t, bytes)| {
+                    // SAFETY: the tensor's arena slot holds its span (checker),
+                    // which equals the stored bytes (binding checked dtype and
+                    // extents).
+                    let tensor = unsafe { TensorBytes::new(addr[*t as usize], bytes.len()) };
+                    (tensor, &bytes[..])
+                })
+                .collect();
+            if items.is_empty() {
+                continue;
+            }
+            device.load_tensors(&items, &mut |n| {
+                written += n;
+                if let Some(report) = &options.on_upload {
+                    report(written, total);
+                }
+            })?;
         }
         report.weights_time = t0.elapsed();
 

@@ -8,9 +8,12 @@ use crate::{CompileOptions, Error, Graph, Plan, Result, Target};
 use runtime::{FastKernels, LoadOptions, Precision, Runtime, StateStore, Weights};
 use std::sync::Arc;
 
-/// Called with (steps prepared, steps in all) while a plan's kernels are
-/// prepared: a progress bar's hook.
+/// Called with (done, in all) while a plan loads: a progress bar's hook
+/// (see [`Session::load`] for the units).
 pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+/// The runtime's upload hook (bytes written, bytes in all).
+type UploadHook = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
 /// The runtimes of one job: shared pool, kernels and state.
 pub struct Session {
@@ -81,7 +84,8 @@ impl Session {
     }
 
     /// Compiles `graph` for the CPU and loads it with `weights`; `progress`
-    /// sees the kernels' preparation.
+    /// sees the weights' upload to a GPU or remote server (in MiB) and then
+    /// the kernels' preparation (in steps).
     pub fn load(
         &self,
         graph: &Graph,
@@ -90,6 +94,9 @@ impl Session {
     ) -> Result<Runtime> {
         let plan = crate::compile(graph, &self.target, &self.compile)?.plan;
         let mut options = self.options.clone();
+        options.on_upload = progress.clone().map(|p| -> UploadHook {
+            Arc::new(move |done, total| p((done >> 20) as usize, (total >> 20) as usize))
+        });
         options.on_prepare = progress;
         Runtime::load(Arc::new(plan), weights.clone(), &options).map_err(Error::from)
     }

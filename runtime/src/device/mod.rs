@@ -19,6 +19,7 @@ pub mod cuda;
 pub mod host;
 pub mod registry;
 pub mod rpc;
+pub mod staging;
 
 use crate::RuntimeError;
 use crate::executor::event::Event;
@@ -135,6 +136,22 @@ pub trait Device: Send + Sync {
         offset: usize,
         data: &[u8],
     ) -> Result<(), RuntimeError>;
+
+    /// Writes each `(tensor, bytes)` of a load (weights and constants, the
+    /// whole tensor each) and returns once all are written; `progress` sees
+    /// the bytes of each piece written. By default one [`Device::set_tensor`]
+    /// each; a GPU stages them through page-locked buffers ([`staging`]).
+    fn load_tensors(
+        &self,
+        items: &[(TensorBytes, &[u8])],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(), RuntimeError> {
+        for (tensor, bytes) in items {
+            self.set_tensor(*tensor, 0, bytes)?;
+            progress(bytes.len() as u64);
+        }
+        Ok(())
+    }
 
     /// Reads `out.len()` bytes of `tensor` from byte `offset` (ggml
     /// `get_tensor`); refused when it would run past the tensor.

@@ -13,12 +13,22 @@ use super::nvrtc::architecture;
 use super::sources::{LIBRARY_KERNELS, kernel_module, library_source};
 use crate::RuntimeError;
 use crate::cpu::ThreadCtx;
+use crate::device::staging::{Upload, upload_staged};
 use crate::device::{Caps, Device, DeviceInfo, TensorBytes};
 use crate::memory::AlignedBuffer;
 use crate::steps::PreparedStep;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// Page-locked staging for `total` bytes of a load: (buffers, bytes each).
+/// Four buffers of up to 8 MiB keep reading the file ahead of the copies
+/// without pinning much memory (pinning is slow and takes it from the OS);
+/// a small load gets buffers its own size.
+fn staging_buffers(total: usize) -> (usize, usize) {
+    const MAX_EACH: usize = 8 << 20;
+    (4, total.div_ceil(4).clamp(1, MAX_EACH))
+}
 
 /// The op library's module and each generated kernel's, by name.
 type LoadedKernels = (Arc<Module>, BTreeMap<String, Arc<Module>>);
@@ -291,6 +301,40 @@ impl Device for CudaDevice {
     ) -> Result<(), RuntimeError> {
         let at = tensor.range(&self.info.name, "set_tensor", offset, data.len())?;
         self.gpu.upload(at as u64, data)
+    }
+
+    fn load_tensors(
+        &self,
+        items: &[(TensorBytes, &[u8])],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(), RuntimeError> {
+        let mut uploads = Vec::with_capacity(items.len());
+        for (tensor, bytes) in items {
+            let at = tensor.range(&self.info.name, "load", 0, bytes.len())?;
+            uploads.push(Upload {
+                dst: at as u64,
+                bytes,
+            });
+        }
+        let total: usize = items.iter().map(|(_, b)| b.len()).sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let (count, each) = staging_buffers(total);
+        let staged = self.gpu.pinned_staging(count, each);
+        match staged {
+            Ok(mut staging) => upload_staged(&mut staging, &uploads, progress),
+            Err(_) => {
+                // Page-locked memory is a speed-up, not a need (the OS may
+                // cap it): without it the driver copies from the file's
+                // pages itself, one tensor at a time.
+                for u in &uploads {
+                    self.gpu.upload(u.dst, u.bytes)?;
+                    progress(u.bytes.len() as u64);
+                }
+                Ok(())
+            }
+        }
     }
 
     fn get_tensor(

@@ -401,3 +401,121 @@ impl Drop for Graph {
         }
     }
 }
+
+/// Page-locked host buffers and one event per buffer on a GPU's stream: the
+/// [`Stager`](crate::device::staging::Stager) of weight uploads at load.
+pub struct PinnedStaging {
+    gpu: Arc<Gpu>,
+    buffers: Vec<*mut u8>,
+    events: Vec<sys::CUevent>,
+    bytes: usize,
+}
+
+impl Gpu {
+    /// `count` page-locked buffers of `bytes` each, with their events; an
+    /// error when the driver refuses them (the caller then copies without).
+    pub fn pinned_staging(
+        self: &Arc<Gpu>,
+        count: usize,
+        bytes: usize,
+    ) -> Result<PinnedStaging, RuntimeError> {
+        self.bind()?;
+        // Built up one resource at a time, so a failure drops (frees) what
+        // was made before it.
+        let mut staging = PinnedStaging {
+            gpu: Arc::clone(self),
+            buffers: Vec::with_capacity(count),
+            events: Vec::with_capacity(count),
+            bytes,
+        };
+        for _ in 0..count {
+            // SAFETY: the context is current; freed by `Drop` below.
+            let p = unsafe { result::malloc_host(bytes, 0) }
+                .map_err(self.err("cuMemHostAlloc (page-locked staging)"))?;
+            staging.buffers.push(p.cast());
+            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                .map_err(self.err("cuEventCreate"))?;
+            staging.events.push(e);
+        }
+        Ok(staging)
+    }
+}
+
+impl crate::device::staging::Stager for PinnedStaging {
+    fn buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
+    fn buffer_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn write(&mut self, buffer: usize, offset: usize, bytes: &[u8]) {
+        assert!(
+            offset + bytes.len() <= self.bytes,
+            "a write past a staging buffer"
+        );
+        // SAFETY: in bounds (asserted); the staging order waited for every
+        // copy out of this buffer before writing it again.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.buffers[buffer].add(offset),
+                bytes.len(),
+            )
+        };
+    }
+
+    fn queue_copy(
+        &mut self,
+        buffer: usize,
+        offset: usize,
+        len: usize,
+        dst: u64,
+    ) -> Result<(), RuntimeError> {
+        assert!(offset + len <= self.bytes, "a copy past a staging buffer");
+        self.gpu.bind()?;
+        // SAFETY: the source lies in the page-locked buffer (asserted), which
+        // lives until the copies are waited for (Drop synchronizes first);
+        // the destination range was checked against its tensor by the caller.
+        let src = unsafe { std::slice::from_raw_parts(self.buffers[buffer].add(offset), len) };
+        // SAFETY: as above.
+        unsafe { result::memcpy_htod_async(dst, src, self.gpu.stream) }
+            .map_err(self.gpu.err("cuMemcpyHtoDAsync (staged)"))
+    }
+
+    fn record(&mut self, buffer: usize) -> Result<(), RuntimeError> {
+        self.gpu.bind()?;
+        // SAFETY: the event and the stream live as long as `self`.
+        unsafe { result::event::record(self.events[buffer], self.gpu.stream) }
+            .map_err(self.gpu.err("cuEventRecord"))
+    }
+
+    fn wait(&mut self, buffer: usize) -> Result<(), RuntimeError> {
+        self.gpu.bind()?;
+        // SAFETY: as above; an event never recorded completes at once.
+        unsafe { result::event::synchronize(self.events[buffer]) }
+            .map_err(self.gpu.err("a staged weight copy"))
+    }
+}
+
+impl Drop for PinnedStaging {
+    fn drop(&mut self) {
+        // Copies out of the buffers may still be queued after an error:
+        // wait for the stream before freeing them.
+        if self.gpu.synchronize().is_err() {
+            // The context failed; freeing page-locked memory it may still
+            // copy from is unsafe, so it stays allocated (a failed GPU
+            // context ends the job anyway).
+            return;
+        }
+        for &e in &self.events {
+            // SAFETY: created by `pinned_staging`, destroyed once.
+            let _ = unsafe { result::event::destroy(e) };
+        }
+        for &p in &self.buffers {
+            // SAFETY: allocated by malloc_host, freed once, no copy pending.
+            let _ = unsafe { result::free_host(p.cast()) };
+        }
+    }
+}
