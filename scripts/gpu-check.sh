@@ -131,6 +131,11 @@ PY
         --weights /tmp/smollm2.gguf --runs 20 2>&1 | grep -E "runs on|tokens/s|floor" | tee -a "$log"
     done
   done
+  for staging in 1 0 1 0; do
+    echo "== load of dec on cuda0 (page-locked staging: $staging)" | tee -a "$log"
+    GGPLAN_CUDA_STAGING=$staging timeout 200 "$B" bench /tmp/dec.plan.ron \
+      --weights /tmp/smollm2.gguf --runs 1 2>&1 | grep -E "loaded plan" | tee -a "$log"
+  done
   for g in p512 dec; do
     echo "== bench $g on cuda0, each kernel waited for (GGPLAN_CUDA_PROFILE=1)" | tee -a "$log"
     GGPLAN_CUDA_PROFILE=1 timeout 200 "$B" bench /tmp/$g.plan.ron --weights /tmp/smollm2.gguf \

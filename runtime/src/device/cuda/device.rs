@@ -49,6 +49,9 @@ pub struct CudaDevice {
     /// Capture segments into graphs (`GGPLAN_CUDA_GRAPHS=0` turns it off,
     /// to measure what it saves).
     use_graphs: bool,
+    /// Upload weights through page-locked staging (`GGPLAN_CUDA_STAGING=0`
+    /// copies each tensor directly, to measure what staging saves).
+    use_staging: bool,
     /// Wait for each step before the next (`GGPLAN_CUDA_PROFILE=1`), so
     /// profiles and traces time every kernel (each plus a synchronize).
     step_by_step: bool,
@@ -93,6 +96,7 @@ impl CudaDevice {
             failure: Mutex::new(None),
             graphs: Mutex::new(HashMap::new()),
             use_graphs: std::env::var("GGPLAN_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+            use_staging: std::env::var("GGPLAN_CUDA_STAGING").map_or(true, |v| v != "0"),
             step_by_step: std::env::var("GGPLAN_CUDA_PROFILE").is_ok_and(|v| v == "1"),
         }))
     }
@@ -321,10 +325,14 @@ impl Device for CudaDevice {
             return Ok(());
         }
         let (count, each) = staging_buffers(total);
-        let staged = self.gpu.pinned_staging(count, each);
+        let staged = if self.use_staging {
+            self.gpu.pinned_staging(count, each).ok()
+        } else {
+            None
+        };
         match staged {
-            Ok(mut staging) => upload_staged(&mut staging, &uploads, progress),
-            Err(_) => {
+            Some(mut staging) => upload_staged(&mut staging, &uploads, progress),
+            None => {
                 // Page-locked memory is a speed-up, not a need (the OS may
                 // cap it): without it the driver copies from the file's
                 // pages itself, one tensor at a time.
