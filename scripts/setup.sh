@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ggplan needs on a fresh Debian 12 machine that has the Rust
-# toolchain: rustfmt and clippy, and LLVM 19 (llvm-19-dev) for the CPU JIT.
+# toolchain: rustfmt and clippy, LLVM 19 (llvm-19-dev) for the CPU JIT, and
+# qemu-user for the tests of an emulated AVX2-only host.
 # As root it installs with apt; otherwise it prints the exact command to run.
 set -euo pipefail
 
@@ -15,6 +16,19 @@ if ! have_llvm19; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq llvm-19-dev >/dev/null
   else
     echo "setup: LLVM 19 is missing. Run:  sudo apt-get update && sudo apt-get install -y llvm-19-dev" >&2
+    exit 1
+  fi
+fi
+
+# qemu-user's x86-64 emulator: an AVX2-only host (no AVX-512, no VNNI) for
+# cli/tests/avx2_host.rs and scripts/avx2-emulated.sh.
+if [ "$(uname -m)" = x86_64 ] && ! command -v qemu-x86_64 >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing qemu-user with apt" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null
+  else
+    echo "setup: qemu-user is missing. Run:  sudo apt-get update && sudo apt-get install -y qemu-user" >&2
     exit 1
   fi
 fi
