@@ -1,7 +1,7 @@
 //! Progress bars for long operations, shown only when stderr is a terminal
 //! (so pipes, files and CI logs never get escape sequences).
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 
 /// A bar of `len` units labelled `message`: drawn on stderr when it is a
@@ -36,35 +36,56 @@ pub fn preparing(bar: &ProgressBar) -> std::sync::Arc<dyn Fn(usize, usize) + Sen
 }
 
 /// A hook for the runtime's weight uploads (bytes written, bytes in all)
-/// that moves `bar`, shown in bytes.
-pub fn uploading(bar: &ProgressBar) -> std::sync::Arc<dyn Fn(u64, u64) + Send + Sync> {
-    if let Ok(style) = ProgressStyle::with_template(
-        "{msg} [{bar:40}] {bytes}/{total_bytes} ({binary_bytes_per_sec}, eta {eta})",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    let bar = bar.clone();
+/// that shows a bar in bytes above the others in `bars` once a load uploads
+/// at least 1 MiB (a CPU load writes only its small constants), and clears it
+/// when the upload is done.
+pub fn uploading(
+    bars: &MultiProgress,
+    visible: bool,
+) -> std::sync::Arc<dyn Fn(u64, u64) + Send + Sync> {
+    let bars = bars.clone();
+    let shown = std::sync::OnceLock::new();
     std::sync::Arc::new(move |done, total| {
-        bar.set_length(total);
+        if total < 1 << 20 {
+            return;
+        }
+        let bar: &ProgressBar = shown.get_or_init(|| {
+            let bar = bars.insert(0, bar_for(total, "uploading weights", visible));
+            if let Ok(style) = ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} ({binary_bytes_per_sec}, eta {eta})",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        });
         bar.set_position(done);
+        if done >= total {
+            bar.finish_and_clear();
+        }
     })
 }
 
-/// Runs `load` with `options` plus a bar over the weights' upload to
-/// devices with memory of their own, then one labelled `message` over
-/// kernel preparation (both hidden unless stderr is a terminal).
+/// Runs `load` with `options` plus a bar labelled `message` over kernel
+/// preparation and, for a GPU or remote server, one over the weights' upload
+/// (both hidden unless stderr is a terminal).
 pub fn while_preparing<T>(
     options: &runtime::LoadOptions,
     message: &str,
     load: impl FnOnce(&runtime::LoadOptions) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let upload = bar(0, "uploading weights");
-    let prepare = bar(0, message);
+    let visible = std::io::stderr().is_terminal();
+    let target = if visible {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    // One owner for both bars, so each keeps its own line.
+    let bars = MultiProgress::with_draw_target(target);
+    let prepare = bars.add(bar_for(0, message, visible));
     let mut options = options.clone();
-    options.on_upload = Some(uploading(&upload));
+    options.on_upload = Some(uploading(&bars, visible));
     options.on_prepare = Some(preparing(&prepare));
     let result = load(&options);
-    upload.finish_and_clear();
     prepare.finish_and_clear();
     result
 }
