@@ -127,16 +127,37 @@ pub enum Route {
 /// 128. K-quants still keep their integer route there
 /// (N = 128: int8 103-125 GFLOP/s, f32 85-98).
 ///
-/// Q5_0 / Q5_1 were measured on that host only; the thresholds elsewhere
-/// (256 with VNNI, 64 without) are guesses, set below the Q4 ones because
-/// Q5's int8 route ran a quarter to a third slower than Q4_1's there.
+/// AVX-VNNI hosts without AVX-512 (Intel client cores from Alder Lake on):
+/// their integer lanes are 256-bit VNNI and gemm runs AVX2. Measured on the
+/// same Xeon, whose cores are Golden Cove like Alder Lake's performance
+/// cores, as such a host: `gemm` built without its AVX-512 kernels and the
+/// lane kernel forced to AVX-VNNI (`GGPLAN_QDOT_ISA=avxvnni`), one thread,
+/// 2026-11-27, two runs (AVX-512 FMA peak 179 GFLOP/s; AVX2 has half): Q4_1
+/// int8 83-85 GFLOP/s from N = 4, f32 72 at 128, 78 at 256, 81-82 at 512;
+/// Q8_0 int8 79-81 at 256 against f32 78, at 384 int8 78 against f32 80;
+/// Q5_0 / Q5_1 int8 74-76 against f32 74 at 384 (Q5_1 tied there), f32
+/// 76-77 at 512. So the AVX512-VNNI thresholds hold for Q4 and Q8_0, and Q5
+/// keeps its integer route to 512.
+///
+/// Q5_0 / Q5_1 thresholds elsewhere (256 with AVX512-VNNI on Zen 4, 64
+/// without VNNI) are guesses, set below the Q4 ones because Q5's int8 route
+/// ran a quarter to a third slower than Q4_1's on the Xeon.
 pub fn f32_route_min_columns(dtype: DType) -> usize {
-    let vnni = qdot::Isa::detect() == qdot::Isa::Avx512 { vnni: true };
-    let wide = vnni && full_width_fma512();
+    let isa = qdot::Isa::detect();
+    route_threshold(dtype, isa, full_width_fma512())
+}
+
+/// [`f32_route_min_columns`] for a host whose lane kernel is `isa` and whose
+/// cores run 512-bit FMAs at full width or not.
+fn route_threshold(dtype: DType, isa: qdot::Isa, full_width: bool) -> usize {
+    let avx512_vnni = isa == qdot::Isa::Avx512 { vnni: true };
+    let vnni = avx512_vnni || isa == qdot::Isa::AvxVnni;
+    let wide = avx512_vnni && full_width;
     let five_bit = matches!(dtype, DType::Q5_0 | DType::Q5_1);
     match dtype {
         DType::Q4_K | DType::Q5_K | DType::Q6_K => usize::MAX,
         _ if wide && five_bit => 96,
+        _ if five_bit && isa == qdot::Isa::AvxVnni => 512,
         _ if five_bit && vnni => 256,
         _ if five_bit => 64,
         DType::Q8_0 if wide => 48,

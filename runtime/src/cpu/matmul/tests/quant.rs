@@ -215,3 +215,27 @@ fn fast_precision_takes_the_f32_route_from_many_columns() {
     assert_eq!(route(DType::F16, 1, Precision::Fast), R::F32Gemm);
     assert_eq!(route(DType::F32, 1, Precision::Fast), R::F32Gemm);
 }
+
+#[test]
+fn avx_vnni_hosts_keep_the_integer_route_where_it_measured_faster() {
+    use crate::cpu::matmul::qdot::Isa;
+    use crate::cpu::matmul::route_threshold;
+    // The AVX-VNNI crossovers `f32_route_min_columns` records: the integer
+    // route was faster at N = 256 for Q8_0 and at N = 384 for Q4_1 and Q5_0
+    // (Q5_1 tied); gemm (AVX2) overtook it at 384 and 512.
+    let at = |t| route_threshold(t, Isa::AvxVnni, false);
+    assert!(
+        (257..=384).contains(&at(DType::Q8_0)),
+        "{}",
+        at(DType::Q8_0)
+    );
+    for t in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1] {
+        assert!((385..=512).contains(&at(t)), "{t}: {}", at(t));
+    }
+    // Plain AVX2 hosts keep theirs (measured on an AMD EPYC).
+    let avx2 = |t| route_threshold(t, Isa::Avx2, false);
+    assert_eq!(
+        [DType::Q4_1, DType::Q8_0, DType::Q5_0].map(avx2),
+        [192, 56, 64]
+    );
+}
