@@ -6,7 +6,10 @@
 //! without an extra copy of its own and without blocking the caller.
 //!
 //! The order is in [`upload_staged`], device-neutral; a device supplies its
-//! buffers, its queued copies and its waits through [`Stager`].
+//! buffers, its queued copies and its waits through [`Stager`]. On the H100
+//! host measured it lost to direct copies from a file in the page cache
+//! (not broken down; pinning the buffers and the extra host copy are the
+//! likely costs), so CUDA devices use it only when asked (`GGPLAN_CUDA_STAGING=1`).
 //!
 //! Invariants:
 //! - a staging buffer is written only after every copy queued from it

@@ -4,9 +4,9 @@
 //! Pipeline, per plan device `Cuda { ordinal }` at load: the GPU is opened
 //! once per process (`driver`: primary context, one stream); each arena is
 //! one device allocation (`device`), refused before allocating when the GPU
-//! lacks the free bytes; weights and constants are uploaded through
-//! page-locked staging buffers (`driver::PinnedStaging`, the order in
-//! `device::staging`); every step
+//! lacks the free bytes; weights and constants are uploaded (directly, or
+//! under `GGPLAN_CUDA_STAGING=1` through page-locked staging buffers:
+//! `driver::PinnedStaging`, the order in `device::staging`); every step
 //! becomes a [`launch::Launch`] (pure: kernel, grid, block, argument block)
 //! of a hand-written kernel (`kernels/ops.cu`: mul_mat with on-the-fly
 //! dequantization of every block format, `kernels/blocks.cuh`, checked on
