@@ -7,7 +7,7 @@ use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
 use ggplan_tests::workspace_root;
 use ir::plan::Plan;
-use runtime::device::cpu::numa;
+use runtime::device::cpu::{CpuDevice, numa};
 use runtime::memory::AlignedBuffer;
 use runtime::{LoadOptions, Runtime, RuntimeError, Weights};
 use std::sync::Arc;
@@ -40,7 +40,9 @@ fn logits(rt: &mut Runtime) -> Vec<f32> {
 fn a_node_0_plan_runs_bound_to_its_node_and_equals_the_cpu_plan() {
     let mut on_node = load(plan("numa0")).unwrap();
     assert_eq!(
-        on_node.cpu_devices()[0].as_ref().and_then(|d| d.node()),
+        (on_node.devices()[0].as_any())
+            .downcast_ref::<CpuDevice>()
+            .and_then(|d| d.node()),
         Some(0)
     );
     let page = numa::page_size();

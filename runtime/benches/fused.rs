@@ -9,8 +9,8 @@
 
 use ir::DType;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
-use runtime::cpu::jit::{Jit, JitOptions, StreamingStores};
-use runtime::cpu::{CpuKernel, RawTensor, ThreadPool};
+use runtime::device::cpu::jit::{Jit, JitOptions, StreamingStores};
+use runtime::device::cpu::{CpuKernel, RawTensor, ThreadPool};
 use std::time::Instant;
 
 /// A packed F32 or F16 tensor in a 64-byte-aligned buffer.

@@ -23,9 +23,9 @@
 
 use ir::{DType, Layout};
 use runtime::ceiling::{self, Ceilings};
-use runtime::cpu::matmul::packed::RepackCache;
-use runtime::cpu::matmul::{Precision, Route, prepare_mul_mat_on, prepare_mul_mat_weights};
-use runtime::cpu::{CpuKernel, RawTensor, ThreadPool};
+use runtime::device::cpu::matmul::packed::RepackCache;
+use runtime::device::cpu::matmul::{Precision, Route, prepare_mul_mat_on, prepare_mul_mat_weights};
+use runtime::device::cpu::{CpuKernel, RawTensor, ThreadPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 

@@ -4,8 +4,8 @@
 //! read + bytes written, as the ceiling does.
 
 use ir::{DType, Layout, Op, RopeMode, RopeParams};
-use runtime::cpu::ops::prepare_op;
-use runtime::cpu::{RawTensor, ThreadPool};
+use runtime::device::cpu::ops::prepare_op;
+use runtime::device::cpu::{RawTensor, ThreadPool};
 use std::time::Instant;
 
 /// Owned, 64-byte aligned memory for a tensor, filled with small finite values.

@@ -92,7 +92,7 @@ impl Runtime {
         let mut trace = Trace::default();
         self.executor
             .run(&self.steps, &self.devices, Some(&mut trace));
-        if let Err(e) = self.take_remote_failure() {
+        if let Err(e) = self.take_device_failure() {
             if let Some(journal) = journal {
                 self.undo(journal);
             }
@@ -117,25 +117,21 @@ impl Runtime {
         self.check_inputs()?;
         let state = self.state.clone();
         let _running = state.as_ref().map(|s| s.lock_run());
-        let steps = &self.steps;
-        let scratch = ScratchPtr(self.scratch.as_ptr());
+        // One device, one stream: the whole plan is one job on it (one
+        // barrier per step on a CPU), timed per step when profiling.
         let marks: Vec<AtomicU64> = if profile {
-            (0..steps.len()).map(|_| AtomicU64::new(0)).collect()
+            (0..self.steps.len()).map(|_| AtomicU64::new(0)).collect()
         } else {
             Vec::new()
         };
         let start = Instant::now();
-        self.pool.run(&|ctx| {
-            for (i, step) in steps.iter().enumerate() {
-                // SAFETY: kernels were prepared over this runtime's live
-                // buffers; every pool thread runs every step once.
-                unsafe { step.kernel.run(ctx, scratch.get()) };
-                ctx.barrier();
-                if profile && ctx.ith == 0 {
-                    marks[i].store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                }
+        let mark = |i: usize| {
+            if profile {
+                marks[i].store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
-        });
+        };
+        let device = self.steps.first().map_or(0, |s| s.device);
+        self.devices[device].run_steps(&self.steps, &mark);
         if profile {
             let mut prev = 0;
             for (i, m) in marks.iter().enumerate() {
@@ -153,7 +149,6 @@ impl Runtime {
         self.check_inputs()?;
         let state = self.state.clone();
         let _running = state.as_ref().map(|s| s.lock_run());
-        let scratch = ScratchPtr(self.scratch.as_ptr());
         for i in 0..self.steps.len() {
             let info = StepInfo {
                 index: i,
@@ -161,25 +156,19 @@ impl Runtime {
             };
             observer.before(self, &info);
             // One step at a time in global order: the plan's meaning, on
-            // whichever device the step's split runs on.
+            // the device that prepared the step.
             let step = &self.steps[i];
-            let device = self.plan.splits[step.split].device.index();
-            if self.devices.len() == 1 {
-                let kernel = &step.kernel;
-                self.pool.run(&|ctx| {
-                    // SAFETY: as in run_inner.
-                    unsafe { kernel.run(ctx, scratch.get()) };
-                });
-            } else if step.kind == "copy" {
-                self.devices[device].copy(step);
+            let device = &self.devices[step.device];
+            if step.kind == "copy" {
+                device.copy(step);
             } else {
-                self.devices[device].run_steps(std::slice::from_ref(step), &|_| {});
+                device.run_steps(std::slice::from_ref(step), &|_| {});
             }
             let info = StepInfo {
                 index: i,
                 step: &self.steps[i],
             };
-            self.take_remote_failure()?;
+            self.take_device_failure()?;
             if observer.after(self, &info) == Flow::Stop {
                 return Ok(i + 1);
             }
@@ -191,10 +180,10 @@ impl Runtime {
     pub fn reset_state(&mut self) {
         if let Some(store) = &self.state {
             store.clear();
-            for r in self.remote.iter().flatten() {
-                // A dead server is reported by the next run.
-                if let Err(e) = r.server().clear_states() {
-                    r.fail(e);
+            for d in &self.devices {
+                // A failure (a dead server) is reported by the next run.
+                if let Err(e) = d.clear_shared_state() {
+                    d.fail(e);
                 }
             }
             return;
@@ -219,18 +208,3 @@ impl Runtime {
         }
     }
 }
-
-/// A kernel scratch address that closures on pool threads may share.
-#[derive(Clone, Copy)]
-pub(crate) struct ScratchPtr(pub(crate) *mut u8);
-
-impl ScratchPtr {
-    /// A method, so closures capture the whole (Sync) wrapper, not the field.
-    pub(crate) fn get(self) -> *mut u8 {
-        self.0
-    }
-}
-// SAFETY: the scratch buffer outlives the run; kernels share it by contract.
-unsafe impl Send for ScratchPtr {}
-// SAFETY: as above.
-unsafe impl Sync for ScratchPtr {}

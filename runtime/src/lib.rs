@@ -9,12 +9,12 @@
 mod addresses;
 pub mod ceiling;
 pub mod check;
-pub mod cpu;
+
 pub mod device;
 pub mod error;
 mod execute;
 pub mod executor;
-pub mod fast;
+
 pub mod memory;
 pub mod runtime;
 mod session_io;
@@ -27,10 +27,10 @@ pub mod weights;
 #[cfg(test)]
 mod tests;
 
-pub use cpu::matmul::Precision;
+pub use device::cpu::FastKernels;
+pub use device::cpu::matmul::Precision;
 pub use error::RuntimeError;
 pub use execute::{Flow, Observer, StepInfo};
-pub use fast::FastKernels;
 pub use runtime::{LoadOptions, LoadReport, Runtime};
 pub use state::StateStore;
 pub use weights::Weights;

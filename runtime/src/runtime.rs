@@ -1,11 +1,16 @@
 //! [`Runtime`]: a loaded plan, ready to run again and again.
 //!
 //! Loading, in order: refuse an unknown `format_version`; run the plan
-//! checker (`ir::plan::check`) and refuse a plan with any violation; refuse
-//! devices this runtime lacks (it runs CPU devices only); refuse arenas that
-//! exceed the memory available; allocate one aligned arena per (device,
-//! usage); bind weights (in place or copied once), constants and shared state;
-//! prepare every step's kernel with its tensors' addresses baked in.
+//! checker (`ir::plan::check`) and refuse a plan with any violation; open
+//! every plan device through the device backends (`device::registry`),
+//! refusing one this runtime cannot open; refuse host arenas that exceed the
+//! memory available; let each device allocate its arenas; let each device
+//! place its weights (in place, written at load, or held already) and bind
+//! shared state; write weights and constants through each device; prepare
+//! every step on its device with its tensors' addresses baked in.
+//!
+//! Nothing here names a kind of device: each is a [`Device`] and decides
+//! for itself (see `device/`).
 //!
 //! A `Runtime` is a session: inputs are set by name (`session_io.rs`), `run`
 //! executes every step (`execute.rs`), outputs are read by name, and state
@@ -17,19 +22,16 @@
 
 use crate::RuntimeError;
 use crate::addresses::resolve;
-use crate::cpu::ThreadPool;
-use crate::cpu::matmul::Precision;
-use crate::device::cpu::CpuDevice;
-use crate::device::cuda::CudaDevice;
-use crate::device::registry::Registry;
-use crate::device::rpc::{RemoteDevice, RemoteServers};
-use crate::device::{Device, TensorBytes};
+use crate::device::cpu::matmul::Precision;
+use crate::device::cpu::{FastKernels, ThreadPool};
+use crate::device::registry::{DeviceBackend, OpenCtx, open_devices};
+use crate::device::rpc::RemoteServers;
+use crate::device::{Device, PrepareCtx, TensorBytes, WeightPlacement, WeightRequest};
 use crate::executor::Executor;
-use crate::fast::FastKernels;
-use crate::memory::{AlignedBuffer, available_bytes};
+use crate::memory::available_bytes;
 use crate::state::StateStore;
-use crate::steps::{PreparedStep, Preparer};
-use crate::weights::{BoundWeight, Weights, bind_weight};
+use crate::steps::{PreparedStep, prepare_all};
+use crate::weights::Weights;
 use ir::layout::fmt_ne;
 use ir::plan::{PLAN_FORMAT_VERSION, Placement, Plan};
 use ir::{DType, Layout, Role};
@@ -68,6 +70,10 @@ pub struct LoadOptions {
     /// The remote servers (`--rpc`), connected once and shared by every
     /// runtime of a job: plan device `Remote { server: i }` runs on server `i`.
     pub rpc: Option<Arc<RemoteServers>>,
+    /// Device backends consulted before the built-in ones (CPU, CUDA, RPC)
+    /// when the plan's devices are opened: a device kind of an embedder's
+    /// own, or a test's device that records its calls.
+    pub backends: Vec<Arc<dyn DeviceBackend>>,
 }
 
 impl Default for LoadOptions {
@@ -83,6 +89,7 @@ impl Default for LoadOptions {
             fault_injection: None,
             fault_panic_at: None,
             rpc: None,
+            backends: Vec::new(),
         }
     }
 }
@@ -118,25 +125,21 @@ pub struct Runtime {
     pub(crate) plan: Arc<Plan>,
     /// Kept alive: weights used in place point into its mapping.
     pub(crate) _weights: Weights,
-    pub(crate) _arenas: Vec<AlignedBuffer>,
     pub(crate) state: Option<Arc<StateStore>>,
     pub(crate) addr: Vec<*mut u8>,
     pub(crate) steps: Vec<PreparedStep>,
-    pub(crate) scratch: AlignedBuffer,
+    /// The first device's pool (a one-thread pool when no device has one).
     pub(crate) pool: Arc<ThreadPool>,
-    /// The plan's devices, by device id.
+    /// The plan's devices, by device id; they own the arenas.
     pub(crate) devices: Vec<Arc<dyn Device>>,
-    /// The plan's CPU devices, by device id (`None` for a remote one).
-    pub(crate) cpu_devices: Vec<Option<Arc<CpuDevice>>>,
-    /// The plan's remote devices, by device id (`None` for a CPU one).
-    pub(crate) remote: Vec<Option<Arc<RemoteDevice>>>,
-    /// The plan's CUDA devices, by device id (`None` for another kind).
-    pub(crate) cuda: Vec<Option<Arc<CudaDevice>>>,
-    /// One stream and no events on host devices: the single-pool fast path.
+    /// Per device id: its memory is host memory (readable in place).
+    pub(crate) host: Vec<bool>,
+    /// One stream and no events on a device whose runs cannot fail halfway:
+    /// the whole plan is one `run_steps` call.
     pub(crate) sequential: bool,
-    /// Weights a remote device holds as F32 copies: their file bytes on the
-    /// host (address, length in the mapping `_weights` keeps), which
-    /// [`Runtime::tensor_bytes`] reads instead of the server's values.
+    /// Weights a device holds as converted copies (F32 on a server): their
+    /// file bytes on the host (address, length in the mapping `_weights`
+    /// keeps), which [`Runtime::tensor_bytes`] reads instead.
     pub(crate) f32_weight_sources: BTreeMap<u32, (usize, usize)>,
     /// Streams, segments and events of the plan.
     pub(crate) executor: Executor,
@@ -199,30 +202,18 @@ impl Runtime {
                 violations,
             });
         }
-        let (host_devices, warnings) =
-            Registry::enumerate().open(&plan.devices, options.threads, options.pool.as_ref())?;
-        let remote = open_remote(&plan, options.rpc.as_deref())?;
-        let cuda = open_cuda(&plan)?;
-        let mut host_devices = host_devices.into_iter();
-        let cpu_devices: Vec<Option<Arc<CpuDevice>>> = (remote.iter().zip(&cuda))
-            .map(|(r, c)| {
-                if r.is_some() || c.is_some() {
-                    None
-                } else {
-                    host_devices.next()
-                }
-            })
-            .collect();
-        let devices: Vec<Arc<dyn Device>> = (cpu_devices.iter().zip(&remote).zip(&cuda))
-            .map(|pair| match pair {
-                ((Some(cpu), _), _) => Arc::clone(cpu) as Arc<dyn Device>,
-                ((None, Some(r)), _) => Arc::clone(r) as Arc<dyn Device>,
-                ((None, None), Some(c)) => Arc::clone(c) as Arc<dyn Device>,
-                ((None, None), None) => unreachable!("every plan device was opened"),
-            })
-            .collect();
+        let kernels = match &options.kernels {
+            Some(k) => Arc::clone(k),
+            None => Arc::new(FastKernels::new(options.precision)?),
+        };
+        let open = OpenCtx {
+            options,
+            kernels: &kernels,
+        };
+        let (devices, mut warnings) = open_devices(&plan, &open)?;
+        let host_memory = |d: usize| devices[d].info().caps.host_buffer;
         let needed: u64 = (plan.arenas.iter())
-            .filter(|a| remote[a.device.index()].is_none() && cuda[a.device.index()].is_none())
+            .filter(|a| host_memory(a.device.index()))
             .map(|a| a.size)
             .sum();
         if let Some(available) = available_bytes()
@@ -230,53 +221,13 @@ impl Runtime {
         {
             return Err(RuntimeError::OutOfMemory { needed, available });
         }
-        // A remote arena's base is the server's address of its buffer
-        // (never dereferenced here: see `device::rpc`).
-        let mut bases: Vec<*mut u8> = Vec::with_capacity(plan.arenas.len());
-        let mut arenas = Vec::new();
+        // Each arena's base in its device's address space; `None` for one
+        // its device defers until the weights are placed.
+        let mut bases: Vec<Option<*mut u8>> = Vec::with_capacity(plan.arenas.len());
         for (i, a) in plan.arenas.iter().enumerate() {
-            let dev = &plan.devices[a.device.index()];
-            let usage = format!("{:?}", a.usage);
-            if let Some(c) = &cuda[a.device.index()] {
-                // A GPU arena's base is a device address (never dereferenced
-                // here: see `device::cuda`).
-                bases.push(c.alloc_arena(i, a.size, &usage)? as usize as *mut u8);
-                continue;
-            }
-            if let Some(r) = &remote[a.device.index()] {
-                // With servers shared by a job, weights read in place live in
-                // the server's weight cache; their arena is allocated below
-                // only if some weight still needs it.
-                let cached = a.usage == ir::plan::Usage::Weights && options.rpc.is_some();
-                let base = if cached {
-                    0
-                } else {
-                    r.alloc_remote(a.size, &usage)?
-                };
-                bases.push(base as usize as *mut u8);
-                continue;
-            }
-            let buffer = devices[a.device.index()]
-                .alloc(a.size, dev.alignment, &usage)
-                .map_err(|e| match e {
-                    RuntimeError::Alloc {
-                        bytes,
-                        usage,
-                        device,
-                        ..
-                    } => RuntimeError::Alloc {
-                        arena: i,
-                        bytes,
-                        usage,
-                        device,
-                    },
-                    other => other,
-                })?;
-            bases.push(buffer.as_ptr());
-            arenas.push(buffer);
+            bases.push(devices[a.device.index()].alloc_arena(i, a.size, a.usage, true)?);
         }
-        let mut warnings = warnings;
-        warnings.extend(cpu_devices.iter().flatten().flat_map(|d| d.take_notes()));
+        warnings.extend(devices.iter().flat_map(|d| d.take_notes()));
 
         // Weights in place and shared state replace their arena addresses.
         let mut report = LoadReport {
@@ -287,114 +238,79 @@ impl Runtime {
         let n_graph = plan.n_graph_tensors as usize;
         let mut overrides: Vec<Option<*mut u8>> = vec![None; plan.tensors.len()];
         let mut copies: Vec<(u32, std::borrow::Cow<'_, [u8]>)> = Vec::new();
-        let exact = options
-            .kernels
-            .as_ref()
-            .map_or(options.precision, |k| k.precision())
-            == Precision::Exact;
-        let f32_copies = remote_f32_weights(&plan);
+        let exact = kernels.precision() == Precision::Exact;
         let mut f32_weight_sources = BTreeMap::new();
         for (t, pt) in plan.tensors[..n_graph].iter().enumerate() {
             if !matches!(pt.placement, Placement::Arena { .. }) {
                 continue;
             }
             let layout = layout_of(&plan, t as u32);
-            let on_remote = remote[pt.device.index()].is_some();
-            let on_cuda = cuda[pt.device.index()].as_ref();
+            let device = &devices[pt.device.index()];
             match pt.role {
-                Role::Weight if on_cuda.is_some() => {
-                    // Uploaded once at load, from the mapped file.
-                    let bytes = match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
-                        BoundWeight::InPlace(b) => std::borrow::Cow::Borrowed(b),
-                        BoundWeight::Copy(b) => b,
-                    };
-                    report.weight_bytes_uploaded += bytes.len() as u64;
-                    copies.push((t as u32, bytes));
-                }
-                Role::State if on_cuda.is_some() => {
-                    // Shared state stays on the GPU, by name, for every
-                    // runtime of the job.
-                    if let (Some(store), Some(c)) = (&options.state, on_cuda) {
-                        overrides[t] =
-                            Some(c.bind_state(store, &pt.name, &layout)? as usize as *mut u8);
-                    }
-                }
-                Role::Weight if on_remote => {
-                    // Uploaded at load (a remote device never reads the file):
-                    // bytes read in place once per job, through the server's
-                    // weight cache; converted or sliced bytes per runtime.
-                    let r = remote[pt.device.index()].as_ref().expect("on_remote");
-                    match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
-                        BoundWeight::InPlace(b) if options.rpc.is_some() => {
-                            let as_f32 = (exact && f32_copies[t]).then_some(pt.dtype);
-                            let (at, uploaded) =
-                                r.server().bind_weight(&pt.name, b, &weights, as_f32)?;
-                            if as_f32.is_some() {
-                                f32_weight_sources.insert(t as u32, (b.as_ptr() as usize, b.len()));
-                            }
-                            overrides[t] = Some(at as usize as *mut u8);
-                            if uploaded {
-                                report.weight_bytes_uploaded += b.len() as u64;
-                            } else {
-                                report.weight_bytes_cached += b.len() as u64;
-                            }
-                        }
-                        BoundWeight::InPlace(b) => {
-                            report.weight_bytes_uploaded += b.len() as u64;
-                            copies.push((t as u32, std::borrow::Cow::Borrowed(b)));
-                        }
-                        BoundWeight::Copy(b) => {
-                            report.weight_bytes_uploaded += b.len() as u64;
-                            copies.push((t as u32, b));
-                        }
-                    }
-                }
-                Role::State if on_remote => {
-                    // Shared state stays on its server, by name, for every
-                    // runtime of the job (a remote StateStore).
-                    if options.state.is_some()
-                        && let Some(r) = &remote[pt.device.index()]
-                    {
-                        let at = r.server().bind_state(&pt.name, &layout)?;
-                        overrides[t] = Some(at as usize as *mut u8);
-                    }
-                }
                 Role::Weight => {
-                    match bind_weight(&weights, &pt.name, &layout, pt.shard.as_ref())? {
-                        BoundWeight::InPlace(bytes) => {
+                    let request = WeightRequest {
+                        plan: &plan,
+                        tensor: t as u32,
+                        layout,
+                        weights: &weights,
+                        exact,
+                    };
+                    match device.place_weight(&request)? {
+                        WeightPlacement::InPlace(bytes) => {
                             report.weight_bytes_in_place += bytes.len() as u64;
                             overrides[t] = Some(bytes.as_ptr().cast_mut());
                         }
-                        BoundWeight::Copy(bytes) => {
-                            report.weight_bytes_copied += bytes.len() as u64;
+                        WeightPlacement::Write(bytes) => {
+                            if host_memory(pt.device.index()) {
+                                report.weight_bytes_copied += bytes.len() as u64;
+                            } else {
+                                report.weight_bytes_uploaded += bytes.len() as u64;
+                            }
                             copies.push((t as u32, bytes));
+                        }
+                        WeightPlacement::Held {
+                            addr,
+                            bytes,
+                            uploaded,
+                            host_source,
+                        } => {
+                            overrides[t] = Some(addr);
+                            if uploaded {
+                                report.weight_bytes_uploaded += bytes;
+                            } else {
+                                report.weight_bytes_cached += bytes;
+                            }
+                            if let Some(source) = host_source {
+                                f32_weight_sources.insert(t as u32, source);
+                            }
                         }
                     }
                 }
                 Role::State => {
+                    // Shared state lives in the store (or on its device),
+                    // by name, for every runtime of the job.
                     if let Some(store) = &options.state {
-                        overrides[t] = Some(store.bind(&pt.name, &layout)?);
+                        overrides[t] = Some(device.bind_state(store, &pt.name, &layout)?);
                     }
                 }
                 _ => {}
             }
         }
-        // A remote weights arena some weight still needs (a converted or
-        // sliced one) is allocated now.
+        // A deferred arena some tensor still needs is allocated now.
         for (i, a) in plan.arenas.iter().enumerate() {
-            let Some(r) = &remote[a.device.index()] else {
-                continue;
-            };
             let needed = || {
                 (plan.tensors[..n_graph].iter().enumerate()).any(|(t, pt)| {
                     overrides[t].is_none()
                         && matches!(pt.placement, Placement::Arena { arena, .. } if arena as usize == i)
                 })
             };
-            if bases[i].is_null() && needed() {
-                bases[i] = r.alloc_remote(a.size, "Weights")? as usize as *mut u8;
+            if bases[i].is_none() && needed() {
+                bases[i] = devices[a.device.index()].alloc_arena(i, a.size, a.usage, false)?;
             }
         }
+        let bases: Vec<*mut u8> = (bases.into_iter())
+            .map(|b| b.unwrap_or(std::ptr::null_mut()))
+            .collect();
         let addr = resolve(&plan, &bases, &overrides);
         for (t, pt) in plan.tensors[..n_graph].iter().enumerate() {
             if let (Role::Constant, Some(init), Placement::Arena { .. }) =
@@ -404,7 +320,7 @@ impl Runtime {
                 copies.push((t as u32, std::borrow::Cow::Owned(bytes)));
             }
         }
-        // Each device writes its own in one call (a GPU stages them).
+        // Each device writes its own in one call (a GPU may stage them).
         let total: u64 = copies.iter().map(|(_, b)| b.len() as u64).sum();
         let mut written = 0u64;
         for (d, device) in devices.iter().enumerate() {
@@ -430,27 +346,23 @@ impl Runtime {
         }
         report.weights_time = t0.elapsed();
 
-        let pool = match cpu_devices.iter().flatten().next() {
-            Some(cpu) => Arc::clone(cpu.pool()),
-            // Only remote devices: their steps are calls, one thread drives them.
+        let pool = match devices.iter().find_map(|d| d.pool()) {
+            Some(pool) => Arc::clone(pool),
+            // No device with threads (only remote ones): one thread drives them.
             None => Arc::new(ThreadPool::new(1)),
         };
-        let kernels = match &options.kernels {
-            Some(k) => Arc::clone(k),
-            None => Arc::new(FastKernels::new(options.precision)?),
-        };
         let t1 = Instant::now();
-        let steps = Preparer {
+        let ctx = PrepareCtx {
             plan: &plan,
             addr: &addr,
-            fast: &kernels,
-            on_prepare: options.on_prepare.as_deref(),
-            remote: &remote,
-            cuda: &cuda,
-        }
-        .prepare_all()?;
-        for c in cuda.iter().flatten() {
-            c.load_kernels()?;
+        };
+        let steps = prepare_all(&ctx, &devices, options.on_prepare.as_deref())?;
+        for (d, device) in devices.iter().enumerate() {
+            let scratch = (steps.iter())
+                .filter(|s| s.device == d && s.kind != "copy")
+                .map(|s| s.kernel.scratch_bytes())
+                .max();
+            device.finish_prepare(scratch.unwrap_or(0))?;
         }
         report.prepare_time = t1.elapsed();
         report.weight_bytes_repacked = kernels.repacked_bytes();
@@ -465,34 +377,9 @@ impl Runtime {
                 )
             })
             .collect();
-        let scratch_bytes = steps
-            .iter()
-            .map(|s| s.kernel.scratch_bytes())
-            .max()
-            .unwrap_or(0);
-        if devices.len() > 1 {
-            for (d, device) in cpu_devices.iter().enumerate() {
-                let Some(device) = device else { continue };
-                let on_device = |s: &&crate::steps::PreparedStep| {
-                    plan.splits[s.split].device.index() == d && s.kind != "copy"
-                };
-                let bytes = steps
-                    .iter()
-                    .filter(on_device)
-                    .map(|s| s.kernel.scratch_bytes());
-                device.set_scratch(bytes.max().unwrap_or(0))?;
-            }
-        }
         let executor = Executor::new(&plan, options.fault_injection, options.fault_panic_at);
-        let sequential = executor.is_sequential()
-            && remote.iter().all(Option::is_none)
-            && cuda.iter().all(Option::is_none);
-        let scratch = AlignedBuffer::zeroed(scratch_bytes, 64).ok_or(RuntimeError::Alloc {
-            arena: usize::MAX,
-            bytes: scratch_bytes as u64,
-            usage: "kernel scratch".to_string(),
-            device: "cpu".to_string(),
-        })?;
+        let can_fail_mid_run = devices.iter().any(|d| d.can_fail_mid_run());
+        let sequential = executor.is_sequential() && !can_fail_mid_run;
         let inputs = plan.tensors[..n_graph]
             .iter()
             .enumerate()
@@ -502,23 +389,17 @@ impl Runtime {
         let index_bounds = plan.index_tables();
         let n_steps = steps.len();
         let memory_read_bytes = crate::traffic::memory_read_bytes(&plan, &steps);
-        let host: Vec<bool> = cpu_devices.iter().map(Option::is_some).collect();
-        let can_fail_mid_run =
-            remote.iter().flatten().next().is_some() || cuda.iter().flatten().next().is_some();
+        let host: Vec<bool> = (0..devices.len()).map(host_memory).collect();
         let state_writers = crate::state_journal::state_writers(&plan, &host, can_fail_mid_run);
         Ok(Runtime {
             plan,
             _weights: weights,
-            _arenas: arenas,
             state: options.state.clone(),
             addr,
             steps,
-            scratch,
             pool,
             devices,
-            cpu_devices,
-            remote,
-            cuda,
+            host,
             sequential,
             f32_weight_sources,
             executor,
@@ -555,8 +436,9 @@ impl Runtime {
 
     /// Threads over every device of the plan.
     pub fn threads(&self) -> usize {
-        (self.cpu_devices.iter().flatten())
-            .map(|d| d.pool().n_threads())
+        (self.devices.iter())
+            .filter_map(|d| d.pool())
+            .map(|p| p.n_threads())
             .sum::<usize>()
             .max(1)
     }
@@ -566,40 +448,18 @@ impl Runtime {
         &self.devices
     }
 
-    /// The plan's CPU devices, by device id (`None` for a remote device).
-    pub fn cpu_devices(&self) -> &[Option<Arc<CpuDevice>>] {
-        &self.cpu_devices
-    }
-
-    /// Waits for what the remote devices still compute, then takes the
-    /// first failure of the last run on one (so a later run starts clean).
-    /// Keeps `e` in plan device `device`'s failure slot (a remote or CUDA
-    /// device), for the next run to report; a CPU device has none and its
-    /// calls here only fail on a bug, so the error is dropped.
+    /// Keeps `e` in plan device `device`'s failure slot, for the next run
+    /// to report (a device whose calls cannot fail drops it).
     pub(crate) fn keep_failure(&self, device: usize, e: RuntimeError) {
-        if let Some(r) = &self.remote[device] {
-            r.fail(e);
-        } else if let Some(c) = &self.cuda[device] {
-            c.fail(e);
-        }
+        self.devices[device].fail(e);
     }
 
-    pub(crate) fn take_remote_failure(&self) -> Result<(), RuntimeError> {
+    /// Waits for what the devices still run, then takes the first failure
+    /// of the last run on one (so a later run starts clean).
+    pub(crate) fn take_device_failure(&self) -> Result<(), RuntimeError> {
         let mut first = None;
-        for r in self.remote.iter().flatten() {
-            // A graph nothing read after is waited for here.
-            if !r.failed()
-                && let Err(e) = r.server().finish()
-            {
-                r.fail(e);
-            }
-            if let Some(e) = r.take_failure() {
-                first.get_or_insert(e);
-            }
-        }
-        for c in self.cuda.iter().flatten() {
-            // Waits for the GPU: a kernel's failure surfaces here.
-            if let Err(e) = c.take_failure() {
+        for d in &self.devices {
+            if let Err(e) = d.take_failure() {
                 first.get_or_insert(e);
             }
         }
@@ -637,93 +497,4 @@ impl Runtime {
         let t = self.tensor_id(name).ok()?;
         self.index_bounds.get(&t).map(|&(b, _)| b)
     }
-}
-
-/// The plan's CUDA devices, by device id: each opened on its GPU.
-fn open_cuda(plan: &Plan) -> Result<Vec<Option<Arc<CudaDevice>>>, RuntimeError> {
-    (plan.devices.iter())
-        .map(|dev| match dev.kind {
-            ir::plan::DeviceKind::Cuda { ordinal } => {
-                CudaDevice::open(&dev.name, ordinal, dev.alignment).map(Some)
-            }
-            _ => Ok(None),
-        })
-        .collect()
-}
-
-/// The plan's remote devices, by device id: each opened on its server from
-/// `rpc` (refused by name when the plan needs a server `rpc` does not list).
-fn open_remote(
-    plan: &Plan,
-    rpc: Option<&RemoteServers>,
-) -> Result<Vec<Option<Arc<RemoteDevice>>>, RuntimeError> {
-    let mut out = Vec::with_capacity(plan.devices.len());
-    for dev in &plan.devices {
-        let ir::plan::DeviceKind::Remote { server } = dev.kind else {
-            out.push(None);
-            continue;
-        };
-        let Some(endpoint) = rpc.and_then(|r| r.get(server)) else {
-            let given = rpc.map_or(0, RemoteServers::len);
-            return Err(RuntimeError::NoDevice {
-                device: dev.name.clone(),
-                kind: format!("remote server {server}"),
-                why: format!(
-                    "{given} server(s) given; pass --rpc HOST:PORT,... listing at least {}",
-                    server + 1
-                ),
-            });
-        };
-        let device = RemoteDevice::open(&dev.name, Arc::clone(endpoint), dev.alignment)?;
-        out.push(Some(Arc::new(device)));
-    }
-    Ok(out)
-}
-
-/// Per plan tensor: a block-quantized weight that a remote device may hold as
-/// a dequantized F32 copy in exact precision, because every step reading it
-/// is a `mul_mat` or `get_rows` taking it whole as src0 (where F32 values
-/// compute what our exact kernels compute from the blocks), and nothing
-/// views it or copies its bytes elsewhere.
-fn remote_f32_weights(plan: &Plan) -> Vec<bool> {
-    let mut ok: Vec<bool> = (plan.tensors.iter())
-        .map(|t| t.role == Role::Weight && t.dtype.block_elems() > 1)
-        .collect();
-    let mut refuse = |t: u32| {
-        if let Some(x) = ok.get_mut(t as usize) {
-            *x = false;
-        }
-    };
-    for pt in &plan.tensors {
-        if let Placement::View { of, .. } = pt.placement {
-            refuse(of);
-        }
-    }
-    for split in &plan.splits {
-        for c in &split.copies {
-            refuse(c.src);
-        }
-        for step in &split.steps {
-            match step {
-                ir::plan::Step::Op { op, srcs, .. } => {
-                    let whole_src0 = matches!(op, ir::Op::MulMat | ir::Op::GetRows);
-                    for (i, &s) in srcs.iter().enumerate() {
-                        if !(whole_src0 && i == 0) {
-                            refuse(s);
-                        }
-                    }
-                }
-                ir::plan::Step::Fused { kernel } => {
-                    for &s in plan
-                        .kernels
-                        .get(*kernel as usize)
-                        .map_or(&[][..], |k| &k.inputs)
-                    {
-                        refuse(s);
-                    }
-                }
-            }
-        }
-    }
-    ok
 }

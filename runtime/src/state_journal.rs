@@ -133,8 +133,7 @@ impl Runtime {
         };
         let idx_root = root_of(&self.plan, idx) as usize;
         let idx_device = self.plan.tensors[idx as usize].device.index();
-        if self.plan.tensors[idx_root].role != Role::Input || self.cpu_devices[idx_device].is_none()
-        {
+        if self.plan.tensors[idx_root].role != Role::Input || !self.host[idx_device] {
             return Ok(whole);
         }
         let idx_layout = layout_of(&self.plan, idx);

@@ -59,7 +59,7 @@ impl Weights {
 }
 
 /// A weight's bytes: in the mapped file (zero-copy) or to be copied.
-pub(crate) enum BoundWeight<'w> {
+pub enum BoundWeight<'w> {
     /// Use these bytes in place.
     InPlace(&'w [u8]),
     /// Copy these bytes into the arena.

@@ -18,7 +18,7 @@
 //!   caches), so all plans loaded through one [`Session`] share one KV cache;
 //! - the rows a bucket leaves out are rows the mask would hide anyway, and the
 //!   runtime's one-column products do not depend on how many rows they have
-//!   (`runtime::cpu::matmul::float`), so a step's logits are, to the bit,
+//!   (`runtime::device::cpu::matmul::float`), so a step's logits are, to the bit,
 //!   those of a full-context plan (tests/runtime_windows.rs; end to end in
 //!   cli/tests/models.rs; on the graphs in tests/llama_cache.rs).
 

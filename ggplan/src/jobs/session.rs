@@ -45,7 +45,7 @@ impl Session {
         Ok(Session {
             options: LoadOptions {
                 threads,
-                pool: Some(Arc::new(runtime::cpu::ThreadPool::new(threads))),
+                pool: Some(Arc::new(runtime::device::cpu::ThreadPool::new(threads))),
                 kernels: Some(Arc::new(FastKernels::new(precision)?)),
                 state: Some(Arc::new(StateStore::new())),
                 precision,

@@ -1,30 +1,51 @@
-//! The device layer: what the executor needs from a device, in the shape of
-//! ggml's device / buffer / backend interfaces, and the registry that finds
-//! devices at start-up.
+//! The device layer: everything that differs between kinds of device, in
+//! the shape of ggml's device / buffer / backend interfaces, and the
+//! registry that opens a plan's devices.
 //!
-//! A [`Device`] allocates buffers (honouring alignment and its largest
-//! buffer), runs a run of prepared steps on its compute stream, and moves
-//! bytes on its copy stream. Streams and events belong to the executor
-//! (`crate::executor`): a device never decides order, it only runs what the
-//! executor hands it, in the order handed. One folder per device kind:
-//! `cpu/` (the host or a group of its cores), `cuda/` (the driver probe; the
-//! backend comes in its own issue), `rpc/` (a remote host's ggml RPC server);
-//! `host` describes the machine.
+//! A [`Device`] owns its arenas ([`Device::alloc_arena`]), decides where a
+//! weight or a state tensor lives ([`Device::place_weight`],
+//! [`Device::bind_state`]), uploads ([`Device::load_tensors`]), prepares the
+//! steps and copies of its splits into device-neutral [`PreparedStep`]s
+//! whose kernel is a [`DeviceStep`] only it knows how to run
+//! ([`Device::prepare_step`], [`Device::prepare_copy`]), runs them on its
+//! compute and copy streams, and keeps a run's first failure. Streams and
+//! events belong to the executor (`crate::executor`): a device never decides
+//! order, it only runs what the executor hands it, in the order handed.
 //!
-//! Invariants: a device's buffers never move while the device lives (kernels
-//! hold their addresses); `run_steps` returns only when every step is done.
+//! One room per kind, each with the same shape: `cpu/` (the host, a group
+//! of its cores or a NUMA node, with its pool and every CPU kernel), `cuda/`
+//! (a GPU through the driver API), `rpc/` (a remote host's ggml RPC server).
+//! [`registry`] opens a plan's devices by asking each [`registry::DeviceBackend`]
+//! in turn; `prepare` holds what step preparation shares; `host` describes
+//! the machine. Nothing outside this folder names a device kind.
+//!
+//! Invariants: a device's arenas never move while the device lives (kernels
+//! hold their addresses); `run_steps` returns only when every step is done
+//! or queued behind an order the device keeps itself (a remote server serves
+//! calls in order); a step is only ever run by the device that prepared it.
 
 pub mod cpu;
 pub mod cuda;
 pub mod host;
+pub mod load;
+pub mod prepare;
+#[cfg(test)]
+mod recording;
 pub mod registry;
 pub mod rpc;
 pub mod staging;
 
 use crate::RuntimeError;
 use crate::executor::event::Event;
-use crate::memory::AlignedBuffer;
+use crate::state::StateStore;
 use crate::steps::PreparedStep;
+use cpu::ThreadPool;
+use ir::Layout;
+use ir::plan::{Step, Usage};
+pub use load::{WeightPlacement, WeightRequest};
+pub use prepare::{CopyEnd, PrepareCtx};
+use std::any::Any;
+use std::sync::Arc;
 
 /// A tensor's bytes in a device's memory (ggml's tensor `data` and
 /// `nbytes`): what [`Device::set_tensor`] and [`Device::get_tensor`] address,
@@ -110,14 +131,124 @@ pub struct DeviceInfo {
     pub caps: Caps,
 }
 
-/// One device of a loaded plan.
+/// A prepared step or copy as the executor, profiles and traces hold it:
+/// only the device that prepared it knows how to run it (it downcasts
+/// through [`DeviceStep::as_any`]).
+pub trait DeviceStep: Send + Sync {
+    /// What runs, in words (`bench` names kernels and their ISA with it).
+    fn describe(&self) -> String;
+
+    /// Bytes of per-run scratch the step needs (CPU kernels).
+    fn scratch_bytes(&self) -> usize {
+        0
+    }
+
+    /// The step as `Any`, for its device to take back its own type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// One device of a loaded plan: everything kind-specific (module doc).
 pub trait Device: Send + Sync {
     /// Name, memory, capabilities.
     fn info(&self) -> &DeviceInfo;
 
-    /// A zeroed buffer of `bytes` aligned to `alignment`, for arena `usage`.
-    fn alloc(&self, bytes: u64, alignment: u64, usage: &str)
-    -> Result<AlignedBuffer, RuntimeError>;
+    /// The device as `Any`: a copy's preparer finds the other end's own type.
+    fn as_any(&self) -> &dyn Any;
+
+    /// The shared device as `Any`, for a step that keeps the other end of a
+    /// copy alive.
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+
+    /// Allocates plan arena `arena` (`bytes`, for `usage`), zeroed, owned by
+    /// the device until it is dropped, and returns its base address in the
+    /// device's address space (a host pointer, or a device or server address
+    /// that only this device dereferences). With `may_defer`, a device may
+    /// answer `None` for an arena it allocates only if a tensor still needs
+    /// it once weights are placed (a remote weights arena whose weights the
+    /// server already holds); the loader then asks again without it.
+    fn alloc_arena(
+        &self,
+        arena: usize,
+        bytes: u64,
+        usage: Usage,
+        may_defer: bool,
+    ) -> Result<Option<*mut u8>, RuntimeError>;
+
+    /// Where weight `request` lives on this device: read in place from the
+    /// mapped file, written into its arena slot at load, or held by the
+    /// device already.
+    fn place_weight<'w>(
+        &self,
+        request: &WeightRequest<'_, 'w>,
+    ) -> Result<WeightPlacement<'w>, RuntimeError>;
+
+    /// The address of shared state tensor `name` (a KV cache that every
+    /// runtime of a job reads and writes) on this device, from `store`.
+    fn bind_state(
+        &self,
+        store: &StateStore,
+        name: &str,
+        layout: &Layout,
+    ) -> Result<*mut u8, RuntimeError>;
+
+    /// Prepares `step` (global index `index`, of split `split`, which this
+    /// device runs).
+    fn prepare_step(
+        &self,
+        ctx: &PrepareCtx<'_>,
+        split: usize,
+        index: usize,
+        step: &Step,
+    ) -> Result<PreparedStep, RuntimeError>;
+
+    /// Prepares a copy of `bytes` from `from` to `to`, one end of which is
+    /// this device (`crate::steps` says which end prepares).
+    fn prepare_copy(
+        &self,
+        from: CopyEnd<'_>,
+        to: CopyEnd<'_>,
+        bytes: usize,
+    ) -> Result<Box<dyn DeviceStep>, RuntimeError>;
+
+    /// Called once after every step was prepared, with the most scratch any
+    /// of this device's steps needs (a GPU compiles its kernels here).
+    fn finish_prepare(&self, _scratch_bytes: usize) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// The worker pool its steps run on, for a device with threads of its own.
+    fn pool(&self) -> Option<&Arc<ThreadPool>> {
+        None
+    }
+
+    /// True for a device on which a run can fail halfway (a server that
+    /// dies, a GPU fault): the runtime then saves the host state a run
+    /// writes, to put it back ([`crate::state`]'s journal).
+    fn can_fail_mid_run(&self) -> bool {
+        false
+    }
+
+    /// Keeps `e`, the first failure of a run, for [`Device::take_failure`];
+    /// a device whose calls cannot fail drops it.
+    fn fail(&self, _e: RuntimeError) {}
+
+    /// Waits for what the device still runs, then returns (and clears) the
+    /// first failure of the run, so the next run starts clean.
+    fn take_failure(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// Zeroes the shared state the device keeps beyond the store's own
+    /// buffers (a server's KV caches).
+    fn clear_shared_state(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// What the user should know about the device since opening (an arena
+    /// left unbound from its NUMA node), taken.
+    fn take_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Runs `steps` in order on the compute stream, each finished before the
     /// next starts; `after_step(i)` is called once step `i` is done
@@ -204,4 +335,16 @@ pub trait Device: Send + Sync {
     fn pin_stream_thread(&self) -> Option<cpu::Pinned> {
         None
     }
+}
+
+/// Runs `f` on `step` as the step type `T` its device prepared; a step of
+/// another type is a bug in the loader (a device ran what it did not
+/// prepare), reported with both names.
+pub(crate) fn own_step<'s, T: 'static>(device: &str, step: &'s dyn DeviceStep) -> &'s T {
+    step.as_any().downcast_ref::<T>().unwrap_or_else(|| {
+        panic!(
+            "device '{device}' was handed a step it did not prepare: {}",
+            step.describe()
+        )
+    })
 }

@@ -14,14 +14,17 @@
 //! until every device of the plan was found; a missing one is an error that
 //! lists what was found.
 
+use super::Device;
 use super::DeviceInfo;
+use super::cpu::FastKernels;
 use super::cpu::{CpuDevice, allowed_cores, cpu_caps};
 use super::cuda::CudaStatus;
 use super::host::{HostInfo, host_info, meminfo_bytes};
+use crate::LoadOptions;
 use crate::RuntimeError;
-use crate::cpu::ThreadPool;
-use crate::cpu::pool::share;
-use ir::plan::{DeviceKind, PlanDevice};
+use crate::device::cpu::ThreadPool;
+use crate::device::cpu::pool::share;
+use ir::plan::{DeviceKind, Plan, PlanDevice};
 use std::sync::Arc;
 
 /// What the registry found.
@@ -146,6 +149,7 @@ impl Registry {
         plan_devices: &[PlanDevice],
         threads: usize,
         shared_pool: Option<&Arc<ThreadPool>>,
+        kernels: &Arc<FastKernels>,
     ) -> Result<(Vec<Arc<CpuDevice>>, Vec<String>), RuntimeError> {
         let found = || {
             let names: Vec<&str> = self.devices.iter().map(|d| d.name.as_str()).collect();
@@ -232,7 +236,7 @@ impl Registry {
                     _ if single && node.is_none() => Arc::new(ThreadPool::new(n)),
                     _ => Arc::new(ThreadPool::pinned(n, cores)),
                 };
-                let device = CpuDevice::new(info, pool);
+                let device = CpuDevice::new(info, pool, Arc::clone(kernels));
                 Arc::new(match node {
                     Some(node) => device.bound_to_node(node),
                     None => device,
@@ -241,6 +245,108 @@ impl Registry {
             .collect();
         Ok((devices, warnings))
     }
+}
+
+/// What a backend opens a plan's devices with.
+pub struct OpenCtx<'a> {
+    /// The load's options (threads, a shared pool, remote servers).
+    pub options: &'a LoadOptions,
+    /// The kernel families CPU steps are prepared with.
+    pub kernels: &'a Arc<FastKernels>,
+}
+
+/// The plan devices a backend opened (`None` for the ones it does not
+/// serve), and what the user should know.
+pub type Opened = (Vec<Option<Arc<dyn Device>>>, Vec<String>);
+
+/// Every device of a plan by plan device id, and what the user should know.
+pub type OpenedAll = (Vec<Arc<dyn Device>>, Vec<String>);
+
+/// A kind of device (ggml's backend registration): opens the plan devices
+/// it serves. A new kind of device is a new backend in its own room under
+/// `device/`, added to [`builtin_backends`]; a test or an embedder may put
+/// backends of its own before those ([`crate::LoadOptions::backends`]).
+pub trait DeviceBackend: Send + Sync {
+    /// Its name, for messages.
+    fn name(&self) -> &str;
+
+    /// Opens the devices of `plan` this backend serves, one entry per plan
+    /// device (`None` for the others), or why one of them cannot be opened.
+    fn open(&self, plan: &Plan, ctx: &OpenCtx<'_>) -> Result<Opened, RuntimeError>;
+}
+
+/// The host's CPU devices: the whole host, core groups and NUMA nodes.
+pub struct CpuBackend;
+
+impl DeviceBackend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn open(&self, plan: &Plan, ctx: &OpenCtx<'_>) -> Result<Opened, RuntimeError> {
+        let (opened, warnings) = Registry::enumerate().open(
+            &plan.devices,
+            ctx.options.threads,
+            ctx.options.pool.as_ref(),
+            ctx.kernels,
+        )?;
+        let mut opened = opened.into_iter();
+        let devices = (plan.devices.iter())
+            .map(|d| host_kind(d.kind).then(|| opened.next().map(|c| c as Arc<dyn Device>))?)
+            .collect();
+        Ok((devices, warnings))
+    }
+}
+
+/// True for the device kinds [`Registry::open`] opens (host memory).
+fn host_kind(kind: DeviceKind) -> bool {
+    matches!(
+        kind,
+        DeviceKind::Cpu | DeviceKind::CpuCores { .. } | DeviceKind::CpuNode { .. }
+    )
+}
+
+/// The backends every load consults, in order.
+pub fn builtin_backends() -> Vec<Arc<dyn DeviceBackend>> {
+    vec![
+        Arc::new(CpuBackend),
+        Arc::new(super::cuda::CudaBackend),
+        Arc::new(super::rpc::RpcBackend),
+    ]
+}
+
+/// Opens every device of `plan`: each by the first of `ctx.options.backends`
+/// then [`builtin_backends`] that serves it. Returns the devices by plan
+/// device id and the warnings to show; refuses a device no backend opens.
+pub fn open_devices(
+    plan: &Plan,
+    ctx: &OpenCtx<'_>,
+) -> Result<OpenedAll, RuntimeError> {
+    let mut devices: Vec<Option<Arc<dyn Device>>> = vec![None; plan.devices.len()];
+    let mut warnings = Vec::new();
+    let backends = (ctx.options.backends.iter().cloned()).chain(builtin_backends());
+    for backend in backends {
+        if devices.iter().all(Option::is_some) {
+            break;
+        }
+        let (opened, said) = backend.open(plan, ctx)?;
+        warnings.extend(said);
+        for (slot, device) in devices.iter_mut().zip(opened) {
+            if slot.is_none() {
+                *slot = device;
+            }
+        }
+    }
+    let devices = (devices.into_iter().zip(&plan.devices))
+        .map(|(d, dev)| {
+            d.ok_or_else(|| RuntimeError::NoDevice {
+                device: dev.name.clone(),
+                kind: format!("{:?}", dev.kind),
+                why: "no device backend of this runtime opens it".to_string(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((devices, warnings))
 }
 
 #[cfg(test)]
@@ -268,7 +374,8 @@ mod tests {
             alignment: 256,
             max_buffer_bytes: 1 << 30,
         };
-        let (opened, _) = r.open(&[cuda], 1, None).expect("nothing to open here");
+        let kernels = Arc::new(FastKernels::new(crate::Precision::Fast).unwrap());
+        let (opened, _) = (r.open(&[cuda], 1, None, &kernels)).expect("nothing to open here");
         assert!(opened.is_empty(), "a GPU is not a CPU device");
     }
 }

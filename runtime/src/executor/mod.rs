@@ -38,8 +38,8 @@ pub mod event;
 pub mod programs;
 pub mod trace;
 
-use crate::cpu::ThreadPool;
 use crate::device::Device;
+use crate::device::cpu::ThreadPool;
 use crate::steps::PreparedStep;
 use claims::CopyProgress;
 use event::{Aborted, Event};
@@ -285,7 +285,9 @@ impl Executor {
             std::thread::sleep(std::time::Duration::from_micros(us));
         }
         let t0 = ctx.now();
-        ctx.devices[program.device].copy(&ctx.steps[seg.steps.start]);
+        let copy = &ctx.steps[seg.steps.start];
+        // The end that prepared the copy moves its bytes (`crate::steps`).
+        ctx.devices[copy.device].copy(copy);
         if ctx.tracing {
             spans.push(TraceSpan::step(
                 program.stream,

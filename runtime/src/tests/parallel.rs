@@ -130,25 +130,23 @@ fn delayed_streams_give_the_same_bits() {
 }
 
 /// Prepares every step of `plan` over scratch arenas (nothing runs), as
-/// `Runtime::load` does after the plan checker.
+/// `Runtime::load` does after the plan checker, with a CPU device standing
+/// in for each plan device (the refusals come from the plan's kinds).
 fn prepare(plan: &ir::plan::Plan) -> Result<usize, crate::RuntimeError> {
-    let arenas: Vec<crate::memory::AlignedBuffer> = plan
-        .arenas
-        .iter()
-        .map(|a| crate::memory::AlignedBuffer::zeroed(a.size as usize, 64).unwrap())
+    use crate::device::Device;
+    use crate::device::cpu::{CpuDevice, FastKernels};
+    let kernels = Arc::new(FastKernels::new(crate::Precision::Fast)?);
+    let devices: Vec<Arc<dyn Device>> = (plan.devices.iter())
+        .map(|d| Arc::new(CpuDevice::for_tests(&d.name, Arc::clone(&kernels))) as Arc<dyn Device>)
         .collect();
-    let bases: Vec<*mut u8> = arenas.iter().map(|a| a.as_ptr()).collect();
-    let addr = crate::addresses::resolve(plan, &bases, &vec![None; plan.tensors.len()]);
-    let fast = crate::FastKernels::new(crate::Precision::Fast)?;
-    let steps = crate::steps::Preparer {
-        plan,
-        addr: &addr,
-        fast: &fast,
-        on_prepare: None,
-        remote: &[],
-        cuda: &[],
+    let mut bases = Vec::new();
+    for (i, a) in plan.arenas.iter().enumerate() {
+        let device = &devices[a.device.index()];
+        bases.push(device.alloc_arena(i, a.size, a.usage, false)?.unwrap());
     }
-    .prepare_all()?;
+    let addr = crate::addresses::resolve(plan, &bases, &vec![None; plan.tensors.len()]);
+    let ctx = crate::device::PrepareCtx { plan, addr: &addr };
+    let steps = crate::steps::prepare_all(&ctx, &devices, None)?;
     Ok(steps.len())
 }
 

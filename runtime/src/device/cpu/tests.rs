@@ -1,5 +1,7 @@
 use super::*;
+use crate::device::{Device, DeviceInfo, TensorBytes};
 use crate::executor::event::Event;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 fn device() -> CpuDevice {
@@ -13,7 +15,8 @@ fn device() -> CpuDevice {
         cores: vec![0],
         caps: cpu_caps(),
     };
-    CpuDevice::new(info, Arc::new(ThreadPool::new(1)))
+    let kernels = Arc::new(FastKernels::new(crate::Precision::Fast).unwrap());
+    CpuDevice::new(info, Arc::new(ThreadPool::new(1)), kernels)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! One block of plain data per launch, passed by value (1,056 bytes, under
 //! the 4 KiB kernel-parameter limit).
 
-use crate::cpu::RawTensor;
+use crate::device::cpu::RawTensor;
 use ir::DType;
 
 /// Tensors an argument block holds (`GG_MAXT` in common.cuh).

@@ -10,13 +10,21 @@
 use super::driver::{DeviceMemory, Function, Gpu, Graph, Module};
 use super::launch::Kernel;
 use super::nvrtc::architecture;
+use super::prepare;
 use super::sources::{LIBRARY_KERNELS, kernel_module, library_source};
+use super::step::{CudaCopy, CudaStep};
 use crate::RuntimeError;
-use crate::cpu::ThreadCtx;
+use crate::device::load::{WeightPlacement, WeightRequest};
 use crate::device::staging::{Upload, upload_staged};
-use crate::device::{Caps, Device, DeviceInfo, TensorBytes};
-use crate::memory::AlignedBuffer;
+use crate::device::{
+    Caps, CopyEnd, Device, DeviceInfo, DeviceStep, PrepareCtx, TensorBytes, own_step,
+};
+use crate::state::StateStore;
 use crate::steps::PreparedStep;
+use crate::weights::BoundWeight;
+use ir::Layout;
+use ir::plan::{Step, Usage};
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,6 +44,8 @@ type LoadedKernels = (Arc<Module>, BTreeMap<String, Arc<Module>>);
 /// A CUDA device of a loaded plan.
 pub struct CudaDevice {
     info: DeviceInfo,
+    /// Itself, for the steps it prepares (each holds its device).
+    this: std::sync::Weak<CudaDevice>,
     gpu: Arc<Gpu>,
     arch: &'static str,
     arenas: Mutex<Vec<DeviceMemory>>,
@@ -89,8 +99,9 @@ impl CudaDevice {
                 buffer_from_host_ptr: false,
             },
         };
-        Ok(Arc::new(CudaDevice {
+        Ok(Arc::new_cyclic(|this| CudaDevice {
             info,
+            this: this.clone(),
             gpu,
             arch,
             arenas: Mutex::new(Vec::new()),
@@ -112,7 +123,12 @@ impl CudaDevice {
     /// Allocates arena `arena` (`bytes`, for `usage`) in device memory and
     /// returns its device address; refused before allocating when the GPU
     /// has fewer free bytes, naming the arena and the free bytes.
-    pub fn alloc_arena(&self, arena: usize, bytes: u64, usage: &str) -> Result<u64, RuntimeError> {
+    fn alloc_device_arena(
+        &self,
+        arena: usize,
+        bytes: u64,
+        usage: &str,
+    ) -> Result<u64, RuntimeError> {
         let (free, _) = self.gpu.memory()?;
         if bytes > free {
             return Err(RuntimeError::Cuda {
@@ -126,21 +142,6 @@ impl CudaDevice {
         let addr = memory.addr();
         self.lock_arenas().push(memory);
         Ok(addr)
-    }
-
-    /// The device address of shared state tensor `name` (a KV cache that
-    /// the prefill and decode runtimes of a job share), allocated on this
-    /// GPU on first use.
-    pub fn bind_state(
-        &self,
-        store: &crate::StateStore,
-        name: &str,
-        layout: &ir::Layout,
-    ) -> Result<u64, RuntimeError> {
-        store.bind_device(&self.info.name, name, layout, &|bytes| {
-            let memory = self.gpu.alloc(bytes, &format!("state '{name}'"))?;
-            Ok(Box::new(memory) as Box<dyn crate::state::DeviceState>)
-        })
     }
 
     fn lock_arenas(&self) -> std::sync::MutexGuard<'_, Vec<DeviceMemory>> {
@@ -192,26 +193,12 @@ impl CudaDevice {
         .ok_or_else(missing)
     }
 
-    /// Keeps the first error of a run for [`CudaDevice::take_failure`].
-    pub fn fail(&self, e: RuntimeError) {
-        let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert(e);
-    }
-
     /// True once a call failed in this run.
     pub fn failed(&self) -> bool {
         self.failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some()
-    }
-
-    /// Waits for the GPU, then returns (and clears) the run's first error.
-    pub fn take_failure(&self) -> Result<(), RuntimeError> {
-        if let Err(e) = self.gpu.synchronize() {
-            self.fail(e);
-        }
-        self.take_error()
     }
 
     /// Returns (and clears) the first error kept since the last take.
@@ -230,32 +217,105 @@ impl Device for CudaDevice {
         &self.info
     }
 
-    fn alloc(
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+
+    fn alloc_arena(
         &self,
+        arena: usize,
         bytes: u64,
-        _alignment: u64,
-        usage: &str,
-    ) -> Result<AlignedBuffer, RuntimeError> {
-        Err(RuntimeError::Cuda {
-            device: self.info.name.clone(),
-            what: format!(
-                "{usage}: {bytes} bytes of host memory asked of a GPU (arenas use alloc_arena)"
-            ),
-        })
+        usage: Usage,
+        _may_defer: bool,
+    ) -> Result<Option<*mut u8>, RuntimeError> {
+        // A device address, never dereferenced on the host.
+        let addr = self.alloc_device_arena(arena, bytes, &format!("{usage:?}"))?;
+        Ok(Some(addr as usize as *mut u8))
+    }
+
+    fn place_weight<'w>(
+        &self,
+        request: &WeightRequest<'_, 'w>,
+    ) -> Result<WeightPlacement<'w>, RuntimeError> {
+        // Uploaded once at load, from the mapped file.
+        Ok(WeightPlacement::Write(match request.bind()? {
+            BoundWeight::InPlace(b) => std::borrow::Cow::Borrowed(b),
+            BoundWeight::Copy(b) => b,
+        }))
+    }
+
+    /// Shared state stays on the GPU, by name, for every runtime of the job,
+    /// allocated on first use.
+    fn bind_state(
+        &self,
+        store: &StateStore,
+        name: &str,
+        layout: &Layout,
+    ) -> Result<*mut u8, RuntimeError> {
+        let addr = store.bind_device(&self.info.name, name, layout, &|bytes| {
+            let memory = self.gpu.alloc(bytes, &format!("state '{name}'"))?;
+            Ok(Box::new(memory) as Box<dyn crate::state::DeviceState>)
+        })?;
+        Ok(addr as usize as *mut u8)
+    }
+
+    fn prepare_step(
+        &self,
+        ctx: &PrepareCtx<'_>,
+        split: usize,
+        _index: usize,
+        step: &Step,
+    ) -> Result<PreparedStep, RuntimeError> {
+        let this = self.this.upgrade().expect("a device preparing is alive");
+        prepare::prepare_step(&this, ctx, split, step)
+    }
+
+    fn prepare_copy(
+        &self,
+        from: CopyEnd<'_>,
+        to: CopyEnd<'_>,
+        bytes: usize,
+    ) -> Result<Box<dyn DeviceStep>, RuntimeError> {
+        Ok(Box::new(prepare::prepare_copy(from, to, bytes)?))
+    }
+
+    fn finish_prepare(&self, _scratch_bytes: usize) -> Result<(), RuntimeError> {
+        self.load_kernels()
+    }
+
+    fn can_fail_mid_run(&self) -> bool {
+        true
+    }
+
+    /// Keeps the first error of a run for [`Device::take_failure`].
+    fn fail(&self, e: RuntimeError) {
+        let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(e);
+    }
+
+    /// Waits for the GPU (a kernel's failure surfaces here), then returns
+    /// (and clears) the run's first error.
+    fn take_failure(&self) -> Result<(), RuntimeError> {
+        if let Err(e) = self.gpu.synchronize() {
+            self.fail(e);
+        }
+        self.take_error()
     }
 
     fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
+        let name = &self.info.name;
         let launch_all = || {
             for step in steps {
-                // SAFETY: CUDA steps launch on the GPU's stream from thread 0
-                // and touch no host memory.
-                ThreadCtx::single(|ctx| unsafe { step.kernel.run(ctx, std::ptr::null_mut()) });
+                own_step::<CudaStep>(name, &*step.kernel).run();
             }
         };
         if self.step_by_step {
             for (i, step) in steps.iter().enumerate() {
-                // SAFETY: as in launch_all.
-                ThreadCtx::single(|ctx| unsafe { step.kernel.run(ctx, std::ptr::null_mut()) });
+                own_step::<CudaStep>(name, &*step.kernel).run();
                 if let Err(e) = self.gpu.synchronize() {
                     self.fail(e);
                 }
@@ -295,9 +355,7 @@ impl Device for CudaDevice {
     }
 
     fn copy(&self, copy: &PreparedStep) {
-        // SAFETY: a CUDA copy touches host memory only at the host tensor it
-        // was prepared with (one of the runtime's live buffers).
-        ThreadCtx::single(|ctx| unsafe { copy.kernel.run(ctx, std::ptr::null_mut()) });
+        own_step::<CudaCopy>(&self.info.name, &*copy.kernel).run();
     }
 
     fn set_tensor(

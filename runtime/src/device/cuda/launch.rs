@@ -10,7 +10,7 @@
 use super::args::{KArgs, KTensor, MAX_TENSORS};
 use super::codegen::{Generated, fused_kernel, op_body};
 use crate::RuntimeError;
-use crate::cpu::RawTensor;
+use crate::device::cpu::RawTensor;
 use ir::plan::Expr;
 use ir::{DType, Op, RopeMode};
 

@@ -24,6 +24,7 @@
 //! device can never be opened (`nocuda.rs`).
 
 pub mod args;
+mod backend;
 #[cfg(test)]
 mod blocks_host;
 pub mod codegen;
@@ -38,13 +39,11 @@ pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
+mod prepare;
+#[cfg(feature = "cuda")]
 pub mod step;
 
-#[cfg(not(feature = "cuda"))]
-#[path = "nocuda.rs"]
-pub mod device;
-#[cfg(not(feature = "cuda"))]
-pub use device as step;
-
+pub use backend::CudaBackend;
+#[cfg(feature = "cuda")]
 pub use device::CudaDevice;
 pub use probe::{CudaDevice as ProbedGpu, CudaStatus};

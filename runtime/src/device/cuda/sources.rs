@@ -5,7 +5,7 @@
 
 use super::launch::{self, Kernel};
 use crate::RuntimeError;
-use crate::cpu::RawTensor;
+use crate::device::cpu::RawTensor;
 use ir::plan::{DeviceKind, Plan, Step};
 use std::collections::BTreeMap;
 

@@ -1,7 +1,6 @@
 //! Prepared steps on a CUDA device: a kernel launch, and a copy into, out of
-//! or between GPUs. They are [`CpuKernel`]s so that the executor, profiles
-//! and traces treat them like any step; only thread 0 acts, and errors go to
-//! the device's failure slot, reported when the run ends.
+//! or between GPUs. The device runs them from its stream's thread; errors go
+//! to the device's failure slot, reported when the run ends.
 //!
 //! Invariant: a copy touches host memory only at the host tensor it was
 //! prepared with, for exactly its `bytes` (the plan checker proved the
@@ -10,7 +9,8 @@
 use super::device::CudaDevice;
 use super::driver::Function;
 use super::launch::Launch;
-use crate::cpu::{CpuKernel, ThreadCtx};
+use crate::device::{Device, DeviceStep};
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 /// One step launched on a GPU.
@@ -49,14 +49,20 @@ impl CudaStep {
     }
 }
 
-impl CpuKernel for CudaStep {
-    unsafe fn run(&self, ctx: &ThreadCtx<'_>, _scratch: *mut u8) {
-        if ctx.ith == 0
-            && !self.device.failed()
+impl CudaStep {
+    /// Launches the kernel (unless the run already failed on this device).
+    pub fn run(&self) {
+        if !self.device.failed()
             && let Err(e) = self.launch()
         {
             self.device.fail(e);
         }
+    }
+}
+
+impl DeviceStep for CudaStep {
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
     fn describe(&self) -> String {
@@ -127,14 +133,20 @@ impl CudaCopy {
     }
 }
 
-impl CpuKernel for CudaCopy {
-    unsafe fn run(&self, ctx: &ThreadCtx<'_>, _scratch: *mut u8) {
-        if ctx.ith == 0
-            && !self.blame().failed()
+impl CudaCopy {
+    /// Moves the bytes (unless the run already failed on the GPU end).
+    pub fn run(&self) {
+        if !self.blame().failed()
             && let Err(e) = self.transfer()
         {
             self.blame().fail(e);
         }
+    }
+}
+
+impl DeviceStep for CudaCopy {
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
     fn describe(&self) -> String {

@@ -29,16 +29,23 @@
 
 use super::client::RpcClient;
 use super::ggml::{RemoteAddr, StepGraph, graph_payload};
+use super::kernels::{RemoteCopy, RemoteStep};
+use super::prepare;
 use super::tensor::RpcTensor;
 use crate::RuntimeError;
-use crate::cpu::ThreadCtx;
-use crate::device::{Caps, Device, DeviceInfo, TensorBytes};
-use crate::memory::AlignedBuffer;
+use crate::device::load::{WeightPlacement, WeightRequest};
+use crate::device::{
+    Caps, CopyEnd, Device, DeviceInfo, DeviceStep, PrepareCtx, TensorBytes, own_step,
+};
+use crate::state::StateStore;
 use crate::steps::PreparedStep;
-use crate::weights::Weights;
+use crate::weights::{BoundWeight, Weights};
 use ir::layout::fmt_ne;
+use ir::plan::{Step, Usage};
 use ir::{DType, Layout};
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -333,7 +340,12 @@ struct RemoteBuffer {
 /// A plan device on a remote server, as one runtime holds it.
 pub struct RemoteDevice {
     info: DeviceInfo,
+    /// Itself, for the steps it prepares (each holds its device).
+    this: std::sync::Weak<RemoteDevice>,
     server: Arc<RemoteServer>,
+    /// Per plan tensor: a weight the server may hold as an F32 copy in
+    /// exact precision (`prepare::f32_weights`), worked out on first use.
+    f32_weights: OnceLock<Vec<bool>>,
     buffers: Mutex<Vec<RemoteBuffer>>,
     failure: Mutex<Option<RuntimeError>>,
 }
@@ -347,7 +359,7 @@ impl RemoteDevice {
         name: &str,
         server: Arc<RemoteServer>,
         plan_alignment: u64,
-    ) -> Result<RemoteDevice, RuntimeError> {
+    ) -> Result<Arc<RemoteDevice>, RuntimeError> {
         let (alignment, max_size, (free, total)) = {
             let mut c = server.client();
             (c.alignment(0)?, c.max_size(0)?, c.memory(0)?)
@@ -378,12 +390,14 @@ impl RemoteDevice {
                 buffer_from_host_ptr: false,
             },
         };
-        Ok(RemoteDevice {
+        Ok(Arc::new_cyclic(|this| RemoteDevice {
             info,
+            this: this.clone(),
             server,
+            f32_weights: OnceLock::new(),
             buffers: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
-        })
+        }))
     }
 
     /// The server's `host:port`.
@@ -499,28 +513,12 @@ impl RemoteDevice {
         Arc::ptr_eq(&self.server, &other.server)
     }
 
-    /// Records the first failure of a run; later ones are dropped.
-    pub fn fail(&self, e: RuntimeError) {
-        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        if f.is_none() {
-            *f = Some(e);
-        }
-    }
-
     /// True once a call of this run failed (the device does no more I/O).
     pub fn failed(&self) -> bool {
         self.failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some()
-    }
-
-    /// The run's failure, taken (the next run starts clean).
-    pub fn take_failure(&self) -> Option<RuntimeError> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
     }
 
     /// Sends `graphs` as one graph to compute; every later call to the
@@ -554,24 +552,130 @@ impl Device for RemoteDevice {
         &self.info
     }
 
-    fn alloc(
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+
+    /// With servers shared by a job, weights read in place live in the
+    /// server's weight cache, so the weights arena is deferred: allocated
+    /// only if some weight still needs it (a converted or sliced one).
+    fn alloc_arena(
         &self,
+        _arena: usize,
         bytes: u64,
-        _alignment: u64,
-        usage: &str,
-    ) -> Result<AlignedBuffer, RuntimeError> {
-        Err(RuntimeError::Alloc {
-            arena: usize::MAX,
-            bytes,
-            usage: format!("{usage} (a remote device has no host buffers; alloc_remote)"),
-            device: self.info.name.clone(),
-        })
+        usage: Usage,
+        may_defer: bool,
+    ) -> Result<Option<*mut u8>, RuntimeError> {
+        if may_defer && usage == Usage::Weights {
+            return Ok(None);
+        }
+        // The server's address of the buffer, never dereferenced here.
+        let base = self.alloc_remote(bytes, &format!("{usage:?}"))?;
+        Ok(Some(base as usize as *mut u8))
+    }
+
+    /// A weight read in place is uploaded once per job, through the
+    /// server's weight cache (in exact precision a block-quantized one as
+    /// its F32 values, where every reader allows it); converted or sliced
+    /// bytes are written into this runtime's arena.
+    fn place_weight<'w>(
+        &self,
+        request: &WeightRequest<'_, 'w>,
+    ) -> Result<WeightPlacement<'w>, RuntimeError> {
+        let pt = &request.plan.tensors[request.tensor as usize];
+        match request.bind()? {
+            BoundWeight::InPlace(b) => {
+                let eligible = (self.f32_weights)
+                    .get_or_init(|| prepare::f32_weights(request.plan))
+                    .get(request.tensor as usize)
+                    .copied()
+                    .unwrap_or(false);
+                let as_f32 = (request.exact && eligible).then_some(pt.dtype);
+                let (at, uploaded) =
+                    (self.server).bind_weight(&pt.name, b, request.weights, as_f32)?;
+                Ok(WeightPlacement::Held {
+                    addr: at as usize as *mut u8,
+                    bytes: b.len() as u64,
+                    uploaded,
+                    host_source: as_f32.map(|_| (b.as_ptr() as usize, b.len())),
+                })
+            }
+            BoundWeight::Copy(b) => Ok(WeightPlacement::Write(b)),
+        }
+    }
+
+    /// Shared state stays on its server, by name, for every runtime of the
+    /// job (the remote side of a [`StateStore`]).
+    fn bind_state(
+        &self,
+        _store: &StateStore,
+        name: &str,
+        layout: &ir::Layout,
+    ) -> Result<*mut u8, RuntimeError> {
+        Ok(self.server.bind_state(name, layout)? as usize as *mut u8)
+    }
+
+    fn prepare_step(
+        &self,
+        ctx: &PrepareCtx<'_>,
+        split: usize,
+        index: usize,
+        step: &Step,
+    ) -> Result<PreparedStep, RuntimeError> {
+        let this = self.this.upgrade().expect("a device preparing is alive");
+        prepare::prepare_step(&this, ctx, split, index, step)
+    }
+
+    fn prepare_copy(
+        &self,
+        from: CopyEnd<'_>,
+        to: CopyEnd<'_>,
+        bytes: usize,
+    ) -> Result<Box<dyn DeviceStep>, RuntimeError> {
+        Ok(Box::new(prepare::prepare_copy(from, to, bytes)?))
+    }
+
+    fn can_fail_mid_run(&self) -> bool {
+        true
+    }
+
+    /// Records the first failure of a run; later ones are dropped.
+    fn fail(&self, e: RuntimeError) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(e);
+        }
+    }
+
+    /// Waits for a graph nothing read after, then takes the run's failure
+    /// (the next run starts clean).
+    fn take_failure(&self) -> Result<(), RuntimeError> {
+        if !self.failed()
+            && let Err(e) = self.server.finish()
+        {
+            self.fail(e);
+        }
+        let taken = self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        taken.map_or(Ok(()), Err)
+    }
+
+    fn clear_shared_state(&self) -> Result<(), RuntimeError> {
+        self.server.clear_states()
     }
 
     fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
         if !self.failed() {
-            let graphs: Vec<&StepGraph> =
-                steps.iter().filter_map(|s| s.remote.as_deref()).collect();
+            let graphs: Vec<&StepGraph> = (steps.iter())
+                .map(|s| &*own_step::<RemoteStep>(&self.info.name, &*s.kernel).graph)
+                .collect();
             if let Err(e) = self.compute(&graphs) {
                 self.fail(e);
             }
@@ -582,9 +686,7 @@ impl Device for RemoteDevice {
     }
 
     fn copy(&self, copy: &PreparedStep) {
-        // SAFETY: a remote copy kernel touches host memory only at the host
-        // tensor it was prepared with (one of the runtime's live buffers).
-        ThreadCtx::single(|ctx| unsafe { copy.kernel.run(ctx, std::ptr::null_mut()) });
+        own_step::<RemoteCopy>(&self.info.name, &*copy.kernel).run();
     }
 
     fn set_tensor(

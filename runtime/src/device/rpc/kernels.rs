@@ -1,10 +1,9 @@
 //! Prepared steps that involve a remote device: a step it computes, and a
 //! copy into, out of, or between remote devices.
 //!
-//! They are [`CpuKernel`]s so that the executor, profiles and traces treat
-//! them like any step, but only thread 0 of a job acts (each is one or two
-//! calls to a server); errors go to the remote device's failure slot, which
-//! the runtime reports when the run ends.
+//! The device runs them from its stream's thread (each is one or two calls
+//! to a server); errors go to the remote device's failure slot, which the
+//! runtime reports when the run ends.
 //!
 //! Invariant: a copy touches host memory only at the host tensor it was
 //! prepared with, for exactly its `bytes` (the plan checker proved the copy's
@@ -12,12 +11,12 @@
 
 use super::device::RemoteDevice;
 use super::ggml::StepGraph;
-use crate::cpu::{CpuKernel, ThreadCtx};
+use crate::device::{Device, DeviceStep};
+use std::any::Any;
 use std::sync::Arc;
 
 /// One step computed by a remote device. The device sends the graphs of a
-/// whole segment at once ([`RemoteDevice::compute`]); `run` (used when a step
-/// runs alone) sends this one.
+/// whole segment at once ([`RemoteDevice::compute`]).
 pub struct RemoteStep {
     /// The device computing it.
     pub device: Arc<RemoteDevice>,
@@ -25,14 +24,9 @@ pub struct RemoteStep {
     pub graph: Arc<StepGraph>,
 }
 
-impl CpuKernel for RemoteStep {
-    unsafe fn run(&self, ctx: &ThreadCtx<'_>, _scratch: *mut u8) {
-        if ctx.ith == 0
-            && !self.device.failed()
-            && let Err(e) = self.device.compute(&[&self.graph])
-        {
-            self.device.fail(e);
-        }
+impl DeviceStep for RemoteStep {
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
     fn describe(&self) -> String {
@@ -99,19 +93,23 @@ impl RemoteCopy {
     }
 }
 
-impl CpuKernel for RemoteCopy {
-    unsafe fn run(&self, ctx: &ThreadCtx<'_>, _scratch: *mut u8) {
+impl RemoteCopy {
+    /// Moves the bytes (unless the run already failed on a remote end).
+    pub fn run(&self) {
         let blame = self.blame();
         let other_failed = match (&self.from, &self.to) {
             (End::Remote(a, _), End::Remote(b, _)) => a.failed() || b.failed(),
             _ => blame.failed(),
         };
-        if ctx.ith == 0
-            && !other_failed
-            && let Err(e) = self.transfer()
-        {
+        if !other_failed && let Err(e) = self.transfer() {
             blame.fail(e);
         }
+    }
+}
+
+impl DeviceStep for RemoteCopy {
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
     fn describe(&self) -> String {

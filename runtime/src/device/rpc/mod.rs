@@ -14,12 +14,15 @@
 //!   a remote end;
 //! - `link.rs`: the link's latency and upload bandwidth, measured.
 
+mod backend;
 pub mod client;
 pub mod device;
 pub mod ggml;
 pub mod kernels;
 pub mod link;
+mod prepare;
 pub mod tensor;
 pub mod wire;
 
+pub use backend::RpcBackend;
 pub use device::{RemoteDevice, RemoteServer, RemoteServers};

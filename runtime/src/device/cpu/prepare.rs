@@ -1,0 +1,114 @@
+//! Preparing a step for the CPU: the fast kernel families ([`FastKernels`]:
+//! matmuls, the LLVM JIT, plain-Rust ops), or the reference kernels on one
+//! thread where none supports the step (correct, slow, and listed in the
+//! load report); and a copy between host arenas, a memcpy.
+
+use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
+use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
+use crate::RuntimeError;
+use crate::device::{DeviceStep, PrepareCtx};
+use crate::steps::PreparedStep;
+use ir::plan::{FusedKernel, Step};
+use ir::{Op, Role};
+use std::any::Any;
+
+/// A CPU kernel as a prepared step.
+pub struct CpuStep(pub Box<dyn CpuKernel>);
+
+impl DeviceStep for CpuStep {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn scratch_bytes(&self) -> usize {
+        self.0.scratch_bytes()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Prepares `step` of split `split` with `fast`, or the reference kernel.
+pub(super) fn prepare_step(
+    ctx: &PrepareCtx<'_>,
+    fast: &FastKernels,
+    split: usize,
+    step: &Step,
+) -> Result<PreparedStep, RuntimeError> {
+    match step {
+        Step::Op { op, dst, srcs } => {
+            ctx.check_reads(split, Some(op), srcs)?;
+            let d = ctx.raw(*dst);
+            let s: Vec<RawTensor> = srcs.iter().map(|&t| ctx.raw(t)).collect();
+            // A weight (through views): bound before preparation, never
+            // written; copies of weights are intermediates.
+            let src0_is_weight = srcs.first().is_some_and(|&t| {
+                ctx.plan.tensors[ctx.plan.owner(t) as usize].role == Role::Weight
+            });
+            let (kernel, fallback) = op_kernel(fast, op, d, &s, src0_is_weight)?;
+            Ok(ctx.op_step(split, (op, *dst, srcs), Box::new(CpuStep(kernel)), fallback))
+        }
+        Step::Fused { kernel: index } => {
+            let k: &FusedKernel = &ctx.plan.kernels[*index as usize];
+            ctx.check_reads(split, None, &k.inputs)?;
+            let out = ctx.raw(k.output);
+            let inputs: Vec<RawTensor> = k.inputs.iter().map(|&t| ctx.raw(t)).collect();
+            let (kernel, fallback) = match fast.fused(&k.body, out, &inputs) {
+                Ok(kn) => (kn, false),
+                Err(RuntimeError::Unsupported { .. }) => (
+                    Box::new(ReferenceFusedKernel::new(k.body.clone(), out, inputs))
+                        as Box<dyn CpuKernel>,
+                    true,
+                ),
+                Err(e) => return Err(e),
+            };
+            Ok(ctx.fused_step(split, *index, Box::new(CpuStep(kernel)), fallback))
+        }
+    }
+}
+
+fn op_kernel(
+    fast: &FastKernels,
+    op: &Op,
+    dst: RawTensor,
+    srcs: &[RawTensor],
+    src0_is_weight: bool,
+) -> Result<(Box<dyn CpuKernel>, bool), RuntimeError> {
+    match fast.op(op, dst, srcs, src0_is_weight) {
+        Ok(k) => Ok((k, false)),
+        Err(RuntimeError::Unsupported { .. }) => Ok((
+            Box::new(ReferenceKernel::new(*op, dst, srcs.to_vec())),
+            true,
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// A byte copy between two tensors of one layout in host memory (a copy
+/// between CPU devices), split over threads.
+pub(super) struct CopyKernel {
+    pub(super) src: *mut u8,
+    pub(super) dst: *mut u8,
+    pub(super) bytes: usize,
+}
+
+// SAFETY: addresses of arena bytes; threads copy disjoint ranges.
+unsafe impl Send for CopyKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CopyKernel {}
+
+impl CpuKernel for CopyKernel {
+    unsafe fn run(&self, ctx: &ThreadCtx<'_>, _scratch: *mut u8) {
+        let r = ctx.share(self.bytes);
+        // SAFETY: both tensors hold `bytes` bytes (the checker proved the copy's
+        // size equals both spans) and do not overlap (different arenas).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.src.add(r.start), self.dst.add(r.start), r.len())
+        };
+    }
+
+    fn describe(&self) -> String {
+        format!("copy {} bytes", self.bytes)
+    }
+}

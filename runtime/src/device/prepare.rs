@@ -1,0 +1,155 @@
+//! What every device's step preparation shares: a plan tensor as a kernel
+//! sees it, what a step costs, and the refusal of reads a device cannot make.
+//!
+//! Operands are plain addresses (`addresses.rs`) in their device's address
+//! space. A step reads only tensors held on its split's device, except a
+//! collective's participant (`all_reduce_sum`, `all_gather`), whose parts are
+//! the other participants' tensors, read in place in their own devices'
+//! arenas (the plan's events order it after every part is written).
+//! Preparation re-checks this (the plan checker proved it): any other read
+//! across devices, or a collective reading memory of another kind, is a
+//! [`RuntimeError::PeerRead`].
+
+use super::Device;
+use super::cpu::RawTensor;
+use crate::RuntimeError;
+use crate::steps::PreparedStep;
+use ir::Op;
+use ir::plan::{FusedKernel, Plan, peer_read_refusal};
+use std::sync::Arc;
+
+/// The plan and its tensors' addresses, as every device prepares from them.
+pub struct PrepareCtx<'a> {
+    /// The plan.
+    pub plan: &'a Plan,
+    /// Per plan tensor, its address on its device.
+    pub addr: &'a [*mut u8],
+}
+
+/// One end of a copy: its device and the tensor's address there.
+#[derive(Clone, Copy)]
+pub struct CopyEnd<'a> {
+    /// The device holding the tensor.
+    pub device: &'a Arc<dyn Device>,
+    /// The tensor's address on it.
+    pub addr: *mut u8,
+}
+
+impl CopyEnd<'_> {
+    /// True when the end is host memory (a CPU device's arena).
+    pub fn is_host(&self) -> bool {
+        self.device.info().caps.host_buffer
+    }
+}
+
+impl PrepareCtx<'_> {
+    /// Plan tensor `t` at its address.
+    pub fn raw(&self, t: u32) -> RawTensor {
+        let pt = &self.plan.tensors[t as usize];
+        RawTensor {
+            data: self.addr[t as usize],
+            dtype: pt.dtype,
+            ne: pt.ne,
+            nb: pt.nb,
+        }
+    }
+
+    /// The bytes plan tensor `t` spans.
+    pub fn span(&self, t: u32) -> u64 {
+        self.raw(t).span_bytes()
+    }
+
+    /// The name of the device that runs split `split`.
+    pub fn device_name(&self, split: usize) -> &str {
+        &self.plan.devices[self.plan.splits[split].device.index()].name
+    }
+
+    /// Refuses a read of `srcs` by a step of split `split` (`op`, or a fused
+    /// kernel for `None`) that no device can make (module doc).
+    pub fn check_reads(
+        &self,
+        split: usize,
+        op: Option<&Op>,
+        srcs: &[u32],
+    ) -> Result<(), RuntimeError> {
+        let device = self.plan.splits[split].device.index();
+        for &src in srcs {
+            let held = self.plan.tensors[self.plan.owner(src) as usize]
+                .device
+                .index();
+            if held == device {
+                continue;
+            }
+            let (reader, held_dev) = (&self.plan.devices[device], &self.plan.devices[held]);
+            let collective = op.is_some_and(|op| op.collective().is_some());
+            if let Some(why) = peer_read_refusal(collective, reader.kind, held_dev.kind) {
+                return Err(RuntimeError::PeerRead {
+                    reader: op.map_or("fused", |op| op.name()),
+                    device: reader.name.clone(),
+                    tensor: self.plan.tensors[src as usize].name.clone(),
+                    held_on: held_dev.name.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// An op step of split `split` running `kernel`, with its costs: bytes
+    /// read and written (each operand's span once) and floating-point
+    /// operations (2 per multiply-add for mul_mat; one per output element
+    /// for the rest).
+    pub fn op_step(
+        &self,
+        split: usize,
+        (op, dst, srcs): (&Op, u32, &[u32]),
+        kernel: Box<dyn super::DeviceStep>,
+        fallback: bool,
+    ) -> PreparedStep {
+        let bytes = self.span(dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
+        let out = self.raw(dst).n_elements() as u64;
+        let flops = match (op, srcs.first()) {
+            (Op::MulMat, Some(&src0)) => 2 * self.raw(src0).ne[0] as u64 * out,
+            _ => out,
+        };
+        PreparedStep {
+            kernel,
+            split,
+            device: self.plan.splits[split].device.index(),
+            kind: op.name(),
+            op: Some(*op),
+            fused_kernel: None,
+            dst,
+            srcs: srcs.to_vec(),
+            bytes,
+            flops,
+            fallback,
+        }
+    }
+
+    /// A step of split `split` running fused kernel `index` as `kernel`, with
+    /// its costs (one operation per output element per body instruction).
+    pub fn fused_step(
+        &self,
+        split: usize,
+        index: u32,
+        kernel: Box<dyn super::DeviceStep>,
+        fallback: bool,
+    ) -> PreparedStep {
+        let k: &FusedKernel = &self.plan.kernels[index as usize];
+        let bytes = self.span(k.output) + k.inputs.iter().map(|&t| self.span(t)).sum::<u64>();
+        PreparedStep {
+            kernel,
+            split,
+            device: self.plan.splits[split].device.index(),
+            kind: "fused",
+            op: None,
+            fused_kernel: Some(index),
+            dst: k.output,
+            srcs: k.inputs.clone(),
+            bytes,
+            flops: self.raw(k.output).n_elements() as u64 * k.body.len() as u64,
+            fallback,
+        }
+    }
+}
