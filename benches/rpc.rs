@@ -722,7 +722,7 @@ fn main() {
     drop(servers);
     println!("load average at the end: {}", load_average());
 
-    // The table (markdown, as README.md's measured sections).
+    // The table (markdown, as docs/multi-device.md's measured sections).
     println!();
     println!(
         "| workload | configuration | ggplan | tokens/s | bytes sent / received per token | \

@@ -8,8 +8,8 @@
 # hf_folder npy tokenizer differential rpc_answers. Each run starts from the
 # in-tree seeds (fuzz/seeds/TARGET) plus the corpus grown by earlier runs
 # (fuzz/corpus/TARGET, git-ignored), and appends one line of libFuzzer's final
-# statistics to fuzz/runs.tsv (committed: the totals in README.md's
-# "Reliability" come from it).
+# statistics to fuzz/runs.tsv (committed: the totals in docs/reliability.md's
+# "Fuzzing" section come from it).
 # A failing input is saved under fuzz/artifacts/TARGET/; the script then exits 1
 # and prints how to reproduce it. Fix the bug and copy the input to
 # tests/fuzz_regressions/TARGET/ so `cargo test` keeps checking it.

@@ -20,6 +20,7 @@ pub mod runtime;
 mod session_io;
 pub mod state;
 mod state_journal;
+mod state_writers;
 pub mod steps;
 pub mod traffic;
 pub mod weights;

@@ -155,7 +155,7 @@ pub struct Runtime {
     memory_read_bytes: u64,
     /// Steps writing host state that a run failing on a server or GPU
     /// undoes (`state_journal`); empty for plans that cannot fail mid-run.
-    pub(crate) state_writers: Vec<crate::state_journal::StateWriter>,
+    pub(crate) state_writers: Vec<crate::state_writers::StateWriter>,
 }
 
 // SAFETY: the raw addresses point into buffers this struct owns (or keeps
@@ -390,7 +390,7 @@ impl Runtime {
         let n_steps = steps.len();
         let memory_read_bytes = crate::traffic::memory_read_bytes(&plan, &steps);
         let host: Vec<bool> = (0..devices.len()).map(host_memory).collect();
-        let state_writers = crate::state_journal::state_writers(&plan, &host, can_fail_mid_run);
+        let state_writers = crate::state_writers::state_writers(&plan, &host, can_fail_mid_run);
         Ok(Runtime {
             plan,
             _weights: weights,

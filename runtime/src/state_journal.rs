@@ -15,7 +15,7 @@
 //!   decode writes one row per cache, so this costs a row per cache);
 //! - anything else: the destination's whole span.
 //!
-//! The steps are found once at load ([`state_writers`]); a run only reads
+//! The steps are found once at load (`state_writers.rs`); a run only reads
 //! their index inputs and copies the rows. Saving more bytes than a run
 //! writes is harmless: every saved byte is its value before the run.
 //! Invariants: a journal is only taken for plans with a device that can fail
@@ -27,76 +27,13 @@
 use crate::RuntimeError;
 use crate::device::TensorBytes;
 use crate::runtime::{Runtime, layout_of};
+use crate::state_writers::root_of;
 use ir::Role;
-use ir::plan::{Placement, Step};
 
 /// The bytes a run may overwrite in host state, as they were before it.
 pub(crate) struct StateJournal {
     /// (device, address, bytes before the run).
     saved: Vec<(usize, usize, Vec<u8>)>,
-}
-
-/// A step that writes into host state: found once at load
-/// ([`state_writers`]), its ranges read before each run.
-pub(crate) struct StateWriter {
-    /// The host device it runs on.
-    device: usize,
-    /// Its op (`set_rows` or `cpy`).
-    op: ir::Op,
-    /// The state tensor (or view of one) it writes into.
-    dest: u32,
-    /// Its sources.
-    srcs: Vec<u32>,
-}
-
-/// The tensor owning `t`'s bytes.
-fn root_of(plan: &ir::plan::Plan, mut t: u32) -> u32 {
-    while let Some(Placement::View { of, .. }) = plan.tensors.get(t as usize).map(|p| &p.placement)
-    {
-        t = *of;
-    }
-    t
-}
-
-/// Every step of `plan` on a host device (`host[d]`) that writes into a
-/// state tensor; empty unless `can_fail_mid_run` (a remote or CUDA device).
-pub(crate) fn state_writers(
-    plan: &ir::plan::Plan,
-    host: &[bool],
-    can_fail_mid_run: bool,
-) -> Vec<StateWriter> {
-    if !can_fail_mid_run {
-        return Vec::new();
-    }
-    let mut writers = Vec::new();
-    for split in &plan.splits {
-        let device = split.device.index();
-        if !host.get(device).copied().unwrap_or(false) {
-            continue;
-        }
-        for step in &split.steps {
-            let Step::Op { op, srcs, .. } = step else {
-                continue;
-            };
-            let Some(&dest) = op.writes_into_source().and_then(|k| srcs.get(k)) else {
-                continue;
-            };
-            let root = root_of(plan, dest) as usize;
-            if plan
-                .tensors
-                .get(root)
-                .is_some_and(|t| t.role == Role::State)
-            {
-                writers.push(StateWriter {
-                    device,
-                    op: *op,
-                    dest,
-                    srcs: srcs.clone(),
-                });
-            }
-        }
-    }
-    writers
 }
 
 impl Runtime {

@@ -9,39 +9,10 @@
 //! memcpy on the copy stream of the device that holds the bytes).
 
 use crate::RuntimeError;
-use crate::device::{CopyEnd, Device, DeviceStep, PrepareCtx};
-use ir::Op;
+pub use crate::device::PreparedStep;
+use crate::device::{CopyEnd, Device, PrepareCtx};
 use ir::plan::Step;
 use std::sync::Arc;
-
-/// A step ready to run, with the figures a profile prints.
-pub struct PreparedStep {
-    /// The kernel, which only the device that prepared it runs.
-    pub kernel: Box<dyn DeviceStep>,
-    /// Split index.
-    pub split: usize,
-    /// The plan device that prepared it and runs it: its split's device for
-    /// a step; for a copy, the end that moves the bytes (module doc), whose
-    /// copy stream may belong to the other end.
-    pub device: usize,
-    /// What it is: an op name, `fused`, or `copy`.
-    pub kind: &'static str,
-    /// The op, for an op step.
-    pub op: Option<Op>,
-    /// The plan's kernel index, for a fused step.
-    pub fused_kernel: Option<u32>,
-    /// The plan tensor written.
-    pub dst: u32,
-    /// The plan tensors read.
-    pub srcs: Vec<u32>,
-    /// Bytes read and written (each operand's span once).
-    pub bytes: u64,
-    /// Floating-point operations (2 per multiply-add for mul_mat; one per
-    /// output element for the rest).
-    pub flops: u64,
-    /// True when the reference fallback runs it.
-    pub fallback: bool,
-}
 
 /// The steps of `ctx.plan`, in execution order (each split's copies first),
 /// prepared by `devices` (one per plan device); `on_prepare` sees (steps

@@ -34,11 +34,11 @@ mod recording;
 pub mod registry;
 pub mod rpc;
 pub mod staging;
+pub mod step;
 
 use crate::RuntimeError;
 use crate::executor::event::Event;
 use crate::state::StateStore;
-use crate::steps::PreparedStep;
 use cpu::ThreadPool;
 use ir::Layout;
 use ir::plan::{Step, Usage};
@@ -46,6 +46,8 @@ pub use load::{WeightPlacement, WeightRequest};
 pub use prepare::{CopyEnd, PrepareCtx};
 use std::any::Any;
 use std::sync::Arc;
+pub(crate) use step::own_step;
+pub use step::{DeviceStep, PreparedStep};
 
 /// A tensor's bytes in a device's memory (ggml's tensor `data` and
 /// `nbytes`): what [`Device::set_tensor`] and [`Device::get_tensor`] address,
@@ -129,22 +131,6 @@ pub struct DeviceInfo {
     pub cores: Vec<usize>,
     /// What it can do.
     pub caps: Caps,
-}
-
-/// A prepared step or copy as the executor, profiles and traces hold it:
-/// only the device that prepared it knows how to run it (it downcasts
-/// through [`DeviceStep::as_any`]).
-pub trait DeviceStep: Send + Sync {
-    /// What runs, in words (`bench` names kernels and their ISA with it).
-    fn describe(&self) -> String;
-
-    /// Bytes of per-run scratch the step needs (CPU kernels).
-    fn scratch_bytes(&self) -> usize {
-        0
-    }
-
-    /// The step as `Any`, for its device to take back its own type.
-    fn as_any(&self) -> &dyn Any;
 }
 
 /// One device of a loaded plan: everything kind-specific (module doc).
@@ -335,16 +321,4 @@ pub trait Device: Send + Sync {
     fn pin_stream_thread(&self) -> Option<cpu::Pinned> {
         None
     }
-}
-
-/// Runs `f` on `step` as the step type `T` its device prepared; a step of
-/// another type is a bug in the loader (a device ran what it did not
-/// prepare), reported with both names.
-pub(crate) fn own_step<'s, T: 'static>(device: &str, step: &'s dyn DeviceStep) -> &'s T {
-    step.as_any().downcast_ref::<T>().unwrap_or_else(|| {
-        panic!(
-            "device '{device}' was handed a step it did not prepare: {}",
-            step.describe()
-        )
-    })
 }

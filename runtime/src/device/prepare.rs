@@ -12,8 +12,8 @@
 
 use super::Device;
 use super::cpu::RawTensor;
+use super::step::PreparedStep;
 use crate::RuntimeError;
-use crate::steps::PreparedStep;
 use ir::Op;
 use ir::plan::{FusedKernel, Plan, peer_read_refusal};
 use std::sync::Arc;

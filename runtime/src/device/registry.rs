@@ -318,10 +318,7 @@ pub fn builtin_backends() -> Vec<Arc<dyn DeviceBackend>> {
 /// Opens every device of `plan`: each by the first of `ctx.options.backends`
 /// then [`builtin_backends`] that serves it. Returns the devices by plan
 /// device id and the warnings to show; refuses a device no backend opens.
-pub fn open_devices(
-    plan: &Plan,
-    ctx: &OpenCtx<'_>,
-) -> Result<OpenedAll, RuntimeError> {
+pub fn open_devices(plan: &Plan, ctx: &OpenCtx<'_>) -> Result<OpenedAll, RuntimeError> {
     let mut devices: Vec<Option<Arc<dyn Device>>> = vec![None; plan.devices.len()];
     let mut warnings = Vec::new();
     let backends = (ctx.options.backends.iter().cloned()).chain(builtin_backends());

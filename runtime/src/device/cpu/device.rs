@@ -6,16 +6,17 @@
 //! Invariants: a group's threads run only its steps; its scratch buffer is
 //! sized once, after every step was prepared, for the largest step.
 
+use super::affinity::{allowed_cores, pin_current_thread};
 use super::prepare::{CopyKernel, CpuStep, prepare_step};
 use super::{FastKernels, ThreadCtx, ThreadPool, numa};
 use crate::RuntimeError;
+use crate::device::PreparedStep;
 use crate::device::load::{WeightPlacement, WeightRequest};
 use crate::device::{
     Caps, CopyEnd, Device, DeviceInfo, DeviceStep, PrepareCtx, TensorBytes, own_step,
 };
 use crate::memory::AlignedBuffer;
 use crate::state::StateStore;
-use crate::steps::PreparedStep;
 use crate::weights::BoundWeight;
 use ir::Layout;
 use ir::plan::{Step, Usage};
@@ -87,7 +88,7 @@ impl CpuDevice {
         Ok(())
     }
 
-    /// The scratch buffer's address (null before [`CpuDevice::set_scratch`]).
+    /// The scratch buffer's address (null before `finish_prepare` sized it).
     pub fn scratch(&self) -> *mut u8 {
         self.scratch
             .get()
@@ -325,38 +326,6 @@ impl Device for CpuDevice {
 
     /// Nothing is ever queued: steps and copies finish before they return.
     fn synchronize(&self) {}
-}
-
-/// The cores this process may run on, in order.
-pub fn allowed_cores() -> Vec<usize> {
-    // SAFETY: `set` is a plain bit set the call fills; size is its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
-            let cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-                .filter(|&c| libc::CPU_ISSET(c, &set))
-                .collect();
-            if !cores.is_empty() {
-                return cores;
-            }
-        }
-    }
-    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
-}
-
-/// Pins the calling thread to `cores` (best effort: a sandbox may refuse).
-pub fn pin_current_thread(cores: &[usize]) {
-    if cores.is_empty() {
-        return;
-    }
-    // SAFETY: as in allowed_cores; core numbers come from the affinity mask.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cores {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 /// Caps of every CPU device: host memory and host events; not asynchronous

@@ -9,6 +9,7 @@ pub mod jit_choices;
 // A build without LLVM (a GPU host that runs plans on CUDA and has no
 // libLLVM): the same interface, declining every kernel, so the plain-Rust
 // and reference kernels take those steps.
+pub mod affinity;
 mod device;
 pub mod fast;
 #[cfg(not(feature = "llvm"))]
@@ -23,7 +24,8 @@ pub mod prepare;
 pub mod reference_kernel;
 pub mod tensor;
 
-pub use device::{CpuDevice, Pinned, allowed_cores, cpu_caps, pin_current_thread};
+pub use affinity::{allowed_cores, pin_current_thread};
+pub use device::{CpuDevice, Pinned, cpu_caps};
 pub use fast::FastKernels;
 pub use kernel::CpuKernel;
 pub use pool::{ThreadCtx, ThreadPool};

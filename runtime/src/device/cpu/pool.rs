@@ -2,7 +2,7 @@
 //! workers spin between steps then sleep; its invariants and loom proofs live
 //! in the `concurrency` crate), plus pinning its workers to a core group.
 
-use crate::device::cpu::pin_current_thread;
+use super::affinity::pin_current_thread;
 pub use concurrency::{ThreadCtx, share};
 
 /// A fixed set of threads that run one job at a time.

@@ -6,8 +6,8 @@
 use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
 use crate::RuntimeError;
+use crate::device::PreparedStep;
 use crate::device::{DeviceStep, PrepareCtx};
-use crate::steps::PreparedStep;
 use ir::plan::{FusedKernel, Step};
 use ir::{Op, Role};
 use std::any::Any;

@@ -10,64 +10,43 @@
 use super::driver::{DeviceMemory, Function, Gpu, Graph, Module};
 use super::launch::Kernel;
 use super::nvrtc::architecture;
-use super::prepare;
 use super::sources::{LIBRARY_KERNELS, kernel_module, library_source};
-use super::step::{CudaCopy, CudaStep};
 use crate::RuntimeError;
-use crate::device::load::{WeightPlacement, WeightRequest};
-use crate::device::staging::{Upload, upload_staged};
-use crate::device::{
-    Caps, CopyEnd, Device, DeviceInfo, DeviceStep, PrepareCtx, TensorBytes, own_step,
-};
-use crate::state::StateStore;
-use crate::steps::PreparedStep;
-use crate::weights::BoundWeight;
-use ir::Layout;
-use ir::plan::{Step, Usage};
-use std::any::Any;
+use crate::device::{Caps, DeviceInfo};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// Page-locked staging for `total` bytes of a load: (buffers, bytes each).
-/// Four buffers of up to 8 MiB keep reading the file ahead of the copies
-/// without pinning much memory (pinning is slow and takes it from the OS);
-/// a small load gets buffers its own size.
-fn staging_buffers(total: usize) -> (usize, usize) {
-    const MAX_EACH: usize = 8 << 20;
-    (4, total.div_ceil(4).clamp(1, MAX_EACH))
-}
 
 /// The op library's module and each generated kernel's, by name.
 type LoadedKernels = (Arc<Module>, BTreeMap<String, Arc<Module>>);
 
 /// A CUDA device of a loaded plan.
 pub struct CudaDevice {
-    info: DeviceInfo,
+    pub(super) info: DeviceInfo,
     /// Itself, for the steps it prepares (each holds its device).
-    this: std::sync::Weak<CudaDevice>,
-    gpu: Arc<Gpu>,
-    arch: &'static str,
-    arenas: Mutex<Vec<DeviceMemory>>,
-    generated: Mutex<BTreeMap<String, String>>,
-    modules: OnceLock<LoadedKernels>,
-    failure: Mutex<Option<RuntimeError>>,
+    pub(super) this: std::sync::Weak<CudaDevice>,
+    pub(super) gpu: Arc<Gpu>,
+    pub(super) arch: &'static str,
+    pub(super) arenas: Mutex<Vec<DeviceMemory>>,
+    pub(super) generated: Mutex<BTreeMap<String, String>>,
+    pub(super) modules: OnceLock<LoadedKernels>,
+    pub(super) failure: Mutex<Option<RuntimeError>>,
     /// Each segment's launches captured as a CUDA graph on its first run,
     /// by (address of its first step, steps): a plan is static, so every
     /// later run replays it with one call instead of one launch per step.
-    graphs: Mutex<HashMap<(usize, usize), Graph>>,
+    pub(super) graphs: Mutex<HashMap<(usize, usize), Graph>>,
     /// Capture segments into graphs (`GGPLAN_CUDA_GRAPHS=0` turns it off,
     /// to measure what it saves).
-    use_graphs: bool,
+    pub(super) use_graphs: bool,
     /// Upload weights through page-locked staging (`GGPLAN_CUDA_STAGING=1`).
     /// Off by default: on the H100 host (2026-11-27) SmolLM2's 92.1 MiB took
     /// 42.7 / 49.9 ms staged against 20.1 / 19.7 ms copied directly from the
     /// file's cached pages (alternating loads), so staging is kept for
     /// measuring where it may gain (files read cold, larger models).
-    use_staging: bool,
+    pub(super) use_staging: bool,
     /// Wait for each step before the next (`GGPLAN_CUDA_PROFILE=1`), so
     /// profiles and traces time every kernel (each plus a synchronize).
-    step_by_step: bool,
+    pub(super) step_by_step: bool,
 }
 
 impl CudaDevice {
@@ -123,7 +102,7 @@ impl CudaDevice {
     /// Allocates arena `arena` (`bytes`, for `usage`) in device memory and
     /// returns its device address; refused before allocating when the GPU
     /// has fewer free bytes, naming the arena and the free bytes.
-    fn alloc_device_arena(
+    pub(super) fn alloc_device_arena(
         &self,
         arena: usize,
         bytes: u64,
@@ -144,7 +123,7 @@ impl CudaDevice {
         Ok(addr)
     }
 
-    fn lock_arenas(&self) -> std::sync::MutexGuard<'_, Vec<DeviceMemory>> {
+    pub(super) fn lock_arenas(&self) -> std::sync::MutexGuard<'_, Vec<DeviceMemory>> {
         self.arenas.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -193,6 +172,12 @@ impl CudaDevice {
         .ok_or_else(missing)
     }
 
+    /// Keeps `e` if it is the run's first error (for `take_failure`).
+    pub fn record_failure(&self, e: RuntimeError) {
+        let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(e);
+    }
+
     /// True once a call failed in this run.
     pub fn failed(&self) -> bool {
         self.failure
@@ -202,217 +187,12 @@ impl CudaDevice {
     }
 
     /// Returns (and clears) the first error kept since the last take.
-    fn take_error(&self) -> Result<(), RuntimeError> {
+    pub(super) fn take_error(&self) -> Result<(), RuntimeError> {
         let kept = self
             .failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
         kept.map_or(Ok(()), Err)
-    }
-}
-
-impl Device for CudaDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
-    }
-
-    fn alloc_arena(
-        &self,
-        arena: usize,
-        bytes: u64,
-        usage: Usage,
-        _may_defer: bool,
-    ) -> Result<Option<*mut u8>, RuntimeError> {
-        // A device address, never dereferenced on the host.
-        let addr = self.alloc_device_arena(arena, bytes, &format!("{usage:?}"))?;
-        Ok(Some(addr as usize as *mut u8))
-    }
-
-    fn place_weight<'w>(
-        &self,
-        request: &WeightRequest<'_, 'w>,
-    ) -> Result<WeightPlacement<'w>, RuntimeError> {
-        // Uploaded once at load, from the mapped file.
-        Ok(WeightPlacement::Write(match request.bind()? {
-            BoundWeight::InPlace(b) => std::borrow::Cow::Borrowed(b),
-            BoundWeight::Copy(b) => b,
-        }))
-    }
-
-    /// Shared state stays on the GPU, by name, for every runtime of the job,
-    /// allocated on first use.
-    fn bind_state(
-        &self,
-        store: &StateStore,
-        name: &str,
-        layout: &Layout,
-    ) -> Result<*mut u8, RuntimeError> {
-        let addr = store.bind_device(&self.info.name, name, layout, &|bytes| {
-            let memory = self.gpu.alloc(bytes, &format!("state '{name}'"))?;
-            Ok(Box::new(memory) as Box<dyn crate::state::DeviceState>)
-        })?;
-        Ok(addr as usize as *mut u8)
-    }
-
-    fn prepare_step(
-        &self,
-        ctx: &PrepareCtx<'_>,
-        split: usize,
-        _index: usize,
-        step: &Step,
-    ) -> Result<PreparedStep, RuntimeError> {
-        let this = self.this.upgrade().expect("a device preparing is alive");
-        prepare::prepare_step(&this, ctx, split, step)
-    }
-
-    fn prepare_copy(
-        &self,
-        from: CopyEnd<'_>,
-        to: CopyEnd<'_>,
-        bytes: usize,
-    ) -> Result<Box<dyn DeviceStep>, RuntimeError> {
-        Ok(Box::new(prepare::prepare_copy(from, to, bytes)?))
-    }
-
-    fn finish_prepare(&self, _scratch_bytes: usize) -> Result<(), RuntimeError> {
-        self.load_kernels()
-    }
-
-    fn can_fail_mid_run(&self) -> bool {
-        true
-    }
-
-    /// Keeps the first error of a run for [`Device::take_failure`].
-    fn fail(&self, e: RuntimeError) {
-        let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert(e);
-    }
-
-    /// Waits for the GPU (a kernel's failure surfaces here), then returns
-    /// (and clears) the run's first error.
-    fn take_failure(&self) -> Result<(), RuntimeError> {
-        if let Err(e) = self.gpu.synchronize() {
-            self.fail(e);
-        }
-        self.take_error()
-    }
-
-    fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
-        let name = &self.info.name;
-        let launch_all = || {
-            for step in steps {
-                own_step::<CudaStep>(name, &*step.kernel).run();
-            }
-        };
-        if self.step_by_step {
-            for (i, step) in steps.iter().enumerate() {
-                own_step::<CudaStep>(name, &*step.kernel).run();
-                if let Err(e) = self.gpu.synchronize() {
-                    self.fail(e);
-                }
-                after_step(i);
-            }
-            return;
-        }
-        if !self.use_graphs || self.failed() {
-            launch_all();
-        } else {
-            let key = (steps.as_ptr() as usize, steps.len());
-            let mut graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-            if let std::collections::hash_map::Entry::Vacant(slot) = graphs.entry(key) {
-                let captured = self.gpu.capture(|| {
-                    launch_all();
-                    self.take_error()
-                });
-                match captured {
-                    Ok(graph) => {
-                        slot.insert(graph);
-                    }
-                    Err(e) => self.fail(e),
-                }
-            }
-            if let Some(graph) = graphs.get(&key)
-                && let Err(e) = self.gpu.replay(graph)
-            {
-                self.fail(e);
-            }
-        }
-        if let Err(e) = self.gpu.synchronize() {
-            self.fail(e);
-        }
-        for i in 0..steps.len() {
-            after_step(i);
-        }
-    }
-
-    fn copy(&self, copy: &PreparedStep) {
-        own_step::<CudaCopy>(&self.info.name, &*copy.kernel).run();
-    }
-
-    fn set_tensor(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        data: &[u8],
-    ) -> Result<(), RuntimeError> {
-        let at = tensor.range(&self.info.name, "set_tensor", offset, data.len())?;
-        self.gpu.upload(at as u64, data)
-    }
-
-    fn load_tensors(
-        &self,
-        items: &[(TensorBytes, &[u8])],
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(), RuntimeError> {
-        let mut uploads = Vec::with_capacity(items.len());
-        for (tensor, bytes) in items {
-            let at = tensor.range(&self.info.name, "load", 0, bytes.len())?;
-            uploads.push(Upload {
-                dst: at as u64,
-                bytes,
-            });
-        }
-        let total: usize = items.iter().map(|(_, b)| b.len()).sum();
-        if self.use_staging && total > 0 {
-            let (count, each) = staging_buffers(total);
-            // Without page-locked memory (the OS may cap it) the direct
-            // copies below do.
-            if let Ok(mut staging) = self.gpu.pinned_staging(count, each) {
-                return upload_staged(&mut staging, &uploads, progress);
-            }
-        }
-        // The default: the driver copies from the file's pages itself, one
-        // tensor at a time (faster than staging on the H100 host measured;
-        // see `use_staging`).
-        for u in &uploads {
-            self.gpu.upload(u.dst, u.bytes)?;
-            progress(u.bytes.len() as u64);
-        }
-        Ok(())
-    }
-
-    fn get_tensor(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        out: &mut [u8],
-    ) -> Result<(), RuntimeError> {
-        let at = tensor.range(&self.info.name, "get_tensor", offset, out.len())?;
-        self.gpu.download(at as u64, out)
-    }
-
-    fn synchronize(&self) {
-        if let Err(e) = self.gpu.synchronize() {
-            self.fail(e);
-        }
     }
 }

@@ -35,6 +35,8 @@ pub mod sources;
 #[cfg(feature = "cuda")]
 pub mod device;
 #[cfg(feature = "cuda")]
+mod device_impl;
+#[cfg(feature = "cuda")]
 pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;

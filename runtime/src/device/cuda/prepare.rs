@@ -5,9 +5,9 @@ use super::device::CudaDevice;
 use super::launch;
 use super::step::{CudaCopy, CudaStep, End};
 use crate::RuntimeError;
+use crate::device::PreparedStep;
 use crate::device::cpu::RawTensor;
 use crate::device::{CopyEnd, PrepareCtx};
-use crate::steps::PreparedStep;
 use ir::plan::{FusedKernel, Step};
 use std::sync::Arc;
 

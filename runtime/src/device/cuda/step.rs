@@ -9,7 +9,7 @@
 use super::device::CudaDevice;
 use super::driver::Function;
 use super::launch::Launch;
-use crate::device::{Device, DeviceStep};
+use crate::device::DeviceStep;
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
@@ -55,7 +55,7 @@ impl CudaStep {
         if !self.device.failed()
             && let Err(e) = self.launch()
         {
-            self.device.fail(e);
+            self.device.record_failure(e);
         }
     }
 }
@@ -139,7 +139,7 @@ impl CudaCopy {
         if !self.blame().failed()
             && let Err(e) = self.transfer()
         {
-            self.blame().fail(e);
+            self.blame().record_failure(e);
         }
     }
 }

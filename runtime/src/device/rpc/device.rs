@@ -11,7 +11,7 @@
 //! Addresses: a remote arena's "base" is the server's address of its buffer,
 //! so the runtime's address table (`addresses.rs`) holds server addresses for
 //! remote tensors. They are never dereferenced here: every byte of a remote
-//! tensor moves through [`Device::set_tensor`] / [`Device::get_tensor`] or a
+//! tensor moves through [`crate::device::Device::set_tensor`] / [`crate::device::Device::get_tensor`] or a
 //! remote copy, which find the buffer holding an address ([`RemoteDevice::locate`])
 //! and refuse one that no buffer holds.
 //!
@@ -29,21 +29,12 @@
 
 use super::client::RpcClient;
 use super::ggml::{RemoteAddr, StepGraph, graph_payload};
-use super::kernels::{RemoteCopy, RemoteStep};
-use super::prepare;
 use super::tensor::RpcTensor;
 use crate::RuntimeError;
-use crate::device::load::{WeightPlacement, WeightRequest};
-use crate::device::{
-    Caps, CopyEnd, Device, DeviceInfo, DeviceStep, PrepareCtx, TensorBytes, own_step,
-};
-use crate::state::StateStore;
-use crate::steps::PreparedStep;
-use crate::weights::{BoundWeight, Weights};
+use crate::device::{Caps, DeviceInfo};
+use crate::weights::Weights;
 use ir::layout::fmt_ne;
-use ir::plan::{Step, Usage};
 use ir::{DType, Layout};
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -339,15 +330,15 @@ struct RemoteBuffer {
 
 /// A plan device on a remote server, as one runtime holds it.
 pub struct RemoteDevice {
-    info: DeviceInfo,
+    pub(super) info: DeviceInfo,
     /// Itself, for the steps it prepares (each holds its device).
-    this: std::sync::Weak<RemoteDevice>,
-    server: Arc<RemoteServer>,
+    pub(super) this: std::sync::Weak<RemoteDevice>,
+    pub(super) server: Arc<RemoteServer>,
     /// Per plan tensor: a weight the server may hold as an F32 copy in
     /// exact precision (`prepare::f32_weights`), worked out on first use.
-    f32_weights: OnceLock<Vec<bool>>,
+    pub(super) f32_weights: OnceLock<Vec<bool>>,
     buffers: Mutex<Vec<RemoteBuffer>>,
-    failure: Mutex<Option<RuntimeError>>,
+    pub(super) failure: Mutex<Option<RuntimeError>>,
 }
 
 impl RemoteDevice {
@@ -513,6 +504,14 @@ impl RemoteDevice {
         Arc::ptr_eq(&self.server, &other.server)
     }
 
+    /// Records the first failure of a run; later ones are dropped.
+    pub fn record_failure(&self, e: RuntimeError) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(e);
+        }
+    }
+
     /// True once a call of this run failed (the device does no more I/O).
     pub fn failed(&self) -> bool {
         self.failure
@@ -543,177 +542,6 @@ impl Drop for RemoteDevice {
         for b in buffers {
             // A dead server has freed everything already; nothing to report.
             let _ = c.free_buffer(b.handle);
-        }
-    }
-}
-
-impl Device for RemoteDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
-    }
-
-    /// With servers shared by a job, weights read in place live in the
-    /// server's weight cache, so the weights arena is deferred: allocated
-    /// only if some weight still needs it (a converted or sliced one).
-    fn alloc_arena(
-        &self,
-        _arena: usize,
-        bytes: u64,
-        usage: Usage,
-        may_defer: bool,
-    ) -> Result<Option<*mut u8>, RuntimeError> {
-        if may_defer && usage == Usage::Weights {
-            return Ok(None);
-        }
-        // The server's address of the buffer, never dereferenced here.
-        let base = self.alloc_remote(bytes, &format!("{usage:?}"))?;
-        Ok(Some(base as usize as *mut u8))
-    }
-
-    /// A weight read in place is uploaded once per job, through the
-    /// server's weight cache (in exact precision a block-quantized one as
-    /// its F32 values, where every reader allows it); converted or sliced
-    /// bytes are written into this runtime's arena.
-    fn place_weight<'w>(
-        &self,
-        request: &WeightRequest<'_, 'w>,
-    ) -> Result<WeightPlacement<'w>, RuntimeError> {
-        let pt = &request.plan.tensors[request.tensor as usize];
-        match request.bind()? {
-            BoundWeight::InPlace(b) => {
-                let eligible = (self.f32_weights)
-                    .get_or_init(|| prepare::f32_weights(request.plan))
-                    .get(request.tensor as usize)
-                    .copied()
-                    .unwrap_or(false);
-                let as_f32 = (request.exact && eligible).then_some(pt.dtype);
-                let (at, uploaded) =
-                    (self.server).bind_weight(&pt.name, b, request.weights, as_f32)?;
-                Ok(WeightPlacement::Held {
-                    addr: at as usize as *mut u8,
-                    bytes: b.len() as u64,
-                    uploaded,
-                    host_source: as_f32.map(|_| (b.as_ptr() as usize, b.len())),
-                })
-            }
-            BoundWeight::Copy(b) => Ok(WeightPlacement::Write(b)),
-        }
-    }
-
-    /// Shared state stays on its server, by name, for every runtime of the
-    /// job (the remote side of a [`StateStore`]).
-    fn bind_state(
-        &self,
-        _store: &StateStore,
-        name: &str,
-        layout: &ir::Layout,
-    ) -> Result<*mut u8, RuntimeError> {
-        Ok(self.server.bind_state(name, layout)? as usize as *mut u8)
-    }
-
-    fn prepare_step(
-        &self,
-        ctx: &PrepareCtx<'_>,
-        split: usize,
-        index: usize,
-        step: &Step,
-    ) -> Result<PreparedStep, RuntimeError> {
-        let this = self.this.upgrade().expect("a device preparing is alive");
-        prepare::prepare_step(&this, ctx, split, index, step)
-    }
-
-    fn prepare_copy(
-        &self,
-        from: CopyEnd<'_>,
-        to: CopyEnd<'_>,
-        bytes: usize,
-    ) -> Result<Box<dyn DeviceStep>, RuntimeError> {
-        Ok(Box::new(prepare::prepare_copy(from, to, bytes)?))
-    }
-
-    fn can_fail_mid_run(&self) -> bool {
-        true
-    }
-
-    /// Records the first failure of a run; later ones are dropped.
-    fn fail(&self, e: RuntimeError) {
-        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        if f.is_none() {
-            *f = Some(e);
-        }
-    }
-
-    /// Waits for a graph nothing read after, then takes the run's failure
-    /// (the next run starts clean).
-    fn take_failure(&self) -> Result<(), RuntimeError> {
-        if !self.failed()
-            && let Err(e) = self.server.finish()
-        {
-            self.fail(e);
-        }
-        let taken = self
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        taken.map_or(Ok(()), Err)
-    }
-
-    fn clear_shared_state(&self) -> Result<(), RuntimeError> {
-        self.server.clear_states()
-    }
-
-    fn run_steps(&self, steps: &[PreparedStep], after_step: &(dyn Fn(usize) + Sync)) {
-        if !self.failed() {
-            let graphs: Vec<&StepGraph> = (steps.iter())
-                .map(|s| &*own_step::<RemoteStep>(&self.info.name, &*s.kernel).graph)
-                .collect();
-            if let Err(e) = self.compute(&graphs) {
-                self.fail(e);
-            }
-        }
-        for i in 0..steps.len() {
-            after_step(i);
-        }
-    }
-
-    fn copy(&self, copy: &PreparedStep) {
-        own_step::<RemoteCopy>(&self.info.name, &*copy.kernel).run();
-    }
-
-    fn set_tensor(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        data: &[u8],
-    ) -> Result<(), RuntimeError> {
-        let at = tensor.range(&self.info.name, "set_tensor", offset, data.len())?;
-        self.write(at as u64, data, "set_tensor")
-    }
-
-    fn get_tensor(
-        &self,
-        tensor: TensorBytes,
-        offset: usize,
-        out: &mut [u8],
-    ) -> Result<(), RuntimeError> {
-        let at = tensor.range(&self.info.name, "get_tensor", offset, out.len())?;
-        self.read(at as u64, out, "get_tensor")
-    }
-
-    fn synchronize(&self) {
-        if !self.failed()
-            && let Err(e) = self.server.client().sync()
-        {
-            self.fail(e);
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use super::device::RemoteDevice;
 use super::ggml::StepGraph;
-use crate::device::{Device, DeviceStep};
+use crate::device::DeviceStep;
 use std::any::Any;
 use std::sync::Arc;
 
@@ -102,7 +102,7 @@ impl RemoteCopy {
             _ => blame.failed(),
         };
         if !other_failed && let Err(e) = self.transfer() {
-            blame.fail(e);
+            blame.record_failure(e);
         }
     }
 }

@@ -17,6 +17,7 @@
 mod backend;
 pub mod client;
 pub mod device;
+mod device_impl;
 pub mod ggml;
 pub mod kernels;
 pub mod link;

@@ -10,7 +10,6 @@
 //!   so one emitter serves both and they compute the same thing;
 //! - F16 tensors are converted on load (`fpext`) and on store (`fptrunc`).
 
-use super::llvm::{Llvm, jit_err};
 use super::spec::{Access, SLOTS, TensorSpec, elem_bytes};
 use crate::RuntimeError;
 use inkwell::attributes::AttributeLoc;
@@ -25,6 +24,21 @@ use inkwell::values::{
 };
 use inkwell::{FloatPredicate, IntPredicate};
 use ir::DType;
+
+/// A JIT error: what failed, and LLVM's or our detail.
+pub(super) fn jit_err(what: &str, detail: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Jit(format!("{what}: {detail}"))
+}
+
+/// The host CPU kernels are generated for (set on every function).
+pub(super) struct HostCpu {
+    /// Host CPU name (`znver4`), set as `target-cpu`.
+    pub cpu: String,
+    /// Host features (`+avx2,+fma,...`), set as `target-features`.
+    pub features: String,
+    /// f32 lanes of the widest vector the host runs natively (16, 8 or 4).
+    pub width: u32,
+}
 
 /// Shorthand for results of IR building.
 pub(super) type R<T> = Result<T, RuntimeError>;
@@ -79,7 +93,7 @@ pub(super) struct Row<'ctx> {
 
 impl<'m, 'ctx> Gen<'m, 'ctx> {
     /// Declares `k` with the host's target-cpu and target-features.
-    pub fn new(cx: &'ctx Context, module: &'m Module<'ctx>, llvm: &Llvm) -> R<Gen<'m, 'ctx>> {
+    pub fn new(cx: &'ctx Context, module: &'m Module<'ctx>, llvm: &HostCpu) -> R<Gen<'m, 'ctx>> {
         let i64t = cx.i64_type();
         let ptrt = cx.ptr_type(Default::default());
         let fn_type = cx.void_type().fn_type(

@@ -23,7 +23,7 @@ use inkwell::targets::{
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::codegen::Gen;
+use super::codegen::{Gen, HostCpu, jit_err};
 
 impl From<BuilderError> for RuntimeError {
     fn from(e: BuilderError) -> RuntimeError {
@@ -32,10 +32,6 @@ impl From<BuilderError> for RuntimeError {
 }
 
 /// A JIT error with context.
-pub(super) fn jit_err(what: &str, detail: impl std::fmt::Display) -> RuntimeError {
-    RuntimeError::Jit(format!("{what}: {detail}"))
-}
-
 /// The kernel entry point every generated module exports as `k`:
 /// `k(args, row_begin, row_end, col_begin, col_end)`.
 pub(super) type KernelFn = unsafe extern "C" fn(*const i64, i64, i64, i64, i64);
@@ -45,12 +41,8 @@ pub(super) struct Llvm {
     lock: Mutex<()>,
     context: Context,
     machine: TargetMachine,
-    /// Host CPU name (`znver4`), set as `target-cpu` on every function.
-    pub cpu: String,
-    /// Host features (`+avx2,+fma,...`), set as `target-features` on every function.
-    pub features: String,
-    /// f32 lanes of the widest vector the host runs natively (16, 8 or 4).
-    pub width: u32,
+    /// The host CPU every function is generated for.
+    pub host: HostCpu,
 }
 
 // SAFETY: the context and target machine are only used while holding `lock`
@@ -108,9 +100,11 @@ impl Llvm {
             lock: Mutex::new(()),
             context: Context::create(),
             machine,
-            cpu,
-            features,
-            width,
+            host: HostCpu {
+                cpu,
+                features,
+                width,
+            },
         }))
     }
 
@@ -130,7 +124,7 @@ impl Llvm {
         module.set_triple(&self.machine.get_triple());
         module.set_data_layout(&self.machine.get_target_data().get_data_layout());
         {
-            let mut generator = Gen::new(&self.context, &module, self)?;
+            let mut generator = Gen::new(&self.context, &module, &self.host)?;
             build(&mut generator)?;
         }
         module

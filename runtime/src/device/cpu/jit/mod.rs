@@ -166,7 +166,7 @@ impl Jit {
 
     /// f32 lanes of the vectors the generated code uses (16, 8 or 4).
     pub fn vector_width(&self) -> u32 {
-        self.llvm.width
+        self.llvm.host.width
     }
 
     /// Counters so far.

@@ -35,6 +35,8 @@
 
 pub mod convert;
 pub mod float;
+pub mod isa;
+pub mod kind;
 pub mod kquant;
 pub mod packed;
 pub mod panel;

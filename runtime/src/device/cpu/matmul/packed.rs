@@ -55,10 +55,10 @@
 //!   references, so its memory is what the loaded runtimes use
 //!   ([`RepackCache::live_bytes`]).
 
-use super::kquant;
+use super::kind::{self, fifth_bit_bytes, quant_bytes, scale_fields};
+use super::kquant::{kind::weight_kind as kquant_kind, repack as kquant_repack};
 use super::panel::{PanelIsa, Panels};
-use super::q8::{GROUP, PAIRED_TAIL, QK};
-use super::qdot::kind;
+use super::q8::{GROUP, PAIRED_TAIL};
 use crate::device::cpu::RawTensor;
 use crate::memory::AlignedBuffer;
 use ir::DType;
@@ -98,18 +98,6 @@ impl PackedWeights {
     }
 }
 
-/// Scale fields (f16 each) before the quants in a block of `kind`: d, and
-/// m for Q4_1 and Q5_1.
-pub(crate) fn scale_fields(kind: u8) -> usize {
-    if kind::has_min(kind) { 2 } else { 1 }
-}
-
-/// Bytes of fifth bits after the scale fields in a block of `kind`: the u32
-/// `qh` of Q5_0 and Q5_1, none for the others.
-pub(crate) fn fifth_bit_bytes(kind: u8) -> usize {
-    if kind::five_bit(kind) { 4 } else { 0 }
-}
-
 /// The bit planes of a group of Q5 blocks (module doc) from the blocks'
 /// `qh` words (`qh.len()` blocks, at most 8): byte `4 j + i` holds, at bit
 /// `2 v`, bit `4 v + i` of block `j`'s word and, at bit `2 v + 1`, its bit
@@ -126,11 +114,6 @@ pub(crate) fn fifth_bit_planes(qh: &[u32]) -> [u8; 32] {
         }
     }
     planes
-}
-
-/// Quant bytes in a block of `kind`: 32 for Q8_0, 16 of nibbles for Q4.
-pub(crate) fn quant_bytes(kind: u8) -> usize {
-    if kind == kind::Q8_0 { QK } else { QK / 2 }
 }
 
 /// Repacks `rows` rows of `nb` blocks of `kind` from `src` into `dst`
@@ -270,12 +253,9 @@ impl RepackCache {
     /// `src0`'s bytes are readable and never change while the copy lives.
     pub unsafe fn get(&self, src0: &RawTensor) -> Option<Arc<PackedWeights>> {
         type RepackRows = unsafe fn(u8, *const u8, *mut u8, usize, usize);
-        let (kind, repack): (u8, RepackRows) = match super::qdot::weight_kind(src0.dtype) {
+        let (kind, repack): (u8, RepackRows) = match kind::weight_kind(src0.dtype) {
             Some(kind) => (kind, repack_rows),
-            None => (
-                kquant::weight_kind(src0.dtype)?,
-                kquant::repack::repack_rows,
-            ),
+            None => (kquant_kind(src0.dtype)?, kquant_repack::repack_rows),
         };
         if !src0.is_contiguous() {
             return None;

@@ -9,7 +9,7 @@
 //!   GFLOP/s before, 138-153 after;
 //! - the lane kernel's matrix-vector products (2026-11-27, one thread, weights
 //!   from L3): SmolLM2-135M's mul_mats 7.4-7.5 ms per token before, 6.0-6.7
-//!   after (README).
+//!   after (docs/performance.md).
 //!
 //! The quantized matrix-vector kernels prefetch only where
 //! [`stream_prefetch`] says: on Intel hosts, where it was measured to gain,

@@ -32,7 +32,7 @@
 //! Invariant: the scalar and the AVX2 quantizers give identical bytes (same
 //! f32 operations, same rounding), so the dot kernels can be compared alone.
 
-use super::qdot::Isa;
+use super::isa::Isa;
 
 /// Values per block.
 pub const QK: usize = 32;

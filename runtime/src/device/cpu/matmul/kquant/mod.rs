@@ -63,6 +63,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod kind;
 pub mod q8k;
 pub mod repack;
 pub mod scalar;
@@ -76,40 +77,12 @@ use super::split::Split;
 use super::unsupported;
 use crate::RuntimeError;
 use crate::device::cpu::{CpuKernel, ThreadCtx};
-use ir::DType;
 use q8k::{Q8KRow, QK_K};
 use std::ops::Range;
 use std::sync::Arc;
 use tile::{edge_tile, full_tile};
 
-/// Weight formats, as const generic parameters of the kernels.
-pub mod kind {
-    /// Q4_K: 144 bytes per 256 values.
-    pub const Q4_K: u8 = 0;
-    /// Q5_K: 176 bytes per 256 values.
-    pub const Q5_K: u8 = 1;
-    /// Q6_K: 210 bytes per 256 values.
-    pub const Q6_K: u8 = 2;
-
-    /// Bytes per super-block of `kind`.
-    pub const fn block_bytes(kind: u8) -> usize {
-        match kind {
-            Q4_K => 144,
-            Q5_K => 176,
-            _ => 210,
-        }
-    }
-}
-
-/// The weight format of a K-quant dtype.
-pub fn weight_kind(dtype: DType) -> Option<u8> {
-    match dtype {
-        DType::Q4_K => Some(kind::Q4_K),
-        DType::Q5_K => Some(kind::Q5_K),
-        DType::Q6_K => Some(kind::Q6_K),
-        _ => None,
-    }
-}
+pub use kind::weight_kind;
 
 /// An instruction set for the K-quant kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,7 +105,7 @@ impl Isa {
     /// 15-20 % faster than plain AVX2 and, rows interleaved, matrix-vector
     /// tiles 10-25 % faster, so it is preferred where present.
     ///
-    /// Without AVX-512, AVX-VNNI where present (figures in the README).
+    /// Without AVX-512, AVX-VNNI where present (figures in docs/performance.md, "AVX-VNNI").
     ///
     /// `GGPLAN_KQUANT_ISA` (`scalar`, `avx2`, `avxvnni`, `avx512vnni`) names another
     /// set the host has, to compare them on one machine; a name the host

@@ -48,7 +48,7 @@
 use super::Isa;
 use super::avx2::{hsums, plane_to_bit4};
 use super::kind;
-use crate::device::cpu::matmul::packed::{fifth_bit_bytes, scale_fields};
+use crate::device::cpu::matmul::kind::{fifth_bit_bytes, scale_fields};
 use crate::device::cpu::matmul::prefetch::{prefetch_ahead, stream_prefetch};
 use crate::device::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
 use std::arch::x86_64::*;
