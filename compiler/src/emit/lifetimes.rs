@@ -17,7 +17,7 @@ use crate::assign::Assignment;
 use crate::liveness::{InPlace, Lifetime, Liveness, OrderError, Resident, Usage, in_place_operand};
 use crate::target::DeviceId;
 use ir::layout::contiguous_strides;
-use ir::plan::{Expr, FusedKernel, Placement, Split, Step};
+use ir::plan::{Expr, FusedKernel, Placement, Split, Step, Work, global_order};
 use ir::{Graph, Role, TensorId};
 
 /// One compute buffer: its lifetime and the tensors sharing its bytes.
@@ -50,23 +50,14 @@ struct Access {
 }
 
 fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
-    let mut out = Vec::new();
-    for split in splits {
-        for c in &split.copies {
-            out.push(Access {
-                writes: c.dst,
-                reads: vec![c.src],
-                donors: vec![],
-            });
-        }
-        for step in &split.steps {
-            out.push(match step {
-                Step::Op { op, dst, srcs } => Access {
-                    writes: *dst,
-                    reads: srcs.clone(),
-                    donors: in_place_operand(op, srcs.len()).into_iter().collect(),
-                },
-                Step::Fused { kernel } => {
+    global_order(splits)
+        .map(|item| {
+            let donors = match item.work {
+                Work::Copy(_) => vec![],
+                Work::Step(Step::Op { op, srcs, .. }) => {
+                    in_place_operand(op, srcs.len()).into_iter().collect()
+                }
+                Work::Step(Step::Fused { kernel }) => {
                     let k = &kernels[*kernel as usize];
                     let normed: Vec<u32> = k
                         .body
@@ -76,19 +67,18 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
                             _ => None,
                         })
                         .collect();
-                    let donors = (0..k.inputs.len())
+                    (0..k.inputs.len())
                         .filter(|&j| !normed.contains(&(j as u32)))
-                        .collect();
-                    Access {
-                        writes: k.output,
-                        reads: k.inputs.clone(),
-                        donors,
-                    }
+                        .collect()
                 }
-            });
-        }
-    }
-    out
+            };
+            Access {
+                writes: item.writes(kernels).expect("emitted kernels exist"),
+                reads: item.reads(kernels).to_vec(),
+                donors,
+            }
+        })
+        .collect()
 }
 
 /// Computes lifetimes and in-place merges.
