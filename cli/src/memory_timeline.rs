@@ -15,7 +15,7 @@
 //! so a damaged plan file draws what it can and never panics.
 
 use ir::Role;
-use ir::plan::{DeviceId, Placement, Plan, Step, Usage};
+use ir::plan::{DeviceId, Placement, Plan, Step, Usage, Work};
 
 /// How a tensor's rectangle is coloured (in legend order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -133,35 +133,34 @@ fn accesses(plan: &Plan) -> (Vec<Access>, Vec<String>, Vec<(usize, String)>) {
     let mut acc = Vec::new();
     let mut labels = Vec::new();
     let mut starts = Vec::new();
-    for (s, split) in plan.splits.iter().enumerate() {
-        starts.push((acc.len(), device_name(plan, split.device)));
-        for (k, c) in split.copies.iter().enumerate() {
-            labels.push(format!(
-                "split {s} copy {k} ({} -> {})",
-                tensor_name(plan, c.src),
-                tensor_name(plan, c.dst)
+    for item in plan.global_order() {
+        let (s, k) = (item.split, item.position);
+        while starts.len() <= s {
+            starts.push((
+                acc.len(),
+                device_name(plan, plan.splits[starts.len()].device),
             ));
-            acc.push(Access {
-                reads: vec![c.src],
-                writes: vec![c.dst],
-            });
         }
-        for (k, step) in split.steps.iter().enumerate() {
-            let (what, reads, writes) = match step {
-                Step::Op { op, dst, srcs } => (op.name().to_string(), srcs.clone(), vec![*dst]),
-                Step::Fused { kernel } => match plan.kernels.get(*kernel as usize) {
-                    Some(kn) => (
-                        format!("fused kernel {kernel}"),
-                        kn.inputs.clone(),
-                        vec![kn.output],
-                    ),
-                    None => (format!("fused kernel {kernel}"), vec![], vec![]),
-                },
-            };
-            let dst = writes.first().map_or("?", |&w| tensor_name(plan, w));
-            labels.push(format!("split {s} step {k} ({what} -> {dst})"));
-            acc.push(Access { reads, writes });
-        }
+        let reads = item.reads(&plan.kernels).to_vec();
+        let writes: Vec<u32> = item.writes(&plan.kernels).into_iter().collect();
+        let dst = writes.first().map_or("?", |&w| tensor_name(plan, w));
+        labels.push(match item.work {
+            Work::Copy(c) => format!("split {s} copy {k} ({} -> {dst})", tensor_name(plan, c.src)),
+            Work::Step(Step::Op { op, .. }) => {
+                format!("split {s} step {k} ({} -> {dst})", op.name())
+            }
+            Work::Step(Step::Fused { kernel }) => {
+                format!("split {s} step {k} (fused kernel {kernel} -> {dst})")
+            }
+        });
+        acc.push(Access { reads, writes });
+    }
+    // Splits with nothing in them (after the last item) start at the end.
+    while starts.len() < plan.splits.len() {
+        starts.push((
+            acc.len(),
+            device_name(plan, plan.splits[starts.len()].device),
+        ));
     }
     (acc, labels, starts)
 }

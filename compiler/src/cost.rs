@@ -142,6 +142,15 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
     }
 }
 
+/// A duration in µs for reasons: `6.3 µs`, `1.25 ms`.
+pub(crate) fn fmt_us(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

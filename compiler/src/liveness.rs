@@ -1,17 +1,20 @@
-//! Liveness: when each compute-arena tensor is alive, which nodes overwrite a
-//! dying source in place, and how big the tensors of the other arenas are.
+//! Lifetime types shared by the emit pass and the memory planner: a
+//! [`Lifetime`], the in-place rule ([`in_place_operand`]), and the
+//! [`Liveness`] summary with the execution-order check behind
+//! [`crate::emit::compute_liveness`].
 //!
-//! Input: a graph and an execution order (every node exactly once, each after
-//! its node sources). Step `s` is the position in that order.
+//! There is one lifetime analysis: the emit pass's, over a plan's global step
+//! order (`emit/lifetimes.rs`); [`crate::emit::compute_liveness`] runs it on
+//! one device for a graph and an execution order. This module holds no
+//! analysis of its own and imports nothing from `emit`.
 //!
 //! **Invariants** of a [`Liveness`] (re-derived independently by `tests/liveness.rs`):
+//! - steps are the order's non-view nodes (views run nothing), numbered from 0;
 //! - `tensors` holds exactly the nodes that own compute memory: non-view nodes
 //!   that are not write-into ops (`cpy`, `set_rows`), with role Intermediate or
 //!   Output, in step order. Each has `first` = its step and `last` = the last step
-//!   of any node reading it directly or through a view (a view of a view names the
-//!   root; write-into results are views of their destination's root), never before
-//!   `first`; a tensor that is an Output, or whose view is an Output, lives to
-//!   `n_steps - 1`.
+//!   reading it directly or through views, never before `first`; a tensor that
+//!   is an Output, or whose view is an Output, lives to `n_steps - 1`.
 //! - `buffers` partition those tensors: a tensor owns a new buffer, or it replaces
 //!   a source in place (recorded in `in_place`) and joins that source's buffer. A
 //!   buffer's lifetime is the union of its members'; consecutive members meet only
@@ -20,13 +23,14 @@
 //! - Leafs (weights, state, inputs, constants) never enter `tensors` or
 //!   `buffers`; `resident` lists them with their arena [`Usage`].
 //!
-//! In-place rules are in [`in_place_operand`] and `in_place_source` below.
+//! In-place rules are in [`in_place_operand`] and the emit pass's donor check.
 
 mod order;
 
+pub(crate) use order::check_order;
 pub use order::{OrderError, OrderProblem};
 
-use ir::{Graph, Layout, Op, Role, Tensor, TensorId};
+use ir::{Op, TensorId};
 
 /// A position in the execution order.
 pub type Step = usize;
@@ -75,7 +79,7 @@ pub struct InPlace {
     pub via: TensorId,
 }
 
-/// The result of [`compute_liveness`].
+/// The result of [`crate::emit::compute_liveness`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Liveness {
     /// Length of the execution order.
@@ -161,141 +165,4 @@ pub fn in_place_operand(op: &Op, n_srcs: usize) -> Option<usize> {
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => None,
         Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => None,
     }
-}
-
-/// Lifetimes of the compute tensors of `graph` run in `order`, in-place reuse,
-/// and the leafs of the other arenas. Sizes are aligned up to `alignment`.
-///
-/// Fails, listing every problem, when `order` is not an execution order of
-/// `graph`'s nodes (an unknown id, a leaf, a repeat, a missing node, or a node
-/// before one of its sources). `graph` is expected to have passed `ir::verify`.
-pub fn compute_liveness(
-    graph: &Graph,
-    order: &[TensorId],
-    alignment: u64,
-) -> Result<Liveness, OrderError> {
-    order::check_order(graph, order)?;
-    let n_steps = order.len();
-    let root = |id: TensorId| graph.storage_of(id).root.index();
-
-    // The last step reading each root, directly or through views.
-    let mut last_read: Vec<Option<Step>> = vec![None; graph.len()];
-    for (step, &id) in order.iter().enumerate() {
-        let t = graph.tensor(id);
-        for &src in &t.srcs {
-            let r = root(src);
-            last_read[r] = last_read[r].max(Some(step));
-        }
-        if t.role == Role::Output {
-            last_read[root(id)] = Some(n_steps - 1);
-        }
-    }
-
-    let mut tensors = Vec::new();
-    let mut buffers: Vec<Lifetime> = Vec::new();
-    let mut buffer_of: Vec<Option<usize>> = vec![None; graph.len()];
-    let mut in_place = Vec::new();
-    for (step, &id) in order.iter().enumerate() {
-        let t = graph.tensor(id);
-        if !owns_compute_memory(t) {
-            continue;
-        }
-        let own = Lifetime {
-            tensor: id,
-            size: align_up(t.layout.span_bytes(), alignment),
-            first: step,
-            last: last_read[id.index()].unwrap_or(step).max(step),
-        };
-        tensors.push(own);
-        let shared = in_place_source(graph, t, step, &last_read, &buffer_of)
-            .and_then(|(via, reuses)| Some((via, reuses, buffer_of[reuses.index()]?)));
-        if let Some((via, reuses, b)) = shared {
-            let buf = &mut buffers[b];
-            buf.last = buf.last.max(own.last);
-            buf.size = buf.size.max(own.size);
-            buffer_of[id.index()] = Some(b);
-            in_place.push(InPlace {
-                node: id,
-                reuses,
-                via,
-            });
-        } else {
-            buffer_of[id.index()] = Some(buffers.len());
-            buffers.push(own);
-        }
-    }
-    for id in graph.ids() {
-        if graph.tensor(id).view.is_some() {
-            buffer_of[id.index()] = buffer_of[root(id)];
-        }
-    }
-
-    let resident = graph
-        .leafs()
-        .map(|id| {
-            let t = graph.tensor(id);
-            Resident {
-                tensor: id,
-                usage: Usage::of(t.role),
-                size: align_up(t.layout.span_bytes(), alignment),
-            }
-        })
-        .collect();
-    Ok(Liveness {
-        n_steps,
-        tensors,
-        buffers,
-        buffer_of,
-        in_place,
-        resident,
-    })
-}
-
-/// True for nodes whose bytes are their own and live in the compute arena.
-fn owns_compute_memory(t: &Tensor) -> bool {
-    let Some(op) = t.op else { return false };
-    t.view.is_none()
-        && !op.is_view()
-        && op.writes_into_source().is_none()
-        && matches!(t.role, Role::Intermediate | Role::Output)
-}
-
-/// The (operand, root) whose buffer node `t` at `step` may take over, if any:
-/// the op allows it ([`in_place_operand`]); the operand is a compute
-/// Intermediate root or a view of one at offset 0; this step is the root's last
-/// read; the operand is packed with the result's dtype and extents; and no other
-/// operand of the node reads the same root through a different tensor.
-fn in_place_source(
-    graph: &Graph,
-    t: &Tensor,
-    step: Step,
-    last_read: &[Option<Step>],
-    buffer_of: &[Option<usize>],
-) -> Option<(TensorId, TensorId)> {
-    let operand = in_place_operand(t.op.as_ref()?, t.srcs.len())?;
-    let via = *t.srcs.get(operand)?;
-    let storage = graph.storage_of(via);
-    let root = graph.tensor(storage.root);
-    let ok = storage.offset == 0
-        && root.role == Role::Intermediate
-        && buffer_of[storage.root.index()].is_some()
-        && last_read[storage.root.index()] == Some(step)
-        && same_packed_bytes(&graph.tensor(via).layout, &t.layout)
-        && t.srcs
-            .iter()
-            .all(|&s| s == via || graph.storage_of(s).root != storage.root);
-    ok.then_some((via, storage.root))
-}
-
-/// True when element i of `a` and of `b` sit at the same byte offset for every
-/// i: same dtype and extents, both packed (unit dims may carry any stride).
-fn same_packed_bytes(a: &Layout, b: &Layout) -> bool {
-    a.dtype == b.dtype && a.ne == b.ne && a.is_contiguous() && b.is_contiguous()
-}
-
-/// `n` rounded up to a multiple of `alignment` (0 acts as 1), or `u64::MAX`
-/// when that overflows (never a smaller size: `plan_memory` then refuses it).
-fn align_up(n: u64, alignment: u64) -> u64 {
-    let a = alignment.max(1);
-    n.div_ceil(a).saturating_mul(a)
 }

@@ -32,7 +32,7 @@
 //! access earlier in global order than each of its waiters (so no schedule
 //! deadlocks); waits and records of a split are sorted by (step, event).
 
-use ir::plan::{Placement, Plan, Record, Step, Wait};
+use ir::plan::{Placement, Plan, Record, Wait, Work};
 use std::collections::BTreeMap;
 
 /// Bytes `[lo, hi)` of an arena.
@@ -122,39 +122,22 @@ fn bytes_of(plan: &Plan, t: u32) -> Option<Bytes> {
 /// Every copy and step of `plan` in global order.
 fn accesses(plan: &Plan) -> Vec<Access> {
     let bytes = |ts: &mut dyn Iterator<Item = u32>| ts.filter_map(|t| bytes_of(plan, t)).collect();
-    let mut out = Vec::new();
-    for (s, split) in plan.splits.iter().enumerate() {
-        for (index, c) in split.copies.iter().enumerate() {
-            out.push(Access {
-                site: Site::Copy { split: s, index },
-                stream: c.stream as usize,
-                reads: bytes(&mut std::iter::once(c.src)),
-                writes: bytes(&mut std::iter::once(c.dst)),
-            });
-        }
-        for (index, step) in split.steps.iter().enumerate() {
-            let (reads, writes) = match step {
-                Step::Op { dst, srcs, .. } => (
-                    bytes(&mut srcs.iter().copied()),
-                    bytes(&mut [*dst].into_iter()),
-                ),
-                Step::Fused { kernel } => {
-                    let k = &plan.kernels[*kernel as usize];
-                    (
-                        bytes(&mut k.inputs.iter().copied()),
-                        bytes(&mut [k.output].into_iter()),
-                    )
-                }
+    plan.global_order()
+        .map(|item| {
+            let (split, index) = (item.split, item.position);
+            let (site, stream) = match item.work {
+                Work::Copy(c) => (Site::Copy { split, index }, c.stream),
+                Work::Step(_) => (Site::Step { split, index }, plan.splits[split].stream),
             };
-            out.push(Access {
-                site: Site::Step { split: s, index },
-                stream: split.stream as usize,
-                reads,
-                writes,
-            });
-        }
-    }
-    out
+            let kernels = &plan.kernels[..];
+            Access {
+                site,
+                stream: stream as usize,
+                reads: bytes(&mut item.reads(kernels).iter().copied()),
+                writes: bytes(&mut item.writes(kernels).into_iter()),
+            }
+        })
+        .collect()
 }
 
 /// Adds the events of the module doc to `plan`.

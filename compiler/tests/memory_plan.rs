@@ -4,7 +4,8 @@
 //!
 //! The overlap checker here shares no code with the planner.
 
-use compiler::liveness::{Lifetime, compute_liveness};
+use compiler::emit::compute_liveness;
+use compiler::liveness::Lifetime;
 use compiler::memory::{ALGORITHMS, MemoryPlan, lower_bound, plan_memory};
 use ir::{Graph, TensorId};
 

@@ -3,7 +3,7 @@
 //! 2-layer llama example split across two devices.
 
 use compiler::assign::Assignment;
-use compiler::liveness::compute_liveness;
+use compiler::emit::compute_liveness;
 use compiler::memory::lower_bound;
 use compiler::schedule::{Schedule, dependencies, schedule_nodes};
 use compiler::split::{CopyDraft, SplitDraft, SplitError, split_and_copy};

@@ -12,7 +12,7 @@
 //! skipped); `None` when the plan does not record per-split times.
 
 use crate::Plan;
-use ir::plan::Step;
+use ir::plan::Work;
 use petgraph::algo::toposort;
 use petgraph::graph::{DiGraph, NodeIndex};
 use std::collections::BTreeMap;
@@ -53,26 +53,35 @@ pub fn critical_path(plan: &Plan) -> Option<CriticalPath> {
         .collect();
     let mut writer: BTreeMap<u32, usize> = BTreeMap::new();
     let mut last_on_device: BTreeMap<usize, usize> = BTreeMap::new();
-    for (i, split) in plan.splits.iter().enumerate() {
-        if let Some(&prev) = last_on_device.get(&split.device.index()) {
-            dag.update_edge(nodes[prev], nodes[i], ());
-        }
-        last_on_device.insert(split.device.index(), i);
-        for c in &split.copies {
-            if let Some(&w) = writer.get(&c.src) {
-                dag.update_edge(nodes[w], nodes[i], ());
+    // Each split's edge from the previous split on its device, added when
+    // the walk reaches the split (empty splits included), before its copies.
+    let mut entered = 0;
+    let mut enter_up_to = |end: usize, dag: &mut DiGraph<f64, ()>| {
+        for (i, split) in plan.splits.iter().enumerate().take(end).skip(entered) {
+            if let Some(&prev) = last_on_device.get(&split.device.index()) {
+                dag.update_edge(nodes[prev], nodes[i], ());
             }
+            last_on_device.insert(split.device.index(), i);
         }
-        for step in &split.steps {
-            let out = match step {
-                Step::Op { dst, .. } => Some(*dst),
-                Step::Fused { kernel } => plan.kernels.get(*kernel as usize).map(|k| k.output),
-            };
-            if let Some(t) = out {
-                writer.insert(t, i);
+        entered = entered.max(end);
+    };
+    for item in plan.global_order() {
+        let i = item.split;
+        enter_up_to(i + 1, &mut dag);
+        match item.work {
+            Work::Copy(c) => {
+                if let Some(&w) = writer.get(&c.src) {
+                    dag.update_edge(nodes[w], nodes[i], ());
+                }
+            }
+            Work::Step(_) => {
+                if let Some(t) = item.writes(&plan.kernels) {
+                    writer.insert(t, i);
+                }
             }
         }
     }
+    enter_up_to(plan.splits.len(), &mut dag);
     // Edges only point from earlier splits to later ones, so this never
     // fails; a damaged plan gets no path rather than a panic.
     let order = toposort(&dag, None).ok()?;

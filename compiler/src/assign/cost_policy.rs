@@ -61,9 +61,9 @@
 
 use super::cost_problem::{Problem, ns};
 use super::ggml_policy::assign_like_ggml;
-use super::{Assignment, WeightPlacement, fmt_us, is_view_op};
+use super::{Assignment, WeightPlacement, is_view_op};
 use crate::Error;
-use crate::cost::op_time_us;
+use crate::cost::{fmt_us, op_time_us};
 use crate::target::{DeviceId, Target};
 use ir::Graph;
 

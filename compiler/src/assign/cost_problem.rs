@@ -7,10 +7,10 @@
 //! integer nanoseconds, so equal inputs give equal answers.
 
 use super::min_cut::CutProblem;
-use super::{WeightPlacement, cannot_run, fmt_us, is_view_op, no_device_for_writes};
+use super::{WeightPlacement, is_view_op, no_device_for_writes};
 use crate::Error;
-use crate::cost::{copy_time_us, op_time_us};
-use crate::target::{DeviceId, Target};
+use crate::cost::{copy_time_us, fmt_us, op_time_us};
+use crate::target::{DeviceId, Target, cannot_run};
 use ir::{Graph, Op, Role, TensorId};
 use std::collections::{BTreeMap, BTreeSet};
 

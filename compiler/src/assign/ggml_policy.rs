@@ -28,10 +28,10 @@
 //! intermediate on another device), it runs where the destination lives and
 //! its reason says so. Reasons name the pass that decided.
 
-use super::{Assignment, WeightPlacement, cannot_run, is_view_op, no_device_for_writes};
+use super::{Assignment, WeightPlacement, is_view_op, no_device_for_writes};
 use crate::Error;
 use crate::placement::layer_of;
-use crate::target::{DeviceId, Target};
+use crate::target::{DeviceId, Target, cannot_run};
 use ir::{Graph, Op, Role, TensorId};
 
 /// Assigns every tensor as ggml_backend_sched would; see the module doc.

@@ -17,6 +17,10 @@
 //! - a weight is where the weight placement put it (pins first);
 //! - every tensor has a non-empty reason; the same inputs give the same
 //!   assignment (no hash iteration, ties broken by device priority and id).
+//!
+//! Layering: `assign` sits above [`crate::placement`] (the options, the pins,
+//! the [`Policy`] and the layer-split pricing), which imports nothing from
+//! here; both use [`crate::target`] and [`crate::cost`] below them.
 
 mod cost_policy;
 mod cost_problem;
@@ -30,21 +34,13 @@ mod tests;
 #[cfg(test)]
 mod tests_cost;
 
-pub use weights::{WeightPlacement, compute_reserve_bytes, place_weights};
+pub use crate::placement::{Policy, compute_reserve_bytes};
+pub use weights::{WeightPlacement, place_weights};
 
 use crate::Error;
 use crate::placement::PlacementOptions;
-use crate::target::{DeviceId, Target};
-use ir::{DType, Graph, TensorId};
-
-/// Which placement algorithm to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Policy {
-    /// Reproduce ggml_backend_sched's greedy passes.
-    Ggml,
-    /// Minimise estimated time (compute + copies), exact for two devices.
-    Cost,
-}
+use crate::target::{DeviceId, Target, cannot_run, src0_dtype};
+use ir::{Graph, TensorId};
 
 /// The device of every tensor and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,24 +72,6 @@ pub fn assign_devices(
     match policy {
         Policy::Ggml => ggml_policy::assign_like_ggml(graph, target, &weights),
         Policy::Cost => cost_policy::assign_by_cost(graph, target, &weights),
-    }
-}
-
-/// The dtype support is keyed on: src0's (the tensor's own for an op
-/// without sources, which a verified graph never has).
-pub(crate) fn src0_dtype(graph: &Graph, node: TensorId) -> DType {
-    let t = graph.tensor(node);
-    t.srcs
-        .first()
-        .map_or(t.layout.dtype, |&s| graph.tensor(s).layout.dtype)
-}
-
-/// True when `node` is a kernel (a non-view node) that `device` cannot run.
-/// Leafs and views run nothing, so every device "runs" them.
-pub(crate) fn cannot_run(graph: &Graph, target: &Target, device: DeviceId, node: TensorId) -> bool {
-    match &graph.tensor(node).op {
-        Some(op) if !op.is_view() => !target.supports(device, op, src0_dtype(graph, node)),
-        _ => false,
     }
 }
 
@@ -135,14 +113,5 @@ pub(crate) fn no_device_for_writes(graph: &Graph, target: &Target, root: TensorI
         root: graph.tensor(root).name.clone(),
         writers: writers.join(", "),
         target: target.name.clone(),
-    }
-}
-
-/// A duration in µs for reasons: `6.3 µs`, `1.25 ms`.
-pub(crate) fn fmt_us(us: f64) -> String {
-    if us >= 1000.0 {
-        format!("{:.2} ms", us / 1000.0)
-    } else {
-        format!("{us:.1} µs")
     }
 }

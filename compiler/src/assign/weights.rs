@@ -32,9 +32,8 @@
 //! a copy (ggml does the same), and its reason says so.
 
 use crate::Error;
-use crate::assign::Policy;
-use crate::placement::{Pins, PlacementOptions, layer_of};
-use crate::target::{DeviceId, Target};
+use crate::placement::{Pins, PlacementOptions, Policy, compute_reserve_bytes, layer_of};
+use crate::target::{DeviceId, Target, src0_dtype};
 use ir::{Graph, Role, TensorId};
 
 /// Where the weights are, and why.
@@ -44,26 +43,6 @@ pub struct WeightPlacement {
     pub device: Vec<Option<DeviceId>>,
     /// Indexed by tensor id: why each weight is there (empty for the others).
     pub reason: Vec<String>,
-}
-
-/// The bytes kept free on every device for compute: the largest result
-/// plus non-weight operands of any one non-view node (see the module doc).
-pub fn compute_reserve_bytes(graph: &Graph) -> u64 {
-    graph
-        .nodes()
-        .filter(|&n| !graph.tensor(n).op.is_some_and(|op| op.is_view()))
-        .map(|n| {
-            let t = graph.tensor(n);
-            let operands: u64 = t
-                .srcs
-                .iter()
-                .filter(|&&s| graph.tensor(graph.storage_of(s).root).role != Role::Weight)
-                .map(|&s| graph.tensor(s).layout.span_bytes())
-                .sum();
-            t.layout.span_bytes() + operands
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 /// Places every weight of `graph` on a device of `target`; see the module doc.
@@ -242,7 +221,7 @@ fn note_unsupported_users(
         let Some(op) = t.op.filter(|op| !op.is_view()) else {
             continue;
         };
-        let src0 = super::src0_dtype(graph, n);
+        let src0 = src0_dtype(graph, n);
         for &s in &t.srcs {
             let w = graph.storage_of(s).root;
             let Some(d) = device[w.index()] else {

@@ -13,10 +13,11 @@
 //! the same owner.
 
 use super::tensors::TensorTable;
-use crate::liveness::{Lifetime, in_place_operand};
+use crate::assign::Assignment;
+use crate::liveness::{InPlace, Lifetime, Liveness, OrderError, Resident, Usage, in_place_operand};
 use crate::target::DeviceId;
 use ir::layout::contiguous_strides;
-use ir::plan::{Expr, FusedKernel, Placement, Split, Step};
+use ir::plan::{Expr, FusedKernel, Placement, Split, Step, Work, global_order};
 use ir::{Graph, Role, TensorId};
 
 /// One compute buffer: its lifetime and the tensors sharing its bytes.
@@ -35,6 +36,9 @@ pub(super) struct Live {
     needs_compute: Vec<bool>,
     /// Owners of outputs: their bytes must survive the run, so they donate nothing.
     keep: Vec<bool>,
+    /// The in-place merges, in step order: (written tensor, donating owner,
+    /// the operand it was read through).
+    merges: Vec<(u32, u32, u32)>,
 }
 
 /// One step's accesses.
@@ -46,23 +50,14 @@ struct Access {
 }
 
 fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
-    let mut out = Vec::new();
-    for split in splits {
-        for c in &split.copies {
-            out.push(Access {
-                writes: c.dst,
-                reads: vec![c.src],
-                donors: vec![],
-            });
-        }
-        for step in &split.steps {
-            out.push(match step {
-                Step::Op { op, dst, srcs } => Access {
-                    writes: *dst,
-                    reads: srcs.clone(),
-                    donors: in_place_operand(op, srcs.len()).into_iter().collect(),
-                },
-                Step::Fused { kernel } => {
+    global_order(splits)
+        .map(|item| {
+            let donors = match item.work {
+                Work::Copy(_) => vec![],
+                Work::Step(Step::Op { op, srcs, .. }) => {
+                    in_place_operand(op, srcs.len()).into_iter().collect()
+                }
+                Work::Step(Step::Fused { kernel }) => {
                     let k = &kernels[*kernel as usize];
                     let normed: Vec<u32> = k
                         .body
@@ -72,19 +67,18 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
                             _ => None,
                         })
                         .collect();
-                    let donors = (0..k.inputs.len())
+                    (0..k.inputs.len())
                         .filter(|&j| !normed.contains(&(j as u32)))
-                        .collect();
-                    Access {
-                        writes: k.output,
-                        reads: k.inputs.clone(),
-                        donors,
-                    }
+                        .collect()
                 }
-            });
-        }
-    }
-    out
+            };
+            Access {
+                writes: item.writes(kernels).expect("emitted kernels exist"),
+                reads: item.reads(kernels).to_vec(),
+                donors,
+            }
+        })
+        .collect()
 }
 
 /// Computes lifetimes and in-place merges.
@@ -137,11 +131,15 @@ pub(super) fn compute(
         parent: (0..n as u32).collect(),
         needs_compute,
         keep,
+        merges: Vec::new(),
     };
     for (s, a) in steps.iter().enumerate() {
-        if let Some(donor) = a.donors.iter().find_map(|&j| live.donor(table, a, j, s)) {
+        if let Some((j, donor)) =
+            (a.donors.iter()).find_map(|&j| Some((j, live.donor(table, a, j, s)?)))
+        {
             let root = live.find(donor);
             live.parent[a.writes as usize] = root;
+            live.merges.push((a.writes, donor, a.reads[j]));
         }
     }
     live
@@ -210,4 +208,103 @@ impl Live {
         }
         by_root.into_values().collect()
     }
+}
+
+/// This analysis on one device: lifetimes of the compute tensors of `graph`
+/// run in `order` (one split, no copies, no fusion), the in-place merges, and
+/// the leafs of the other arenas. Sizes are aligned up to `alignment`. Steps
+/// are the plan's: the order's non-view nodes (views run nothing; a read
+/// through a view counts at the step reading the view).
+///
+/// Fails, listing every problem, when `order` is not an execution order of
+/// `graph`'s nodes (an unknown id, a leaf, a repeat, a missing node, or a node
+/// before one of its sources). `graph` is expected to have passed `ir::verify`.
+pub fn compute_liveness(
+    graph: &Graph,
+    order: &[TensorId],
+    alignment: u64,
+) -> Result<Liveness, OrderError> {
+    crate::liveness::check_order(graph, order)?;
+    let device = DeviceId(0);
+    let assignment = Assignment {
+        device: vec![device; graph.len()],
+        reason: vec![String::new(); graph.len()],
+        parts: Vec::new(),
+    };
+    let table = TensorTable::new(graph, &assignment);
+    let steps = (order.iter())
+        .filter_map(|&id| {
+            let t = graph.tensor(id);
+            let op = t.op.filter(|op| !op.is_view())?;
+            Some(Step::Op {
+                op,
+                dst: id.0,
+                srcs: t.srcs.iter().map(|s| s.0).collect(),
+            })
+        })
+        .collect();
+    let split = Split {
+        device,
+        stream: 0,
+        copies: Vec::new(),
+        waits: Vec::new(),
+        records: Vec::new(),
+        steps,
+    };
+    let live = compute(&table, std::slice::from_ref(&split), &[], graph);
+    let size = |t: usize| {
+        let pt = &table.tensors[t];
+        let layout = ir::Layout {
+            dtype: pt.dtype,
+            ne: pt.ne,
+            nb: pt.nb,
+        };
+        layout.span_bytes().div_ceil(alignment.max(1)) * alignment.max(1)
+    };
+    let mut tensors: Vec<Lifetime> = (0..graph.len())
+        .filter(|&t| live.needs_compute[t])
+        .map(|t| Lifetime {
+            tensor: TensorId(t as u32),
+            size: size(t),
+            first: live.first[t],
+            last: live.last[t],
+        })
+        .collect();
+    tensors.sort_by_key(|l| (l.first, l.tensor));
+    let mut buffers = live.buffers_on(device, alignment, &table);
+    buffers.sort_by_key(|b| (b.lifetime.first, b.lifetime.tensor));
+    let mut buffer_of = vec![None; graph.len()];
+    for (k, b) in buffers.iter().enumerate() {
+        for &m in &b.members {
+            buffer_of[m as usize] = Some(k);
+        }
+    }
+    for id in graph.ids() {
+        if graph.tensor(id).view.is_some() {
+            buffer_of[id.index()] = buffer_of[table.owner[id.index()] as usize];
+        }
+    }
+    let buffers: Vec<Lifetime> = buffers.into_iter().map(|b| b.lifetime).collect();
+    let in_place = (live.merges.iter())
+        .map(|&(node, reuses, via)| InPlace {
+            node: TensorId(node),
+            reuses: TensorId(reuses),
+            via: TensorId(via),
+        })
+        .collect();
+    let resident = (graph.leafs())
+        .map(|id| Resident {
+            tensor: id,
+            usage: Usage::of(graph.tensor(id).role),
+            size: size(id.index()),
+        })
+        .collect();
+    Ok(Liveness {
+        n_steps: split.steps.len(),
+        tensors,
+        buffers,
+        buffer_of,
+        in_place,
+        resident,
+    })
 }

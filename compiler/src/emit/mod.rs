@@ -17,6 +17,8 @@
 //!   no events yet (the `sync` pass adds them).
 
 mod lifetimes;
+
+pub use lifetimes::compute_liveness;
 mod resident;
 mod stats;
 mod tensors;

@@ -4,7 +4,9 @@ use super::tensors::TensorTable;
 use crate::cost;
 use crate::memory::MemoryPlan;
 use crate::target::{DeviceId, Target};
-use ir::plan::{Arena, DeviceStats, FusedKernel, LinkStats, Split, Stats, Step, Usage};
+use ir::plan::{
+    Arena, DeviceStats, FusedKernel, LinkStats, Split, Stats, Step, Usage, Work, global_order,
+};
 use ir::{Graph, TensorId};
 use std::collections::BTreeMap;
 
@@ -38,27 +40,35 @@ pub(super) fn compute(
         .collect();
     let mut links: BTreeMap<(DeviceId, DeviceId), (u32, u64)> = BTreeMap::new();
     let mut estimated_us = 0.0;
-    let mut split_us = Vec::with_capacity(splits.len());
-    for split in splits {
-        let before = estimated_us;
-        for c in &split.copies {
-            let from = table.tensors[c.src as usize].device;
-            let e = links.entry((from, split.device)).or_default();
-            e.0 += 1;
-            e.1 += c.bytes;
-            estimated_us += cost::copy_time_us(target, from, split.device, c.bytes);
-        }
-        for step in &split.steps {
-            let nodes: Vec<u32> = match step {
-                Step::Op { dst, .. } => vec![*dst],
-                Step::Fused { kernel } => kernels[*kernel as usize].nodes.clone(),
-            };
-            for n in nodes {
-                estimated_us += cost::op_time_us(target, split.device, graph, TensorId(n));
+    // Per split: the running estimate before its first item and after its last.
+    let mut start: Vec<Option<f64>> = vec![None; splits.len()];
+    let mut end = vec![0.0; splits.len()];
+    for item in global_order(splits) {
+        let device = splits[item.split].device;
+        start[item.split].get_or_insert(estimated_us);
+        match item.work {
+            Work::Copy(c) => {
+                let from = table.tensors[c.src as usize].device;
+                let e = links.entry((from, device)).or_default();
+                e.0 += 1;
+                e.1 += c.bytes;
+                estimated_us += cost::copy_time_us(target, from, device, c.bytes);
+            }
+            Work::Step(step) => {
+                let nodes: Vec<u32> = match step {
+                    Step::Op { dst, .. } => vec![*dst],
+                    Step::Fused { kernel } => kernels[*kernel as usize].nodes.clone(),
+                };
+                for n in nodes {
+                    estimated_us += cost::op_time_us(target, device, graph, TensorId(n));
+                }
             }
         }
-        split_us.push(round_ns(estimated_us - before));
+        end[item.split] = estimated_us;
     }
+    let split_us = (start.iter().zip(&end))
+        .map(|(s, e)| round_ns(s.map_or(0.0, |s| e - s)))
+        .collect();
     Stats {
         devices,
         n_splits: splits.len() as u32,

@@ -83,7 +83,7 @@ impl std::error::Error for OrderError {}
 
 /// Checks that `order` runs every node of `graph` once, after its node sources,
 /// and that every id it reaches (sources, view roots) exists.
-pub(super) fn check_order(graph: &Graph, order: &[TensorId]) -> Result<(), OrderError> {
+pub(crate) fn check_order(graph: &Graph, order: &[TensorId]) -> Result<(), OrderError> {
     let n = graph.len();
     let mut problems = Vec::new();
     let mut step_of: Vec<Option<Step>> = vec![None; n];

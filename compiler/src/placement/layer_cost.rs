@@ -31,10 +31,10 @@
 //! the earlier start and the lower device index); when no contiguous split
 //! fits, [`best_split`] returns `None` and the caller keeps the memory split.
 
+use super::compute_reserve_bytes;
 use super::{layer_of, unit_of};
-use crate::assign::compute_reserve_bytes;
 use crate::cost::{copy_time_us, op_time_us};
-use crate::target::{DeviceId, Target};
+use crate::target::{DeviceId, Target, cannot_run};
 use ir::{Graph, Role};
 
 /// What each unit costs where, and what crosses between units.
@@ -93,7 +93,7 @@ impl UnitCosts {
         for id in graph.nodes() {
             let u = unit[id.index()];
             for d in target.device_ids() {
-                let time = if crate::assign::cannot_run(graph, target, d, id) {
+                let time = if cannot_run(graph, target, d, id) {
                     f64::INFINITY
                 } else {
                     op_time_us(target, d, graph, id)

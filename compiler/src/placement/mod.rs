@@ -32,15 +32,47 @@
 //! target; [`PlacementOptions::validate`] refuses `offload_layers` on a target
 //! without both a CPU and an accelerator. Unvalidated options never panic: a
 //! rule naming a missing device is skipped, and offloading then pins nothing.
+//!
+//! Layering: this module sits below [`crate::assign`] and imports nothing
+//! from it (assign re-exports [`Policy`] and [`compute_reserve_bytes`]).
 
 pub mod layer_cost;
 
 use crate::Error;
-use crate::assign::Policy;
+use crate::cost::fmt_us;
 use crate::target::{DeviceId, Target};
 use ir::{Graph, Role};
 use layer_cost::UnitCosts;
 use regex::Regex;
+
+/// Which placement algorithm to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Policy {
+    /// Reproduce ggml_backend_sched's greedy passes.
+    Ggml,
+    /// Minimise estimated time (compute + copies), exact for two devices.
+    Cost,
+}
+
+/// The bytes kept free on every device for compute: the largest result
+/// plus non-weight operands of any one non-view node (see the `assign::weights` module doc).
+pub fn compute_reserve_bytes(graph: &Graph) -> u64 {
+    graph
+        .nodes()
+        .filter(|&n| !graph.tensor(n).op.is_some_and(|op| op.is_view()))
+        .map(|n| {
+            let t = graph.tensor(n);
+            let operands: u64 = t
+                .srcs
+                .iter()
+                .filter(|&&s| graph.tensor(graph.storage_of(s).root).role != Role::Weight)
+                .map(|&s| graph.tensor(s).layout.span_bytes())
+                .sum();
+            t.layout.span_bytes() + operands
+        })
+        .max()
+        .unwrap_or(0)
+}
 
 /// One `--pin REGEX=DEVICE` rule.
 #[derive(Clone, Debug)]
@@ -328,9 +360,9 @@ impl<'a> Pins<'a> {
         let by_memory: Option<Vec<usize>> = (self.unit_positions.iter())
             .map(|&at| share_device(&shares, at))
             .collect();
-        let estimate = crate::assign::fmt_us(costs.time_us(self.target, &devices));
+        let estimate = fmt_us(costs.time_us(self.target, &devices));
         let against = by_memory.map_or(String::new(), |m| {
-            let us = crate::assign::fmt_us(costs.time_us(self.target, &m));
+            let us = fmt_us(costs.time_us(self.target, &m));
             format!(" against {us} for the split by device memory")
         });
         let why = format!(

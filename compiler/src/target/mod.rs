@@ -37,7 +37,7 @@ pub use support::{DTypeSet, OpKind, OpSet, OpSupport};
 pub use throughput::{DTypeClass, MatmulGflops, Throughput};
 
 use crate::Error;
-use ir::{DType, Op};
+use ir::{DType, Graph, Op, TensorId};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -238,5 +238,23 @@ impl Target {
             ron::ser::to_string_pretty(self, config).expect("a target always serialises");
         text.push('\n');
         text
+    }
+}
+
+/// The dtype support is keyed on: src0's (the tensor's own for an op
+/// without sources, which a verified graph never has).
+pub(crate) fn src0_dtype(graph: &Graph, node: TensorId) -> DType {
+    let t = graph.tensor(node);
+    t.srcs
+        .first()
+        .map_or(t.layout.dtype, |&s| graph.tensor(s).layout.dtype)
+}
+
+/// True when `node` is a kernel (a non-view node) that `device` cannot run.
+/// Leafs and views run nothing, so every device "runs" them.
+pub(crate) fn cannot_run(graph: &Graph, target: &Target, device: DeviceId, node: TensorId) -> bool {
+    match &graph.tensor(node).op {
+        Some(op) if !op.is_view() => !target.supports(device, op, src0_dtype(graph, node)),
+        _ => false,
     }
 }

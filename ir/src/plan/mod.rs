@@ -32,9 +32,11 @@
 pub mod check;
 mod fused;
 mod index;
+mod order;
 mod text;
 
 pub use fused::{BinaryFn, Expr, FusedKernel, UnaryFn};
+pub use order::{GlobalItem, Work, global_order};
 pub use text::{PLAN_FORMAT_VERSION, parse_plan, plan_to_ron, read_plan, write_plan};
 
 use crate::dtype::DType;

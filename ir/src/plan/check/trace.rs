@@ -1,9 +1,10 @@
 //! The plan as a flat list of accesses over a global step counter: split by
-//! split, its copies, then its steps. Families 3 (order), 4 (lifetime), 8 and 9
+//! split, its copies, then its steps ([`Plan::global_order`], which is plain
+//! data access and no compiler pass, so the checker stays independent). Families 3 (order), 4 (lifetime), 8 and 9
 //! (streams, race) and 10 (partial sums) read it.
 
 use crate::Op;
-use crate::plan::{Plan, Step};
+use crate::plan::{Plan, Step, Work};
 
 /// What one global step reads and writes (only tensor indices in range).
 pub(super) struct Access {
@@ -39,75 +40,66 @@ pub(super) struct Access {
 pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
     let n = plan.tensors.len();
     let in_range = |t: &u32| (*t as usize) < n;
-    let mut out = Vec::new();
-    for (s, split) in plan.splits.iter().enumerate() {
-        for (k, copy) in split.copies.iter().enumerate() {
-            out.push(Access {
-                device: split.device.0,
-                stream: copy.stream,
-                waits: copy.wait.clone(),
-                records: copy.record.into_iter().collect(),
-                label: format!("split {s} copy {k}"),
-                is_copy: true,
-                reads_peers: false,
-                sums_parts: false,
-                op: None,
-                kernel: None,
-                reads: [copy.src].into_iter().filter(in_range).collect(),
-                writes: [copy.dst].into_iter().filter(in_range).collect(),
-            });
-        }
-        for (k, step) in split.steps.iter().enumerate() {
-            let (label, reads, writes) = match step {
-                Step::Op { op, dst, srcs } => (
-                    format!("split {s} step {k} ({op})"),
-                    srcs.iter().copied().filter(in_range).collect(),
-                    [*dst].into_iter().filter(in_range).collect(),
-                ),
-                Step::Fused { kernel } => {
-                    let label = format!("split {s} step {k} (fused kernel {kernel})");
-                    match plan.kernels.get(*kernel as usize) {
-                        Some(kn) => (
-                            label,
-                            kn.inputs.iter().copied().filter(in_range).collect(),
-                            [kn.output].into_iter().filter(in_range).collect(),
+    plan.global_order()
+        .map(|item| {
+            let (s, k) = (item.split, item.position);
+            let split = &plan.splits[s];
+            let reads = (item.reads(&plan.kernels).iter().copied()).filter(in_range).collect();
+            let writes = item.writes(&plan.kernels).into_iter().filter(in_range).collect();
+            match item.work {
+                Work::Copy(copy) => Access {
+                    device: split.device.0,
+                    stream: copy.stream,
+                    waits: copy.wait.clone(),
+                    records: copy.record.into_iter().collect(),
+                    label: format!("split {s} copy {k}"),
+                    is_copy: true,
+                    reads_peers: false,
+                    sums_parts: false,
+                    op: None,
+                    kernel: None,
+                    reads,
+                    writes,
+                },
+                Work::Step(step) => {
+                    let at = k as u32;
+                    Access {
+                        device: split.device.0,
+                        stream: split.stream,
+                        waits: (split.waits.iter().filter(|w| w.before == at))
+                            .map(|w| w.event)
+                            .collect(),
+                        records: (split.records.iter().filter(|r| r.after == at))
+                            .map(|r| r.event)
+                            .collect(),
+                        label: match step {
+                            Step::Op { op, .. } => format!("split {s} step {k} ({op})"),
+                            Step::Fused { kernel } => {
+                                format!("split {s} step {k} (fused kernel {kernel})")
+                            }
+                        },
+                        is_copy: false,
+                        reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
+                        sums_parts: matches!(
+                            step,
+                            Step::Op {
+                                op: Op::AllReduceSum { .. } | Op::ReduceScatterSum { .. },
+                                ..
+                            }
                         ),
-                        None => (label, Vec::new(), Vec::new()),
+                        op: match step {
+                            Step::Op { op, .. } => Some(*op),
+                            Step::Fused { .. } => None,
+                        },
+                        kernel: match step {
+                            Step::Fused { kernel } => Some(*kernel),
+                            Step::Op { .. } => None,
+                        },
+                        reads,
+                        writes,
                     }
                 }
-            };
-            let at = k as u32;
-            out.push(Access {
-                device: split.device.0,
-                stream: split.stream,
-                waits: (split.waits.iter().filter(|w| w.before == at))
-                    .map(|w| w.event)
-                    .collect(),
-                records: (split.records.iter().filter(|r| r.after == at))
-                    .map(|r| r.event)
-                    .collect(),
-                label,
-                is_copy: false,
-                reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
-                sums_parts: matches!(
-                    step,
-                    Step::Op {
-                        op: Op::AllReduceSum { .. } | Op::ReduceScatterSum { .. },
-                        ..
-                    }
-                ),
-                op: match step {
-                    Step::Op { op, .. } => Some(*op),
-                    Step::Fused { .. } => None,
-                },
-                kernel: match step {
-                    Step::Fused { kernel } => Some(*kernel),
-                    Step::Op { .. } => None,
-                },
-                reads,
-                writes,
-            });
-        }
-    }
-    out
+            }
+        })
+        .collect()
 }
