@@ -14,6 +14,7 @@ pub mod device;
 pub mod error;
 mod execute;
 pub mod executor;
+mod load;
 
 pub mod memory;
 pub mod runtime;

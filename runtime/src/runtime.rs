@@ -22,18 +22,18 @@
 
 use crate::RuntimeError;
 use crate::addresses::resolve;
+use crate::device::Device;
 use crate::device::cpu::matmul::Precision;
 use crate::device::cpu::{FastKernels, ThreadPool};
 use crate::device::registry::{DeviceBackend, OpenCtx, open_devices};
 use crate::device::rpc::RemoteServers;
-use crate::device::{Device, PrepareCtx, TensorBytes, WeightPlacement, WeightRequest};
 use crate::executor::Executor;
-use crate::memory::available_bytes;
+use crate::load;
 use crate::state::StateStore;
-use crate::steps::{PreparedStep, prepare_all};
+use crate::steps::PreparedStep;
 use crate::weights::Weights;
 use ir::layout::fmt_ne;
-use ir::plan::{PLAN_FORMAT_VERSION, Placement, Plan};
+use ir::plan::{PLAN_FORMAT_VERSION, Plan};
 use ir::{DType, Layout, Role};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -210,140 +210,29 @@ impl Runtime {
             options,
             kernels: &kernels,
         };
-        let (devices, mut warnings) = open_devices(&plan, &open)?;
-        let host_memory = |d: usize| devices[d].info().caps.host_buffer;
-        let needed: u64 = (plan.arenas.iter())
-            .filter(|a| host_memory(a.device.index()))
-            .map(|a| a.size)
-            .sum();
-        if let Some(available) = available_bytes()
-            && needed > available
-        {
-            return Err(RuntimeError::OutOfMemory { needed, available });
-        }
-        // Each arena's base in its device's address space; `None` for one
-        // its device defers until the weights are placed.
-        let mut bases: Vec<Option<*mut u8>> = Vec::with_capacity(plan.arenas.len());
-        for (i, a) in plan.arenas.iter().enumerate() {
-            bases.push(devices[a.device.index()].alloc_arena(i, a.size, a.usage, true)?);
-        }
-        warnings.extend(devices.iter().flat_map(|d| d.take_notes()));
-
-        // Weights in place and shared state replace their arena addresses.
+        let (devices, warnings) = open_devices(&plan, &open)?;
+        let host: Vec<bool> = devices.iter().map(|d| d.info().caps.host_buffer).collect();
+        let bases = load::allocate_arenas(&plan, &devices, &host)?;
         let mut report = LoadReport {
             warnings,
             ..LoadReport::default()
         };
+        report
+            .warnings
+            .extend(devices.iter().flat_map(|d| d.take_notes()));
+
         let t0 = Instant::now();
-        let n_graph = plan.n_graph_tensors as usize;
-        let mut overrides: Vec<Option<*mut u8>> = vec![None; plan.tensors.len()];
-        let mut copies: Vec<(u32, std::borrow::Cow<'_, [u8]>)> = Vec::new();
         let exact = kernels.precision() == Precision::Exact;
-        let mut f32_weight_sources = BTreeMap::new();
-        for (t, pt) in plan.tensors[..n_graph].iter().enumerate() {
-            if !matches!(pt.placement, Placement::Arena { .. }) {
-                continue;
-            }
-            let layout = layout_of(&plan, t as u32);
-            let device = &devices[pt.device.index()];
-            match pt.role {
-                Role::Weight => {
-                    let request = WeightRequest {
-                        plan: &plan,
-                        tensor: t as u32,
-                        layout,
-                        weights: &weights,
-                        exact,
-                    };
-                    match device.place_weight(&request)? {
-                        WeightPlacement::InPlace(bytes) => {
-                            report.weight_bytes_in_place += bytes.len() as u64;
-                            overrides[t] = Some(bytes.as_ptr().cast_mut());
-                        }
-                        WeightPlacement::Write(bytes) => {
-                            if host_memory(pt.device.index()) {
-                                report.weight_bytes_copied += bytes.len() as u64;
-                            } else {
-                                report.weight_bytes_uploaded += bytes.len() as u64;
-                            }
-                            copies.push((t as u32, bytes));
-                        }
-                        WeightPlacement::Held {
-                            addr,
-                            bytes,
-                            uploaded,
-                            host_source,
-                        } => {
-                            overrides[t] = Some(addr);
-                            if uploaded {
-                                report.weight_bytes_uploaded += bytes;
-                            } else {
-                                report.weight_bytes_cached += bytes;
-                            }
-                            if let Some(source) = host_source {
-                                f32_weight_sources.insert(t as u32, source);
-                            }
-                        }
-                    }
-                }
-                Role::State => {
-                    // Shared state lives in the store (or on its device),
-                    // by name, for every runtime of the job.
-                    if let Some(store) = &options.state {
-                        overrides[t] = Some(device.bind_state(store, &pt.name, &layout)?);
-                    }
-                }
-                _ => {}
-            }
-        }
-        // A deferred arena some tensor still needs is allocated now.
-        for (i, a) in plan.arenas.iter().enumerate() {
-            let needed = || {
-                (plan.tensors[..n_graph].iter().enumerate()).any(|(t, pt)| {
-                    overrides[t].is_none()
-                        && matches!(pt.placement, Placement::Arena { arena, .. } if arena as usize == i)
-                })
-            };
-            if bases[i].is_none() && needed() {
-                bases[i] = devices[a.device.index()].alloc_arena(i, a.size, a.usage, false)?;
-            }
-        }
-        let bases: Vec<*mut u8> = (bases.into_iter())
-            .map(|b| b.unwrap_or(std::ptr::null_mut()))
-            .collect();
-        let addr = resolve(&plan, &bases, &overrides);
-        for (t, pt) in plan.tensors[..n_graph].iter().enumerate() {
-            if let (Role::Constant, Some(init), Placement::Arena { .. }) =
-                (pt.role, &pt.init, pt.placement)
-            {
-                let bytes = kernels::evaluate::constant_leaf(init, &layout_of(&plan, t as u32));
-                copies.push((t as u32, std::borrow::Cow::Owned(bytes)));
-            }
-        }
-        // Each device writes its own in one call (a GPU may stage them).
-        let total: u64 = copies.iter().map(|(_, b)| b.len() as u64).sum();
-        let mut written = 0u64;
-        for (d, device) in devices.iter().enumerate() {
-            let items: Vec<(TensorBytes, &[u8])> = (copies.iter())
-                .filter(|(t, _)| plan.tensors[*t as usize].device.index() == d)
-                .map(|(t, bytes)| {
-                    // SAFETY: the tensor's arena slot holds its span (checker),
-                    // which equals the stored bytes (binding checked dtype and
-                    // extents).
-                    let tensor = unsafe { TensorBytes::new(addr[*t as usize], bytes.len()) };
-                    (tensor, &bytes[..])
-                })
-                .collect();
-            if items.is_empty() {
-                continue;
-            }
-            device.load_tensors(&items, &mut |n| {
-                written += n;
-                if let Some(report) = &options.on_upload {
-                    report(written, total);
-                }
-            })?;
-        }
+        let mut placed = load::place_tensors(&plan, &devices, &host, &weights, options, exact)?;
+        report.weight_bytes_in_place = placed.bytes.in_place;
+        report.weight_bytes_copied = placed.bytes.copied;
+        report.weight_bytes_uploaded = placed.bytes.uploaded;
+        report.weight_bytes_cached = placed.bytes.cached;
+        let bases = load::allocate_deferred(&plan, &devices, bases, &placed.overrides)?;
+        let addr = resolve(&plan, &bases, &placed.overrides);
+        load::add_constants(&plan, &mut placed.writes);
+        load::write_tensors(&plan, &devices, &addr, &placed.writes, options)?;
+        let f32_weight_sources = placed.host_sources;
         report.weights_time = t0.elapsed();
 
         let pool = match devices.iter().find_map(|d| d.pool()) {
@@ -352,64 +241,42 @@ impl Runtime {
             None => Arc::new(ThreadPool::new(1)),
         };
         let t1 = Instant::now();
-        let ctx = PrepareCtx {
-            plan: &plan,
-            addr: &addr,
-        };
-        let steps = prepare_all(&ctx, &devices, options.on_prepare.as_deref())?;
-        for (d, device) in devices.iter().enumerate() {
-            let scratch = (steps.iter())
-                .filter(|s| s.device == d && s.kind != "copy")
-                .map(|s| s.kernel.scratch_bytes())
-                .max();
-            device.finish_prepare(scratch.unwrap_or(0))?;
-        }
+        let steps = load::prepare_steps(&plan, &addr, &devices, options)?;
         report.prepare_time = t1.elapsed();
         report.weight_bytes_repacked = kernels.repacked_bytes();
-        report.fallbacks = steps
-            .iter()
-            .enumerate()
+        report.fallbacks = (steps.iter().enumerate())
             .filter(|(_, s)| s.fallback)
             .map(|(i, s)| {
-                format!(
-                    "step {i}: {} -> '{}'",
-                    s.kind, plan.tensors[s.dst as usize].name
-                )
+                let dst = &plan.tensors[s.dst as usize].name;
+                format!("step {i}: {} -> '{dst}'", s.kind)
             })
             .collect();
         let executor = Executor::new(&plan, options.fault_injection, options.fault_panic_at);
         let can_fail_mid_run = devices.iter().any(|d| d.can_fail_mid_run());
-        let sequential = executor.is_sequential() && !can_fail_mid_run;
-        let inputs = plan.tensors[..n_graph]
-            .iter()
-            .enumerate()
+        let n_graph = plan.n_graph_tensors as usize;
+        let inputs = (plan.tensors[..n_graph].iter().enumerate())
             .filter(|(_, t)| t.role == Role::Input)
             .map(|(t, _)| (t as u32, false))
             .collect();
-        let index_bounds = plan.index_tables();
-        let n_steps = steps.len();
-        let memory_read_bytes = crate::traffic::memory_read_bytes(&plan, &steps);
-        let host: Vec<bool> = (0..devices.len()).map(host_memory).collect();
-        let state_writers = crate::state_writers::state_writers(&plan, &host, can_fail_mid_run);
         Ok(Runtime {
-            plan,
+            sequential: executor.is_sequential() && !can_fail_mid_run,
+            index_bounds: plan.index_tables(),
+            last_profile: vec![0; steps.len()],
+            memory_read_bytes: crate::traffic::memory_read_bytes(&plan, &steps),
+            state_writers: crate::state_writers::state_writers(&plan, &host, can_fail_mid_run),
             _weights: weights,
             state: options.state.clone(),
+            f32_weight_sources,
+            plan,
             addr,
             steps,
             pool,
             devices,
             host,
-            sequential,
-            f32_weight_sources,
             executor,
             kernels,
             inputs,
-            index_bounds,
             report,
-            last_profile: vec![0; n_steps],
-            memory_read_bytes,
-            state_writers,
         })
     }
 
