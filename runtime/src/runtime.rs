@@ -23,9 +23,10 @@
 use crate::RuntimeError;
 use crate::addresses::resolve;
 use crate::device::Device;
+use crate::device::backend::{DeviceBackend, OpenCtx};
 use crate::device::cpu::matmul::Precision;
 use crate::device::cpu::{FastKernels, ThreadPool};
-use crate::device::registry::{DeviceBackend, OpenCtx, open_devices};
+use crate::device::registry::open_devices;
 use crate::device::rpc::RemoteServers;
 use crate::executor::Executor;
 use crate::load;

@@ -15,7 +15,7 @@
 //! One room per kind, each with the same shape: `cpu/` (the host, a group
 //! of its cores or a NUMA node, with its pool and every CPU kernel), `cuda/`
 //! (a GPU through the driver API), `rpc/` (a remote host's ggml RPC server).
-//! [`registry`] opens a plan's devices by asking each [`registry::DeviceBackend`]
+//! [`registry`] opens a plan's devices by asking each [`backend::DeviceBackend`]
 //! in turn; `prepare` holds what step preparation shares; `host` describes
 //! the machine. Nothing outside this folder names a device kind.
 //!
@@ -24,6 +24,7 @@
 //! or queued behind an order the device keeps itself (a remote server serves
 //! calls in order); a step is only ever run by the device that prepared it.
 
+pub mod backend;
 pub mod cpu;
 pub mod cuda;
 pub mod host;

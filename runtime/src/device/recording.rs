@@ -4,9 +4,10 @@
 //! whole of what a new device kind needs outside its room: nothing in
 //! `runtime.rs`, the step preparation or the executor names it.
 
+use super::backend::{DeviceBackend, OpenCtx, Opened};
 use super::cpu::{Pinned, ThreadPool};
 use super::load::{WeightPlacement, WeightRequest};
-use super::registry::{CpuBackend, DeviceBackend, OpenCtx, Opened};
+use super::registry::CpuBackend;
 use super::{CopyEnd, Device, DeviceInfo, DeviceStep, PrepareCtx, TensorBytes};
 use crate::RuntimeError;
 use crate::device::PreparedStep;

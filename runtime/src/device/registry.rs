@@ -16,11 +16,11 @@
 
 use super::Device;
 use super::DeviceInfo;
+use super::backend::{DeviceBackend, OpenCtx, Opened, OpenedAll};
 use super::cpu::FastKernels;
 use super::cpu::{CpuDevice, allowed_cores, cpu_caps};
 use super::cuda::CudaStatus;
 use super::host::{HostInfo, host_info, meminfo_bytes};
-use crate::LoadOptions;
 use crate::RuntimeError;
 use crate::device::cpu::ThreadPool;
 use crate::device::cpu::pool::share;
@@ -245,34 +245,6 @@ impl Registry {
             .collect();
         Ok((devices, warnings))
     }
-}
-
-/// What a backend opens a plan's devices with.
-pub struct OpenCtx<'a> {
-    /// The load's options (threads, a shared pool, remote servers).
-    pub options: &'a LoadOptions,
-    /// The kernel families CPU steps are prepared with.
-    pub kernels: &'a Arc<FastKernels>,
-}
-
-/// The plan devices a backend opened (`None` for the ones it does not
-/// serve), and what the user should know.
-pub type Opened = (Vec<Option<Arc<dyn Device>>>, Vec<String>);
-
-/// Every device of a plan by plan device id, and what the user should know.
-pub type OpenedAll = (Vec<Arc<dyn Device>>, Vec<String>);
-
-/// A kind of device (ggml's backend registration): opens the plan devices
-/// it serves. A new kind of device is a new backend in its own room under
-/// `device/`, added to [`builtin_backends`]; a test or an embedder may put
-/// backends of its own before those ([`crate::LoadOptions::backends`]).
-pub trait DeviceBackend: Send + Sync {
-    /// Its name, for messages.
-    fn name(&self) -> &str;
-
-    /// Opens the devices of `plan` this backend serves, one entry per plan
-    /// device (`None` for the others), or why one of them cannot be opened.
-    fn open(&self, plan: &Plan, ctx: &OpenCtx<'_>) -> Result<Opened, RuntimeError>;
 }
 
 /// The host's CPU devices: the whole host, core groups and NUMA nodes.

@@ -2,7 +2,7 @@
 //! `cuda` feature, refuses a plan that names one, with the reason).
 
 use crate::RuntimeError;
-use crate::device::registry::{DeviceBackend, OpenCtx, Opened};
+use crate::device::backend::{DeviceBackend, OpenCtx, Opened};
 use ir::plan::{DeviceKind, Plan};
 
 /// Opens `DeviceKind::Cuda` plan devices.

@@ -3,7 +3,7 @@
 
 use super::{RemoteDevice, RemoteServers};
 use crate::RuntimeError;
-use crate::device::registry::{DeviceBackend, OpenCtx, Opened};
+use crate::device::backend::{DeviceBackend, OpenCtx, Opened};
 use ir::plan::{DeviceKind, Plan};
 use std::sync::Arc;
 
