@@ -55,7 +55,7 @@ pub fn to_json(rt: &Runtime, trace: &Trace) -> serde_json::Value {
                 )
             }
             SpanKind::Wait(events) => (
-                format!("wait {events:?}"),
+                format!("waits for {}", ir::plan::events_in_words(events)),
                 "wait",
                 json!({ "events": events }),
             ),

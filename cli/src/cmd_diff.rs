@@ -56,7 +56,7 @@ fn arenas(p: &Plan) -> BTreeMap<String, u64> {
         .iter()
         .map(|a| {
             (
-                format!("{} {:?}", device(p, a.device.index()), a.usage),
+                format!("{} {}", device(p, a.device.index()), a.usage),
                 a.size,
             )
         })

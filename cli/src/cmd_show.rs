@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use ir::plan::{Placement, Plan, Step};
+use ir::plan::{Placement, Plan, Step, Work};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,7 +55,7 @@ fn placement_text(plan: &Plan, p: &Placement) -> String {
     match *p {
         Placement::Arena { arena, offset } => match plan.arenas.get(arena as usize) {
             Some(a) => format!(
-                "{:?} arena of {} at {offset}",
+                "{} arena of {} at {offset}",
                 a.usage,
                 plan.devices
                     .get(a.device.index())
@@ -100,44 +100,41 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
     };
     let t = &plan.tensors[id];
     println!(
-        "{}: {} {:?} strides {:?}, role {:?}",
+        "{}: {} {:?} strides {:?}, role {}",
         t.name, t.dtype, t.ne, t.nb, t.role
     );
     println!("  device:    {} — {}", device(t), t.reason);
     println!("  placement: {}", placement_text(&plan, &t.placement));
     let id = id as u32;
-    for (s, split) in plan.splits.iter().enumerate() {
-        for c in &split.copies {
-            if c.src == id || c.dst == id {
-                let (src, dst) = (tensor_name(&plan, c.src), tensor_name(&plan, c.dst));
-                println!("  split {s}: copy '{src}' -> '{dst}' ({} bytes)", c.bytes);
+    for item in plan.global_order() {
+        let (reads, writes) = (item.reads(&plan.kernels), item.writes(&plan.kernels));
+        let (s, k) = (item.split, item.position);
+        let what = match item.work {
+            Work::Copy(c) => {
+                if c.src == id || c.dst == id {
+                    let (src, dst) = (tensor_name(&plan, c.src), tensor_name(&plan, c.dst));
+                    println!("  split {s}: copy '{src}' -> '{dst}' ({} bytes)", c.bytes);
+                }
+                continue;
             }
-        }
-        for (k, step) in split.steps.iter().enumerate() {
-            let (writes, reads, what) = match step {
-                Step::Op { op, dst, srcs } => (*dst, srcs.clone(), op.name().to_string()),
-                Step::Fused { kernel } => {
-                    let Some(kern) = plan.kernels.get(*kernel as usize) else {
-                        println!("  split {s} step {k}: fused kernel {kernel} (missing)");
-                        continue;
-                    };
+            Work::Step(Step::Op { op, .. }) => op.name().to_string(),
+            Work::Step(Step::Fused { kernel }) => match plan.kernels.get(*kernel as usize) {
+                Some(kern) => {
                     let names: Vec<&str> =
                         kern.nodes.iter().map(|&n| tensor_name(&plan, n)).collect();
-                    (
-                        kern.output,
-                        kern.inputs.clone(),
-                        format!("fused kernel {kernel} ({})", names.join(" + ")),
-                    )
+                    format!("fused kernel {kernel} ({})", names.join(" + "))
                 }
-            };
-            if writes == id {
-                println!("  split {s} step {k}: written by {what}");
-            } else if reads.contains(&id) {
-                println!(
-                    "  split {s} step {k}: read by {what} writing '{}'",
-                    tensor_name(&plan, writes)
-                );
-            }
+                None => {
+                    println!("  split {s} step {k}: fused kernel {kernel} (missing)");
+                    continue;
+                }
+            },
+        };
+        if writes == Some(id) {
+            println!("  split {s} step {k}: written by {what}");
+        } else if reads.contains(&id) {
+            let written = writes.map_or("?", |w| tensor_name(&plan, w));
+            println!("  split {s} step {k}: read by {what} writing '{written}'");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -60,17 +60,17 @@ enum Command {
     Memory(cmd_memory::MemoryArgs),
     /// Draw a plan with Graphviz.
     Dot(cmd_dot::DotArgs),
-    /// Time a plan on this machine: per run, per op kind, per split, beside the machine's ceilings.
+    /// Time a plan on the devices it names (CPU, CUDA, `--rpc` servers): per run, op kind and split, beside the host's ceilings.
     Bench(cmd_bench::BenchArgs),
     /// Time compiling a 32-layer llama-7B-shaped graph, per pass.
     BenchCompile(cmd_bench_compile::BenchCompileArgs),
-    /// List this machine's devices: CPU model, cores, SIMD, memory, CUDA GPUs.
+    /// List the devices a plan can name here: the CPU (cores, SIMD, memory, NUMA nodes), CUDA GPUs, `--rpc` servers.
     Devices(cmd_devices::DevicesArgs),
     /// Run the bundled example end to end (needs no files).
     Demo(cmd_demo::DemoArgs),
     /// Evaluate a graph with the reference kernels and summarise its outputs.
     Eval(cmd_eval::EvalArgs),
-    /// Run a plan on this machine's CPU (optionally checked against the reference).
+    /// Run a plan on the devices it names: CPU, CUDA GPUs, `--rpc` servers (optionally checked against the reference).
     Run(cmd_run::RunArgs),
     /// Sentence embeddings with a BERT encoder (Hugging Face folder or GGUF), with a similarity table.
     Embed(cmd_embed::EmbedArgs),

@@ -91,7 +91,7 @@ pub fn render(tl: &Timeline, title: &str) -> String {
 fn other_arena_lines(tl: &Timeline) -> Vec<String> {
     let mut by_device: Vec<(&str, Vec<String>)> = Vec::new();
     for o in &tl.others {
-        let item = format!("{:?} {} ({} tensors)", o.usage, mib(o.size), o.tensors);
+        let item = format!("{} {} ({} tensors)", o.usage, mib(o.size), o.tensors);
         match by_device.iter_mut().find(|(d, _)| *d == o.device_name) {
             Some((_, items)) => items.push(item),
             None => by_device.push((&o.device_name, vec![item])),

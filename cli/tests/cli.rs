@@ -222,6 +222,65 @@ fn compile_show_explain_verify_diff_dot_work_together() {
     );
 }
 
+/// What a person reads: plan values in words, never Rust's debug forms
+/// (`Some(0)`, `Arena { .. }`, `Weights`), and help that says what runs where.
+#[test]
+fn terminal_output_is_words_not_debug_forms() {
+    let dir = scratch_dir("words");
+    let plan = dir.join("p.ron").display().to_string();
+    let graph = example("llama2l.ron");
+    let args = [
+        "compile",
+        &graph,
+        "--target",
+        "cpu+cuda0",
+        "--offload-layers",
+        "1",
+    ];
+    let ggml = dir.join("ggml.ron").display().to_string();
+    for (policy, file) in [("cost", &plan), ("ggml", &ggml)] {
+        let out = ggplan(&[&args[..], &["--policy", policy, "-o", file]].concat());
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let mut printed = String::new();
+    for cmd in [
+        &["show", &plan][..],
+        &["explain", &plan],
+        &["explain", &plan, "l1.kq"],
+        &["explain", &plan, "tok_embd"],
+        &["diff", &ggml, &plan],
+    ] {
+        let out = ggplan(cmd);
+        assert!(out.status.success(), "{cmd:?}: {}", text(&out));
+        printed += &text(&out);
+    }
+    assert!(
+        printed.contains("waits for event") && printed.contains("records event"),
+        "{printed}"
+    );
+    assert!(printed.contains("weights arena of"), "{printed}");
+    for debug in [
+        "Some(",
+        "None",
+        "Arena {",
+        "View {",
+        "Weights",
+        "Compute arena",
+        "[]",
+    ] {
+        assert!(!printed.contains(debug), "'{debug}' in:\n{printed}");
+    }
+    let help = text(&ggplan(&["--help"]));
+    let run = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("run "))
+        .unwrap();
+    assert!(
+        run.contains("CUDA") && !run.contains("this machine's CPU"),
+        "{run}"
+    );
+}
+
 #[test]
 fn verify_lists_every_violation_of_a_corrupted_plan() {
     let dir = scratch_dir("verify");
@@ -472,7 +531,7 @@ fn compile_errors_name_what_is_wrong() {
     let t = text(&out);
     assert!(t.contains("copies cpu0 -> cpu1: 4"), "{t}");
     for event in 0..4 {
-        assert!(t.contains(&format!(": record event {event}\n")), "{t}");
+        assert!(t.contains(&format!(": records event {event}\n")), "{t}");
     }
     assert!(t.contains("--pipeline 4"), "{t}");
 }

@@ -116,14 +116,7 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
         | Op::Sub
         | Op::Mul
         | Op::Div
-        | Op::Scale { .. }
-        | Op::Sqr
-        | Op::Sqrt
-        | Op::Silu
-        | Op::Gelu
-        | Op::GeluErf
-        | Op::Relu
-        | Op::Tanh
+        | ir::unary_op!()
         | Op::Glu { .. }
         | Op::RmsNorm { .. }
         | Op::Norm { .. }

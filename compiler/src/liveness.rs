@@ -140,15 +140,7 @@ impl Liveness {
 /// view ops (they own no memory).
 pub fn in_place_operand(op: &Op, n_srcs: usize) -> Option<usize> {
     match op {
-        Op::Scale { .. }
-        | Op::Sqr
-        | Op::Sqrt
-        | Op::Silu
-        | Op::Gelu
-        | Op::GeluErf
-        | Op::Relu
-        | Op::Tanh
-        | Op::DiagMaskInf { .. } => Some(0),
+        ir::unary_op!() | Op::DiagMaskInf { .. } => Some(0),
         Op::Add | Op::Sub | Op::Mul | Op::Div => Some(0),
         Op::RmsNorm { .. } | Op::Norm { .. } | Op::SoftMax { .. } | Op::Rope(_) => Some(0),
         Op::Glu { .. } => (n_srcs == 2).then_some(0),

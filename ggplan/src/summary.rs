@@ -74,31 +74,40 @@ pub fn summary(plan: &Plan) -> String {
             .filter(|st| matches!(st, Step::Op { .. }))
             .count();
         out += &format!(
-            "  split {i}: {} — {} copies in, {} steps ({} ops, {} fused)\n",
+            "  split {i}: {} — {} in, {} ({}, {} fused)\n",
             device(plan, sp.device.index()),
-            sp.copies.len(),
-            sp.steps.len(),
-            ops,
+            count(sp.copies.len(), "copy", "copies"),
+            count(sp.steps.len(), "step", "steps"),
+            count(ops, "op", "ops"),
             sp.steps.len() - ops
         );
         for (k, c) in sp.copies.iter().enumerate() {
             if !c.wait.is_empty() || c.record.is_some() {
+                let mut sync = Vec::new();
+                if !c.wait.is_empty() {
+                    sync.push(format!("waits for {}", ir::plan::events_in_words(&c.wait)));
+                }
+                if let Some(e) = c.record {
+                    sync.push(format!("records event {e}"));
+                }
                 out += &format!(
-                    "    copy {k} '{}' on stream {}: waits {:?}, records {:?}\n",
+                    "    copy {k} '{}' on stream {}: {}\n",
                     plan.tensors
                         .get(c.src as usize)
                         .map_or("?", |t| t.name.as_str()),
                     c.stream,
-                    c.wait,
-                    c.record
+                    sync.join(", ")
                 );
             }
         }
         for w in &sp.waits {
-            out += &format!("    before step {}: wait event {}\n", w.before, w.event);
+            out += &format!(
+                "    before step {}: waits for event {}\n",
+                w.before, w.event
+            );
         }
         for r in &sp.records {
-            out += &format!("    after step {}: record event {}\n", r.after, r.event);
+            out += &format!("    after step {}: records event {}\n", r.after, r.event);
         }
     }
     if plan.n_events > 0 {
@@ -237,4 +246,9 @@ pub fn json(plan: &Plan) -> serde_json::Value {
         "estimated_us": s.estimated_us,
         "devices": devices,
     })
+}
+
+/// `1 copy`, `2 copies`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }

@@ -4,7 +4,27 @@
 //! the build everywhere a decision about it must be made. Shape and dtype rules
 //! live in [`crate::rules`]; numeric semantics in `kernels::reference`.
 
+use crate::plan::{BinaryFn, UnaryFn};
 use serde::{Deserialize, Serialize};
+
+/// The pattern of every elementwise op of one source, the one list of them:
+/// `match op { unary_op!() => .., _ => .. }` in `ir::rules`, the compiler's
+/// cost and liveness models and the CPU kernels' dispatch. A new unary op is
+/// added here, to [`Op::unary_fn`] and to [`UnaryFn`] (whose matches are
+/// exhaustive, so every evaluator is then told by the compiler).
+#[macro_export]
+macro_rules! unary_op {
+    () => {
+        $crate::Op::Scale { .. }
+            | $crate::Op::Sqr
+            | $crate::Op::Sqrt
+            | $crate::Op::Silu
+            | $crate::Op::Gelu
+            | $crate::Op::GeluErf
+            | $crate::Op::Relu
+            | $crate::Op::Tanh
+    };
+}
 
 /// Which rotation pairs rope uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -64,6 +84,17 @@ pub enum GluKind {
     GeGlu,
     /// gelu(gate) * up, exact erf form.
     GeGluErf,
+}
+
+impl GluKind {
+    /// The activation applied to the gate.
+    pub fn activation(self) -> UnaryFn {
+        match self {
+            GluKind::SwiGlu => UnaryFn::Silu,
+            GluKind::GeGlu => UnaryFn::Gelu,
+            GluKind::GeGluErf => UnaryFn::GeluErf,
+        }
+    }
 }
 
 /// One operation of the graph.
@@ -280,24 +311,42 @@ impl Op {
         }
     }
 
-    /// Elementwise ops of one source (same shape in and out).
+    /// Elementwise ops of one source (same shape in and out): [`unary_op!`].
     pub fn is_unary(&self) -> bool {
-        matches!(
-            self,
-            Op::Scale { .. }
-                | Op::Sqr
-                | Op::Sqrt
-                | Op::Silu
-                | Op::Gelu
-                | Op::GeluErf
-                | Op::Relu
-                | Op::Tanh
-        )
+        matches!(self, unary_op!())
+    }
+
+    /// The elementwise function a one-source op applies, which fused kernels,
+    /// the JIT and CUDA code generation evaluate; `None` for any other op.
+    pub fn unary_fn(&self) -> Option<UnaryFn> {
+        Some(match *self {
+            Op::Scale { scale, bias } => UnaryFn::Scale { scale, bias },
+            Op::Sqr => UnaryFn::Sqr,
+            Op::Sqrt => UnaryFn::Sqrt,
+            Op::Silu => UnaryFn::Silu,
+            Op::Gelu => UnaryFn::Gelu,
+            Op::GeluErf => UnaryFn::GeluErf,
+            Op::Relu => UnaryFn::Relu,
+            Op::Tanh => UnaryFn::Tanh,
+            _ => return None,
+        })
+    }
+
+    /// The function a two-source elementwise op applies (src1 broadcast over
+    /// src0); `None` for any other op.
+    pub fn binary_fn(&self) -> Option<BinaryFn> {
+        Some(match self {
+            Op::Add => BinaryFn::Add,
+            Op::Sub => BinaryFn::Sub,
+            Op::Mul => BinaryFn::Mul,
+            Op::Div => BinaryFn::Div,
+            _ => return None,
+        })
     }
 
     /// Elementwise ops of two sources with src1 broadcast over src0.
     pub fn is_binary(&self) -> bool {
-        matches!(self, Op::Add | Op::Sub | Op::Mul | Op::Div)
+        self.binary_fn().is_some()
     }
 }
 

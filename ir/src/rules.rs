@@ -91,15 +91,7 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
             }
             packed(a.dtype, a.ne)
         }
-        Op::Scale { .. }
-        | Op::Sqr
-        | Op::Sqrt
-        | Op::Silu
-        | Op::Gelu
-        | Op::GeluErf
-        | Op::Relu
-        | Op::Tanh
-        | Op::DiagMaskInf { .. } => {
+        crate::unary_op!() | Op::DiagMaskInf { .. } => {
             need_float(s(0), "src0")?;
             packed(s(0).dtype, s(0).ne)
         }
@@ -394,14 +386,7 @@ fn derive_collective(op: &Op, srcs: &[Operand<'_>]) -> Result<[i64; 4], String> 
 /// How many sources each op takes.
 pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
     match op {
-        Op::Scale { .. }
-        | Op::Sqr
-        | Op::Sqrt
-        | Op::Silu
-        | Op::Gelu
-        | Op::GeluErf
-        | Op::Relu
-        | Op::Tanh
+        crate::unary_op!()
         | Op::RmsNorm { .. }
         | Op::Norm { .. }
         | Op::Cont
@@ -434,7 +419,8 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
 /// The most parts a collective joins (ggml's meta backend allows 16 devices).
 pub const MAX_PARTS: usize = 16;
 
-fn check_arity(op: &Op, n: usize) -> Result<(), String> {
+/// `Err("takes 2 sources, got 3")` unless `op` takes `n` sources.
+pub fn check_arity(op: &Op, n: usize) -> Result<(), String> {
     let want = arity(op);
     if want.contains(&n) {
         return Ok(());

@@ -70,7 +70,7 @@ fn violation(i: usize, t: &Tensor, message: String) -> Violation {
 /// Why a leaf is invalid, if it is (used by the builder too).
 pub fn leaf_problem(t: &Tensor) -> Option<String> {
     if !t.role.is_leaf_role() {
-        return Some(format!("a leaf cannot have role {:?}", t.role));
+        return Some(format!("a leaf cannot have role {}", t.role));
     }
     if !t.srcs.is_empty() || t.view.is_some() {
         return Some("a leaf has no sources and is no view".into());
@@ -85,7 +85,7 @@ pub fn leaf_problem(t: &Tensor) -> Option<String> {
     }
     if let Some(shard) = &t.shard {
         if t.role != Role::Weight {
-            return Some(format!("only weights are shards, not a {:?}", t.role));
+            return Some(format!("only weights are shards, not a {}", t.role));
         }
         if let Some(why) = shard.problem(t.dtype(), t.layout.ne) {
             return Some(why);
@@ -93,7 +93,7 @@ pub fn leaf_problem(t: &Tensor) -> Option<String> {
     }
     match (&t.init, t.role) {
         (Some(_), r) if r != Role::Constant => {
-            Some(format!("only constants have an init, not a {r:?}"))
+            Some(format!("only constants have an init, not a {r}"))
         }
         (None, Role::Constant) => Some("a constant needs an init".into()),
         (Some(init), _) => constant_problem(t, init),
@@ -122,7 +122,7 @@ fn node_problems(graph: &Graph, i: usize, t: &Tensor) -> Vec<String> {
     let Some(op) = t.op else { return vec![] };
     let mut problems = Vec::new();
     if t.role.is_leaf_role() {
-        problems.push(format!("a node cannot have the leaf role {:?}", t.role));
+        problems.push(format!("a node cannot have the leaf role {}", t.role));
     }
     if t.init.is_some() {
         problems.push("only constants have an init".into());
@@ -168,9 +168,14 @@ fn node_problems(graph: &Graph, i: usize, t: &Tensor) -> Vec<String> {
         ));
     }
     if derived.view != t.view {
+        let aliases = |v: Option<ViewOf>| match v {
+            Some(v) => format!("the bytes of {} at +{}", v.root, v.offset),
+            None => "no other tensor".to_string(),
+        };
         problems.push(format!(
-            "aliases {:?} but {op} of its sources aliases {:?}",
-            t.view, derived.view
+            "aliases {} but {op} of its sources aliases {}",
+            aliases(t.view),
+            aliases(derived.view)
         ));
     }
     if let Some(v) = derived.view {
@@ -181,7 +186,7 @@ fn node_problems(graph: &Graph, i: usize, t: &Tensor) -> Vec<String> {
         let role = graph.tensor(root).role;
         if matches!(role, Role::Weight | Role::Input | Role::Constant) {
             problems.push(format!(
-                "writes into {role:?} '{}'; only state and intermediate memory may be written",
+                "writes into {role} '{}'; only state and intermediate memory may be written",
                 graph.tensor(root).name
             ));
         }

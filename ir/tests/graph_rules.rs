@@ -115,7 +115,7 @@ fn writes_go_only_into_state_or_intermediates() {
     };
     assert_eq!(violations.len(), 1);
     assert!(
-        violations[0].message.contains("writes into Weight 'w'"),
+        violations[0].message.contains("writes into weight 'w'"),
         "{}",
         violations[0]
     );
@@ -231,7 +231,7 @@ fn verify_reports_every_broken_invariant_of_hand_made_graphs() {
     let text: Vec<String> = v.iter().map(|v| v.to_string()).collect();
     assert!(
         text.iter()
-            .any(|m| m.contains("leaf cannot have role Output")),
+            .any(|m| m.contains("leaf cannot have role output")),
         "{text:?}"
     );
     assert!(

@@ -166,7 +166,7 @@ fn assignment(p: &Problem<'_>, dev: &[DeviceId], method: &str) -> Assignment {
 fn group_reason(p: &Problem<'_>, g: usize, d: DeviceId, method: &str) -> String {
     let us = |e: DeviceId| p.time[g][e.index()].unwrap_or(0) as f64 / 1000.0;
     if p.kernels[g].is_empty() {
-        let role = format!("{:?}", p.graph.tensor(p.root[g]).role).to_lowercase();
+        let role = p.graph.tensor(p.root[g]).role;
         return format!(
             "{method}: {role} with no compute of its own, on {}, where feeding its readers costs least",
             p.name(d)

@@ -252,7 +252,7 @@ pub fn emit_plan(
                         .filter(|a| a.device == device && a.usage == u)
                         .map(|a| a.size)
                         .sum();
-                    format!("{u:?} {bytes}")
+                    format!("{u} {bytes}")
                 })
                 .collect();
             return Err(Error::Memory {

@@ -48,7 +48,7 @@ mod body;
 
 use crate::assign::Assignment;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
-use ir::{DType, GluKind, Graph, Op, Role, TensorId};
+use ir::{DType, Graph, Op, Role, TensorId};
 
 /// The fused groups of a graph.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -107,23 +107,9 @@ impl Member {
     /// The member kind of `op` over `n_srcs` sources, or `None` when it cannot fuse.
     fn of(op: &Op, n_srcs: usize) -> Option<Member> {
         Some(match *op {
-            Op::Scale { scale, bias } => Member::Unary(UnaryFn::Scale { scale, bias }),
-            Op::Sqr => Member::Unary(UnaryFn::Sqr),
-            Op::Sqrt => Member::Unary(UnaryFn::Sqrt),
-            Op::Silu => Member::Unary(UnaryFn::Silu),
-            Op::Gelu => Member::Unary(UnaryFn::Gelu),
-            Op::GeluErf => Member::Unary(UnaryFn::GeluErf),
-            Op::Relu => Member::Unary(UnaryFn::Relu),
-            Op::Tanh => Member::Unary(UnaryFn::Tanh),
-            Op::Add => Member::Binary(BinaryFn::Add),
-            Op::Sub => Member::Binary(BinaryFn::Sub),
-            Op::Mul => Member::Binary(BinaryFn::Mul),
-            Op::Div => Member::Binary(BinaryFn::Div),
-            Op::Glu { kind, .. } if n_srcs == 2 => Member::Glu(match kind {
-                GluKind::SwiGlu => UnaryFn::Silu,
-                GluKind::GeGlu => UnaryFn::Gelu,
-                GluKind::GeGluErf => UnaryFn::GeluErf,
-            }),
+            ir::unary_op!() => Member::Unary(op.unary_fn()?),
+            Op::Add | Op::Sub | Op::Mul | Op::Div => Member::Binary(op.binary_fn()?),
+            Op::Glu { kind, .. } if n_srcs == 2 => Member::Glu(kind.activation()),
             Op::RmsNorm { eps } => Member::RmsNorm(eps),
             Op::Norm { eps } => Member::Norm(eps),
             Op::Glu { .. }

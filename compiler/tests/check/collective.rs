@@ -155,7 +155,7 @@ fn a_shard_that_is_no_weight() {
     only(
         &p,
         K::Shard,
-        "tensor 'h#0' (t5): is a shard of 'ffn_up', but its role is Intermediate: \
+        "tensor 'h#0' (t5): is a shard of 'ffn_up', but its role is intermediate: \
          only weights are shards",
     );
 

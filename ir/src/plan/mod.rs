@@ -34,10 +34,12 @@ mod fused;
 mod index;
 mod order;
 mod text;
+mod words;
 
 pub use fused::{BinaryFn, Expr, FusedKernel, UnaryFn};
 pub use order::{GlobalItem, Work, global_order};
 pub use text::{PLAN_FORMAT_VERSION, parse_plan, plan_to_ron, read_plan, write_plan};
+pub use words::events_in_words;
 
 use crate::dtype::DType;
 use crate::op::Op;

@@ -11,8 +11,9 @@ use std::path::Path;
 /// The plan format version this build reads and writes.
 pub const PLAN_FORMAT_VERSION: u32 = 2;
 
-/// One value as single-line RON (implicit `Some`, no header).
-fn line<T: serde::Serialize>(value: &T) -> String {
+/// One value as single-line RON (implicit `Some`, no header): how messages
+/// quote a plan value, in the file's own notation.
+pub(crate) fn line<T: serde::Serialize>(value: &T) -> String {
     let options = ron::Options::default().with_default_extension(extensions());
     let config = ron::ser::PrettyConfig::new()
         .depth_limit(0)

@@ -47,15 +47,11 @@ use ir::layout::fmt_ne;
 /// Panics on view ops, on a wrong number of sources, and when the computed extents
 /// differ from `out.ne`.
 pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
-    let arity = ir::rules::arity(op);
-    assert!(
-        arity.contains(&srcs.len()),
-        "reference::compute: {op} takes {arity:?} sources, got {}",
-        srcs.len()
-    );
+    if let Err(why) = ir::rules::check_arity(op, srcs.len()) {
+        panic!("reference::compute: {op} {why}");
+    }
     let a = srcs[0];
     let binary = |f: fn(f64, f64) -> f64| elementwise::binary(a, srcs[1], f);
-    let unary = |f: fn(f64) -> f64| elementwise::unary(a, f);
     let result = match *op {
         Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => panic!(
             "reference::compute: {op} is a view op and has no kernel; gather its root's \
@@ -67,17 +63,10 @@ pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
         Op::Sub => binary(|x, y| x - y),
         Op::Mul => binary(|x, y| x * y),
         Op::Div => binary(|x, y| x / y),
-        Op::Scale { scale, bias } => {
-            let (s, b) = (f64::from(scale), f64::from(bias));
-            elementwise::unary(a, |x| x * s + b)
+        ir::unary_op!() => {
+            let f = op.unary_fn().expect("a unary op has a unary fn");
+            elementwise::unary(a, |x| fused::apply_unary(f, x))
         }
-        Op::Sqr => unary(|x| x * x),
-        Op::Sqrt => unary(f64::sqrt),
-        Op::Silu => unary(silu),
-        Op::Gelu => unary(gelu_tanh),
-        Op::GeluErf => unary(gelu_erf),
-        Op::Relu => unary(|x| if x > 0.0 { x } else { 0.0 }),
-        Op::Tanh => unary(f64::tanh),
         Op::Glu { kind, swapped } => elementwise::glu(kind, swapped, a, srcs.get(1).copied()),
         Op::RmsNorm { eps } => norm::rms_norm(a, eps),
         Op::Norm { eps } => norm::norm(a, eps),

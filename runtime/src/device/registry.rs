@@ -310,7 +310,7 @@ pub fn open_devices(plan: &Plan, ctx: &OpenCtx<'_>) -> Result<OpenedAll, Runtime
         .map(|(d, dev)| {
             d.ok_or_else(|| RuntimeError::NoDevice {
                 device: dev.name.clone(),
-                kind: format!("{:?}", dev.kind),
+                kind: dev.kind.to_string(),
                 why: "no device backend of this runtime opens it".to_string(),
             })
         })

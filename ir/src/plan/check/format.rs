@@ -85,7 +85,7 @@ fn tensors(c: &mut Checker<'_>) {
         {
             // Leaves are bound and set as packed bytes (weights, inputs, state).
             let msg = format!(
-                "a {:?} leaf must be packed: strides {:?}, packed {:?} for extents {:?}",
+                "a {} leaf must be packed: strides {:?}, packed {:?} for extents {:?}",
                 t.role, t.nb, packed, t.ne
             );
             c.tensor_problem(Format, id, msg);
@@ -144,7 +144,7 @@ fn constant_init(c: &mut Checker<'_>, id: u32, t: &PlanTensor) {
             c.tensor_problem(Format, id, "is a constant without an init".to_string());
         }
         (Some(_), role) if role != Role::Constant => {
-            let msg = format!("is {role:?}, but only constants have an init");
+            let msg = format!("is {role}, but only constants have an init");
             c.tensor_problem(Format, id, msg);
         }
         (Some(ConstInit::Values(values)), _) => {

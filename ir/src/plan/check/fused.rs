@@ -77,14 +77,16 @@ fn body(c: &mut Checker<'_>, name: &str, kn: &FusedKernel) -> bool {
         };
         for a in args {
             if a as usize >= e {
-                let msg = format!("body[{e}] {expr:?} refers to body[{a}], not an earlier node");
+                let expr = crate::plan::text::line(expr);
+                let msg = format!("body[{e}] {expr} refers to body[{a}], not an earlier node");
                 c.problem(Fused, name.to_string(), msg);
                 ok = false;
             }
         }
         if let Some(i) = input.filter(|&i| i as usize >= kn.inputs.len()) {
             let msg = format!(
-                "body[{e}] {expr:?} reads input {i}, but the kernel has {} inputs",
+                "body[{e}] {} reads input {i}, but the kernel has {} inputs",
+                crate::plan::text::line(expr),
                 kn.inputs.len()
             );
             c.problem(Fused, name.to_string(), msg);

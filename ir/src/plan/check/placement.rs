@@ -15,7 +15,7 @@ pub(super) fn check(c: &mut Checker<'_>) {
         if let Some(t) = c.tensor(m).filter(|t| t.placement != Placement::Fused) {
             let msg = format!(
                 "is computed inside a fused kernel (not its output), so it takes no memory: \
-                 its placement must be Fused, not {:?}",
+                 its placement must be Fused, not {}",
                 t.placement
             );
             c.tensor_problem(PlacementKind, m, msg);
@@ -54,7 +54,7 @@ fn tensor(c: &mut Checker<'_>, i: u32, members: &BTreeSet<u32>) {
             let usage = Usage::of(t.role);
             if a.usage != usage {
                 let msg = format!(
-                    "a {:?} tensor belongs in a {usage:?} arena, not arena {arena} ({:?})",
+                    "a {} tensor belongs in a {usage} arena, not arena {arena} ({})",
                     t.role, a.usage
                 );
                 c.tensor_problem(PlacementKind, i, msg);
@@ -83,7 +83,7 @@ fn tensor(c: &mut Checker<'_>, i: u32, members: &BTreeSet<u32>) {
             let Some(owner) = c.tensor(of) else { return };
             if of == i || !matches!(owner.placement, Placement::Arena { .. }) {
                 let msg = format!(
-                    "is a view of {}, which has no arena bytes of its own ({:?})",
+                    "is a view of {}, which has no arena bytes of its own ({})",
                     c.describe(of),
                     owner.placement
                 );

@@ -76,7 +76,7 @@ fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32]) {
         (Some(v), Placement::View { of, offset }) if v.root.0 == of && v.offset == offset => {}
         (Some(v), placement) => {
             let msg = format!(
-                "{op} writes into {} at offset {}: its result must be that view, not {placement:?}",
+                "{op} writes into {} at offset {}: its result must be that view, not {placement}",
                 c.describe(v.root.0),
                 v.offset
             );
@@ -85,7 +85,7 @@ fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32]) {
         (None, Placement::Arena { .. }) => {}
         (None, placement) => {
             let msg =
-                format!("{op} computes new bytes: it needs an arena placement, not {placement:?}");
+                format!("{op} computes new bytes: it needs an arena placement, not {placement}");
             c.tensor_problem(PlacementKind, dst, msg);
         }
     }

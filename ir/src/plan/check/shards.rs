@@ -37,7 +37,7 @@ pub(super) fn check(c: &mut Checker<'_>) {
                 plan.n_graph_tensors
             ))
         } else if t.role != Role::Weight {
-            Some(format!("its role is {:?}: only weights are shards", t.role))
+            Some(format!("its role is {}: only weights are shards", t.role))
         } else {
             shard.problem(t.dtype, t.ne)
         };

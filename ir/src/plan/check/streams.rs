@@ -43,7 +43,7 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) -> Option<HappensB
             c.problem(Sync, format!("stream {i}"), msg);
         } else if !seen.insert((st.device, st.kind)) {
             let msg = format!(
-                "is a second {:?} stream of {}",
+                "is a second {} stream of {}",
                 st.kind,
                 c.device_name(st.device.0)
             );

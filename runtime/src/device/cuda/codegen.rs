@@ -10,8 +10,8 @@
 //! by a hash of its text. Constants are written as their f32 bits, so the
 //! device computes with exactly the plan's values.
 
+use ir::Op;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
-use ir::{GluKind, Op};
 use std::fmt::Write;
 
 /// A generated kernel: its entry point and source (without common.cuh).
@@ -28,27 +28,13 @@ pub fn op_body(op: &Op) -> Option<Vec<Expr>> {
     let unary = |f| Some(vec![Expr::Input(0), Expr::Unary(f, 0)]);
     let binary = |f| Some(vec![Expr::Input(0), Expr::Input(1), Expr::Binary(f, 0, 1)]);
     match *op {
-        Op::Scale { scale, bias } => unary(UnaryFn::Scale { scale, bias }),
-        Op::Sqr => unary(UnaryFn::Sqr),
-        Op::Sqrt => unary(UnaryFn::Sqrt),
-        Op::Silu => unary(UnaryFn::Silu),
-        Op::Gelu => unary(UnaryFn::Gelu),
-        Op::GeluErf => unary(UnaryFn::GeluErf),
-        Op::Relu => unary(UnaryFn::Relu),
-        Op::Tanh => unary(UnaryFn::Tanh),
-        Op::Add => binary(BinaryFn::Add),
-        Op::Sub => binary(BinaryFn::Sub),
-        Op::Mul => binary(BinaryFn::Mul),
-        Op::Div => binary(BinaryFn::Div),
+        ir::unary_op!() => unary(op.unary_fn()?),
+        Op::Add | Op::Sub | Op::Mul | Op::Div => binary(op.binary_fn()?),
         Op::RmsNorm { eps } => Some(vec![Expr::RmsNorm { input: 0, eps }]),
         Op::Norm { eps } => Some(vec![Expr::Norm { input: 0, eps }]),
         // The two-source form only: act(gate) * up.
         Op::Glu { kind, .. } => {
-            let act = match kind {
-                GluKind::SwiGlu => UnaryFn::Silu,
-                GluKind::GeGlu => UnaryFn::Gelu,
-                GluKind::GeGluErf => UnaryFn::GeluErf,
-            };
+            let act = kind.activation();
             Some(vec![
                 Expr::Input(0),
                 Expr::Unary(act, 0),

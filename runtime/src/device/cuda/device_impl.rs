@@ -48,7 +48,7 @@ impl Device for CudaDevice {
         _may_defer: bool,
     ) -> Result<Option<*mut u8>, RuntimeError> {
         // A device address, never dereferenced on the host.
-        let addr = self.alloc_device_arena(arena, bytes, &format!("{usage:?}"))?;
+        let addr = self.alloc_device_arena(arena, bytes, &usage.to_string())?;
         Ok(Some(addr as usize as *mut u8))
     }
 

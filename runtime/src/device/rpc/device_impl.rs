@@ -44,7 +44,7 @@ impl Device for RemoteDevice {
             return Ok(None);
         }
         // The server's address of the buffer, never dereferenced here.
-        let base = self.alloc_remote(bytes, &format!("{usage:?}"))?;
+        let base = self.alloc_remote(bytes, &usage.to_string())?;
         Ok(Some(base as usize as *mut u8))
     }
 

@@ -11,34 +11,8 @@
 use super::Jit;
 use crate::RuntimeError;
 use crate::device::cpu::{CpuKernel, RawTensor};
-use ir::plan::{BinaryFn, Expr, UnaryFn};
-use ir::{GluKind, Op};
-
-/// The unary function of a unary op.
-fn unary_fn(op: &Op) -> Option<UnaryFn> {
-    Some(match *op {
-        Op::Scale { scale, bias } => UnaryFn::Scale { scale, bias },
-        Op::Sqr => UnaryFn::Sqr,
-        Op::Sqrt => UnaryFn::Sqrt,
-        Op::Silu => UnaryFn::Silu,
-        Op::Gelu => UnaryFn::Gelu,
-        Op::GeluErf => UnaryFn::GeluErf,
-        Op::Relu => UnaryFn::Relu,
-        Op::Tanh => UnaryFn::Tanh,
-        _ => return None,
-    })
-}
-
-/// The binary function of a binary op.
-fn binary_fn(op: &Op) -> Option<BinaryFn> {
-    Some(match op {
-        Op::Add => BinaryFn::Add,
-        Op::Sub => BinaryFn::Sub,
-        Op::Mul => BinaryFn::Mul,
-        Op::Div => BinaryFn::Div,
-        _ => return None,
-    })
-}
+use ir::Op;
+use ir::plan::{BinaryFn, Expr};
 
 impl Jit {
     /// An unfused elementwise or row op as a kernel: unary ops, binary ops
@@ -59,10 +33,10 @@ impl Jit {
                 })
             }
         };
-        let (body, inputs): (Vec<Expr>, Vec<RawTensor>) = if let Some(f) = unary_fn(op) {
+        let (body, inputs): (Vec<Expr>, Vec<RawTensor>) = if let Some(f) = op.unary_fn() {
             arity(1)?;
             (vec![Expr::Input(0), Expr::Unary(f, 0)], srcs.to_vec())
-        } else if let Some(f) = binary_fn(op) {
+        } else if let Some(f) = op.binary_fn() {
             arity(2)?;
             let body = vec![Expr::Input(0), Expr::Input(1), Expr::Binary(f, 0, 1)];
             (body, srcs.to_vec())
@@ -77,11 +51,7 @@ impl Jit {
                     (vec![Expr::Norm { input: 0, eps }], srcs.to_vec())
                 }
                 Op::Glu { kind, swapped } => {
-                    let act = match kind {
-                        GluKind::SwiGlu => UnaryFn::Silu,
-                        GluKind::GeGlu => UnaryFn::Gelu,
-                        GluKind::GeGluErf => UnaryFn::GeluErf,
-                    };
+                    let act = kind.activation();
                     let body = vec![
                         Expr::Input(0),
                         Expr::Input(1),

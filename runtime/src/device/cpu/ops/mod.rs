@@ -58,13 +58,7 @@ pub fn prepare_op(
     dst: RawTensor,
     srcs: &[RawTensor],
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-    let arity = ir::rules::arity(op);
-    if !arity.contains(&srcs.len()) {
-        return Err(unsupported(
-            op,
-            format!("takes {arity:?} sources, got {}", srcs.len()),
-        ));
-    }
+    ir::rules::check_arity(op, srcs.len()).map_err(|why| unsupported(op, why))?;
     for (what, t) in std::iter::once(("dst".to_string(), &dst))
         .chain(srcs.iter().enumerate().map(|(i, s)| (format!("src{i}"), s)))
     {
@@ -87,14 +81,7 @@ pub fn prepare_op(
         Op::SumRows | Op::Mean | Op::Argmax => reduce::prepare(op, dst, srcs[0]),
         Op::DiagMaskInf { n_past } => mask::prepare_diag(op, n_past, dst, srcs[0]),
         Op::SoftMax { scale, max_bias } => mask::prepare_soft_max(op, scale, max_bias, dst, srcs),
-        Op::Scale { .. }
-        | Op::Sqr
-        | Op::Sqrt
-        | Op::Silu
-        | Op::Gelu
-        | Op::GeluErf
-        | Op::Relu
-        | Op::Tanh => unary::prepare(op, dst, srcs[0]),
+        ir::unary_op!() => unary::prepare(op, dst, srcs[0]),
         Op::Add | Op::Sub | Op::Mul | Op::Div => binary::prepare(op, dst, srcs),
         Op::Glu { kind, swapped } => binary::prepare_glu(op, kind, swapped, dst, srcs),
         Op::RmsNorm { .. } | Op::Norm { .. } => norm::prepare(op, dst, srcs[0]),

@@ -10,25 +10,13 @@ use super::{dtypes, need, shape, unit_kernel};
 use crate::RuntimeError;
 use crate::device::cpu::{CpuKernel, RawTensor};
 use ir::Op;
+use ir::plan::UnaryFn;
 
 /// Elements per unit of the contiguous path.
 const CHUNK: usize = 8 * 1024;
 
 /// `sqrt(2 / pi)`, gelu's tanh-approximation constant.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-
-/// The f32 function of a unary op.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Unary {
-    Scale(f32, f32),
-    Sqr,
-    Sqrt,
-    Silu,
-    Gelu,
-    GeluErf,
-    Relu,
-    Tanh,
-}
 
 /// `x * sigmoid(x)`.
 pub(super) fn silu(x: f32) -> f32 {
@@ -45,38 +33,22 @@ pub(super) fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-impl Unary {
-    fn of(op: &Op) -> Option<Unary> {
-        Some(match *op {
-            Op::Scale { scale, bias } => Unary::Scale(scale, bias),
-            Op::Sqr => Unary::Sqr,
-            Op::Sqrt => Unary::Sqrt,
-            Op::Silu => Unary::Silu,
-            Op::Gelu => Unary::Gelu,
-            Op::GeluErf => Unary::GeluErf,
-            Op::Relu => Unary::Relu,
-            Op::Tanh => Unary::Tanh,
-            _ => return None,
-        })
+/// `out[i] = f(x[i])`, one tight loop per function.
+fn apply(f: UnaryFn, x: &[f32], out: &mut [f32]) {
+    fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f(v);
+        }
     }
-
-    /// `out[i] = f(x[i])`, one tight loop per function.
-    fn apply(self, x: &[f32], out: &mut [f32]) {
-        fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
-            for (o, &v) in out.iter_mut().zip(x) {
-                *o = f(v);
-            }
-        }
-        match self {
-            Unary::Scale(s, b) => map(x, out, |v| v * s + b),
-            Unary::Sqr => map(x, out, |v| v * v),
-            Unary::Sqrt => map(x, out, f32::sqrt),
-            Unary::Silu => map(x, out, silu),
-            Unary::Gelu => map(x, out, gelu),
-            Unary::GeluErf => map(x, out, gelu_erf),
-            Unary::Relu => map(x, out, |v| if v > 0.0 { v } else { 0.0 }),
-            Unary::Tanh => map(x, out, f32::tanh),
-        }
+    match f {
+        UnaryFn::Scale { scale, bias } => map(x, out, |v| v * scale + bias),
+        UnaryFn::Sqr => map(x, out, |v| v * v),
+        UnaryFn::Sqrt => map(x, out, f32::sqrt),
+        UnaryFn::Silu => map(x, out, silu),
+        UnaryFn::Gelu => map(x, out, gelu),
+        UnaryFn::GeluErf => map(x, out, gelu_erf),
+        UnaryFn::Relu => map(x, out, |v| if v > 0.0 { v } else { 0.0 }),
+        UnaryFn::Tanh => map(x, out, f32::tanh),
     }
 }
 
@@ -86,7 +58,9 @@ pub(super) fn prepare(
     dst: RawTensor,
     a: RawTensor,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-    let f = Unary::of(op).ok_or_else(|| super::unsupported(op, "not a unary op".into()))?;
+    let f = op
+        .unary_fn()
+        .ok_or_else(|| super::unsupported(op, "not a unary op".into()))?;
     need(op, a.dtype.is_float() && dst.dtype.is_float(), || {
         dtypes(&dst, &[a])
     })?;
@@ -118,7 +92,7 @@ pub(super) fn prepare(
                         len * de,
                     );
                     let y = di.target(d, len, &mut y_buf);
-                    f.apply(x, y);
+                    apply(f, x, y);
                     di.commit(d, y);
                 }
             }
@@ -134,7 +108,7 @@ pub(super) fn prepare(
                 let d = dst.flat_row_ptr(r);
                 let x = ai.view(a.flat_row_ptr(r), ne0, &mut x_buf, d, di.span(ne0));
                 let y = di.target(d, ne0, &mut y_buf);
-                f.apply(x, y);
+                apply(f, x, y);
                 di.commit(d, y);
             }
         }
