@@ -20,6 +20,8 @@ struct Options {
     extra: Vec<(&'static str, Meta)>,
     /// Tensors to replace (same name, new shape) or, with `None`, drop.
     edit: Vec<(&'static str, Option<[u64; 2]>)>,
+    /// Tensors to add after the model's own.
+    add: Vec<(&'static str, [u64; 2])>,
 }
 
 fn tiny(dir: &Path, arch: &'static str, o: Options) -> GgufFile {
@@ -66,6 +68,7 @@ fn tiny(dir: &Path, arch: &'static str, o: Options) -> GgufFile {
             }
         }
     }
+    tensors.extend(o.add.into_iter().map(|(n, ne)| (n.to_string(), ne)));
     let path = dir.join(format!("tiny-{arch}.gguf"));
     write_gguf(&path, &kvs, &tensors);
     GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"))
@@ -190,6 +193,43 @@ fn unknown_architectures_and_bad_tensors_are_named() {
     );
     assert!(
         e.contains("'mistral.rope.dimension_count'") && e.contains("tiny-mistral.gguf"),
+        "{e}"
+    );
+
+    // Llama 3's rope frequency factors: llama.cpp divides each rotation's
+    // frequency by them; a graph without them computes another model.
+    let e = err(
+        "llama",
+        Options {
+            add: vec![("rope_freqs.weight", [2, 1])],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("tiny-llama.gguf")
+            && e.contains("does not use tensor 'rope_freqs.weight'")
+            && e.contains("refused"),
+        "{e}"
+    );
+    let e = err(
+        "llama",
+        Options {
+            add: vec![("a.weight", [2, 1]), ("b.weight", [2, 1])],
+            ..Options::default()
+        },
+    );
+    assert!(e.contains("tensors 'a.weight' and 'b.weight'"), "{e}");
+
+    // Mixtral: a llama with experts.
+    let e = err(
+        "llama",
+        Options {
+            extra: vec![("expert_count", Meta::U32(8))],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("llama.expert_count is 8") && e.contains("mixture-of-experts"),
         "{e}"
     );
 }

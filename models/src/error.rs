@@ -62,6 +62,23 @@ pub enum Error {
         /// What is wrong with it (found vs expected).
         reason: String,
     },
+    /// The file holds tensors the model's graph has no use for: a feature the
+    /// builder does not model (Llama 3's rope frequency factors
+    /// `rope_freqs.weight`, experts, ...). Binding the rest would compute
+    /// another model without a word, so the file is refused.
+    #[error(
+        "{}: the model's graph does not use {}; the file describes something this builder \
+         does not model, so it is refused rather than run without {}",
+        file.display(),
+        quote_list(tensors),
+        if tensors.len() == 1 { "it" } else { "them" }
+    )]
+    UnusedTensors {
+        /// The file.
+        file: PathBuf,
+        /// Every tensor of the file the graph leaves unbound, in file order.
+        tensors: Vec<String>,
+    },
     /// The file is well formed but describes a model the builders cannot build.
     #[error("{}: {reason}", file.display())]
     Unsupported {
@@ -70,4 +87,18 @@ pub enum Error {
         /// What is not supported.
         reason: String,
     },
+}
+
+/// `tensor 'a'`, `tensors 'a', 'b' and 'c'`; past eight names, a count of the rest.
+fn quote_list(names: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let quoted: Vec<String> = names.iter().take(SHOWN).map(|n| format!("'{n}'")).collect();
+    match names.len() {
+        1 => format!("tensor {}", quoted[0]),
+        n if n <= SHOWN => {
+            let (last, rest) = quoted.split_last().expect("two or more");
+            format!("tensors {} and {last}", rest.join(", "))
+        }
+        n => format!("tensors {} and {} more", quoted.join(", "), n - SHOWN),
+    }
 }

@@ -165,7 +165,8 @@ impl<'a> GgufMeta<'a> {
     }
 
     /// Every weight of `graph` is in the file with the dtype and shape the
-    /// graph declares. `graph` is the result of building the model: a build
+    /// graph declares, and every tensor of the file is a weight of `graph`
+    /// (else [`Error::UnusedTensors`] lists those it is not). `graph` is the result of building the model: a build
     /// error means the file's hyperparameters do not form a graph. When only
     /// the dtype differs, `dtype_rule` (which weights share which dtype) is
     /// added to the message.
@@ -196,6 +197,21 @@ impl<'a> GgufMeta<'a> {
                     ),
                 ));
             }
+        }
+        // The converse: a tensor the graph leaves unbound is a feature the
+        // builder does not model (llama.cpp would use it), never ignored.
+        let used: std::collections::HashSet<&str> = (graph.with_role(Role::Weight))
+            .map(|id| graph.tensor(id).name.as_str())
+            .collect();
+        let unused: Vec<String> = (self.file.tensor_infos().iter())
+            .filter(|t| !used.contains(t.name.as_str()))
+            .map(|t| t.name.clone())
+            .collect();
+        if !unused.is_empty() {
+            return Err(Error::UnusedTensors {
+                file: self.path.clone(),
+                tensors: unused,
+            });
         }
         Ok(())
     }

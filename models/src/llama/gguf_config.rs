@@ -9,6 +9,8 @@
 //!   the graph declares is checked against the file (name, dtype, shape), so a
 //!   returned config always binds (block matrices may differ in dtype, as in
 //!   llama.cpp's Q4_K_M files: each takes its own, `LlamaConfig::matrix_dtypes`);
+//! - a tensor of the file the graph does not use (Llama 3's `rope_freqs.weight`)
+//!   and a nonzero `{arch}.expert_count` are refused by name, never ignored;
 //! - a missing or ill-typed key is an error naming the key and the file; nothing
 //!   is guessed except the defaults llama.cpp itself uses (rope base 10000, rope
 //!   over the whole head, head width `n_embd / n_head`).
@@ -100,6 +102,17 @@ impl LlamaConfig {
             return Err(meta.unsupported(format!(
                 "rope scaling '{kind}' ({}) is not supported",
                 key("rope.scaling.type")
+            )));
+        }
+
+        // A mixture of experts (Mixtral is `llama` with experts) routes each
+        // token through mul_mat_id, which this graph does not have.
+        if let Some(n) = meta.opt_u64(&key("expert_count"))?
+            && n > 0
+        {
+            return Err(meta.unsupported(format!(
+                "{} is {n}: mixture-of-experts layers are not supported",
+                key("expert_count")
             )));
         }
 
