@@ -7,7 +7,7 @@
 //! Invariant: the file is written atomically; the same trace writes the same bytes.
 
 use anyhow::{Context, Result};
-use ir::plan::{Plan, StreamKind};
+use ir::plan::Plan;
 use runtime::Runtime;
 use runtime::executor::trace::{SpanKind, Trace};
 use serde_json::json;
@@ -20,11 +20,7 @@ fn stream_name(plan: &Plan, stream: u32) -> String {
                 .devices
                 .get(s.device.index())
                 .map_or("?", |d| d.name.as_str());
-            let kind = match s.kind {
-                StreamKind::Compute => "compute",
-                StreamKind::Copy => "copy",
-            };
-            format!("{device} {kind}")
+            format!("{device} {}", s.kind)
         }
         None => format!("stream {stream}"),
     }

@@ -150,3 +150,70 @@ fn run_refuses_bad_plans_and_missing_inputs_with_a_clear_error() {
     assert!(text(&out).contains("nope.gguf"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `run --trace`: a Chrome trace with one named track per stream, one event
+/// per step and per copy of the plan, and the waits between streams.
+#[test]
+fn run_trace_writes_one_track_per_stream_and_an_event_per_step_copy_and_wait() {
+    let dir = scratch_dir("trace");
+    let p = dir.join("pipelined.plan.ron").display().to_string();
+    let graph = example("llama2l_kv.ron");
+    let args = [
+        "compile",
+        &graph,
+        "--target",
+        "cpu0+cpu1",
+        "--split-mode",
+        "layer",
+    ];
+    let out = ggplan(&[&args[..], &["--pipeline", "2", "-o", &p]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let trace = dir.join("trace.json");
+    let t = trace.to_str().unwrap();
+    let out = ggplan(&["run", &p, "--random-weights", "1", "--trace", t]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("cpu1 compute") && text(&out).contains("busy"));
+
+    let plan = ir::plan::read_plan(Path::new(&p)).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("the trace is JSON");
+    let events = json["traceEvents"].as_array().expect("traceEvents");
+    let of = |ph: &str, cat: Option<&str>| -> Vec<&serde_json::Value> {
+        (events.iter())
+            .filter(|e| e["ph"] == ph && cat.is_none_or(|c| e["cat"] == c))
+            .collect()
+    };
+    // One named track per stream that ran anything: both compute streams and
+    // the copy stream the hand-offs use.
+    let tracks: std::collections::BTreeMap<u64, String> = (of("M", None).iter())
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = tracks.values().map(String::as_str).collect();
+    for want in ["cpu0 compute", "cpu1 compute"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    assert!(names.iter().any(|n| n.ends_with(" copy")), "{names:?}");
+    for e in of("X", None) {
+        assert!(tracks.contains_key(&e["tid"].as_u64().unwrap()), "{e}");
+        assert!(e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+    }
+    let steps: usize = plan.splits.iter().map(|s| s.steps.len()).sum();
+    let copies: usize = plan.splits.iter().map(|s| s.copies.len()).sum();
+    assert!(copies > 0 && plan.n_events > 0);
+    assert_eq!(of("X", Some("step")).len(), steps);
+    assert_eq!(of("X", Some("copy")).len(), copies);
+    let waits = of("X", Some("wait"));
+    assert!(!waits.is_empty(), "no wait in the trace");
+    for w in waits {
+        assert!(
+            w["name"].as_str().unwrap().starts_with("waits for event"),
+            "{w}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

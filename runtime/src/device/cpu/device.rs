@@ -6,7 +6,7 @@
 //! Invariants: a group's threads run only its steps; its scratch buffer is
 //! sized once, after every step was prepared, for the largest step.
 
-use super::affinity::{allowed_cores, pin_current_thread};
+use super::affinity::{allowed_cores, pin_or_warn};
 use super::prepare::{CopyKernel, CpuStep, prepare_step};
 use super::{FastKernels, ThreadCtx, ThreadPool, numa};
 use crate::RuntimeError;
@@ -102,7 +102,7 @@ impl CpuDevice {
     #[must_use = "the pinning ends when the guard is dropped"]
     pub fn pin_caller(&self) -> Pinned {
         let before = allowed_cores();
-        pin_current_thread(&self.info.cores);
+        pin_or_warn(&self.info.cores);
         Pinned { before }
     }
 }
@@ -114,7 +114,7 @@ pub struct Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        pin_current_thread(&self.before);
+        pin_or_warn(&self.before);
     }
 }
 

@@ -24,7 +24,7 @@ pub mod prepare;
 pub mod reference_kernel;
 pub mod tensor;
 
-pub use affinity::{allowed_cores, pin_current_thread};
+pub use affinity::{PinError, allowed_cores, pin_current_thread, pin_or_warn};
 pub use device::{CpuDevice, Pinned, cpu_caps};
 pub use fast::FastKernels;
 pub use kernel::CpuKernel;

@@ -2,7 +2,7 @@
 //! workers spin between steps then sleep; its invariants and loom proofs live
 //! in the `concurrency` crate), plus pinning its workers to a core group.
 
-use super::affinity::pin_current_thread;
+use super::affinity::pin_or_warn;
 pub use concurrency::{ThreadCtx, share};
 
 /// A fixed set of threads that run one job at a time.
@@ -19,7 +19,7 @@ impl ThreadPool {
     pub fn pinned(n_threads: usize, cores: Vec<usize>) -> ThreadPool {
         ThreadPool(concurrency::ThreadPool::with_start(n_threads, move |ith| {
             if !cores.is_empty() {
-                pin_current_thread(&[cores[ith % cores.len()]]);
+                pin_or_warn(&[cores[ith % cores.len()]]);
             }
         }))
     }
