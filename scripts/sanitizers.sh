@@ -11,7 +11,8 @@
 # miri: the code Miri can interpret, in target/miri:
 #       - ggplan-concurrency: the pool, its barrier, the host events (unit tests);
 #       - ggplan-runtime: aligned buffers (memory::), the executor's claims, the
-#         CPU device's tensor set/get with offsets and its async events;
+#         CPU device's tensor set/get with offsets and its async events, and
+#         its NUMA binding; a selection that runs no test fails;
 #       Miri cannot run, and this script leaves out: the LLVM JIT (machine code
 #       it generates at run time), the matmul kernels (AVX2/AVX-512 intrinsics
 #       through gemm and our own), the file readers over memory maps (mmap is
@@ -53,9 +54,28 @@ run_miri() {
   echo "sanitizers.sh: Miri (concurrency; runtime buffers, claims, CPU device)" >&2
   export CARGO_TARGET_DIR=target/miri
   cargo "+$nightly" miri test --locked -p ggplan-concurrency --lib
+  # Each selection on its own, and one that runs no test fails: a renamed or
+  # moved module must not quietly drop out of Miri's view. The CPU device's
+  # own tests are device::cpu::tests and ::numa; the rest of device::cpu is
+  # the kernel library (JIT, SIMD matmul), which Miri cannot run.
+  for selection in memory:: executor::claims device::cpu::tests device::cpu::numa; do
+    miri_runtime_tests "$selection"
+  done
+}
+
+# The runtime's unit tests whose names contain $1, under Miri; none is a failure.
+miri_runtime_tests() {
+  local log
+  log=$(mktemp)
   # Reading /proc (memory, CPU list) needs the host: isolation off.
   MIRIFLAGS="-Zmiri-disable-isolation" cargo "+$nightly" miri test --locked -p ggplan-runtime --lib -- \
-    memory:: executor::claims device::cpu
+    "$1" 2>&1 | tee "$log"
+  if ! grep -Eq '^test result: ok\. [1-9][0-9]* passed' "$log"; then
+    echo "sanitizers.sh: the Miri selection '$1' ran no test" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
 }
 
 case "$what" in

@@ -11,8 +11,11 @@ export CARGO_INCREMENTAL=0
 scripts/setup.sh
 # NVRTC and ptxas (PyPI wheels) for tests/cuda_kernels.rs, required here.
 . scripts/cuda-env.sh
-# ...and the emulated AVX2-only host of cli/tests/avx2_host.rs.
+# ...and the emulated AVX2-only host of cli/tests/avx2_host.rs...
 export GGPLAN_REQUIRE_QEMU=1
+# ...and the real models setup.sh installed: a test that would skip for a
+# missing model fails instead (tests/support/models.rs).
+export GGPLAN_REQUIRE_MODELS=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The facade's documentation builds without a warning (broken links included),

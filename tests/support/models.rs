@@ -4,7 +4,9 @@
 //! Each path comes from its environment variable when set, else from the
 //! `NAME=PATH` lines of `.models/paths.env` in the workspace root (which
 //! `scripts/setup.sh` writes). `None` means the model is not installed: tests
-//! print a skip line and return.
+//! print a skip line and return. Under `GGPLAN_REQUIRE_MODELS=1` (set by
+//! `scripts/test.sh`, so in CI) a missing model is a failure instead: a test
+//! that would skip panics naming the variable, so CI cannot pass by skipping.
 
 use crate::workspace_root;
 use std::path::PathBuf;
@@ -15,14 +17,53 @@ pub const SMOLLM2_GGUF: &str = "GGPLAN_SMOLLM2_GGUF";
 /// (config.json, model.safetensors, tokenizer.json).
 pub const MINILM_DIR: &str = "GGPLAN_MINILM_DIR";
 
-/// SmolLM2-135M-Instruct's GGUF file, when installed.
+/// The variable that turns a missing model into a test failure.
+pub const REQUIRE_MODELS: &str = "GGPLAN_REQUIRE_MODELS";
+
+/// SmolLM2-135M-Instruct's GGUF file, when installed (see the module doc for
+/// [`REQUIRE_MODELS`]).
 pub fn smollm2_gguf() -> Option<PathBuf> {
-    locate(SMOLLM2_GGUF).filter(|p| p.is_file())
+    required(SMOLLM2_GGUF, locate(SMOLLM2_GGUF).filter(|p| p.is_file()))
 }
 
-/// all-MiniLM-L6-v2's model folder, when installed.
+/// all-MiniLM-L6-v2's model folder, when installed (see the module doc for
+/// [`REQUIRE_MODELS`]).
 pub fn minilm_dir() -> Option<PathBuf> {
-    locate(MINILM_DIR).filter(|p| p.join("config.json").is_file())
+    required(
+        MINILM_DIR,
+        locate(MINILM_DIR).filter(|p| p.join("config.json").is_file()),
+    )
+}
+
+/// `found`, or a panic naming `key` when models are required.
+fn required(key: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+    let require = std::env::var_os(REQUIRE_MODELS).is_some_and(|v| v == "1");
+    check_required(key, found, require)
+}
+
+fn check_required(key: &str, found: Option<PathBuf>, require: bool) -> Option<PathBuf> {
+    if found.is_none() && require {
+        panic!(
+            "{REQUIRE_MODELS}=1 but the model of {key} is not installed (neither the variable \
+             nor .models/paths.env names an existing file): run scripts/setup.sh"
+        );
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_model_skips_unless_models_are_required() {
+        assert_eq!(check_required(SMOLLM2_GGUF, None, false), None);
+        let here = Some(PathBuf::from("model.gguf"));
+        assert_eq!(check_required(SMOLLM2_GGUF, here.clone(), true), here);
+        let required = std::panic::catch_unwind(|| check_required(MINILM_DIR, None, true));
+        let message = *required.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("GGPLAN_MINILM_DIR") && message.contains("setup.sh"));
+    }
 }
 
 /// The path under `key`: the environment variable, else `.models/paths.env`.
