@@ -431,4 +431,5 @@ fn injected_delays_do_not_change_what_the_servers_compute() {
         per_run[1] < per_run[0] && per_run[1..].iter().all(|&b| b == per_run[1]),
         "bytes sent to rpc0 per run: {per_run:?}"
     );
+    assert!(rt.injected_delays() >= 20, "{}", rt.injected_delays());
 }

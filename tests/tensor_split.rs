@@ -141,6 +141,7 @@ fn row_split_plans_match_one_device_and_survive_injected_delays() {
             for run in 0..20 {
                 assert_eq!(bits(&outputs(&mut rt)), reference, "{what}: run {run}");
             }
+            assert!(rt.injected_delays() >= 20 * devices as u64, "{what}");
         }
     }
 }
@@ -563,8 +564,10 @@ fn a_segmented_value_read_whole_is_gathered_segment_by_segment() {
                     .any(|t| t.name == "blk.0.qkv_b.joined#1"),
                 "{what}: segments joined on every device"
             );
-            let got = outputs(&mut load(plan, devices, Some(5)));
+            let mut rt = load(plan, devices, Some(5));
+            let got = outputs(&mut rt);
             assert_outputs_match(&want, &got, &what);
+            assert!(rt.injected_delays() >= devices as u64, "{what}");
         }
     }
 }

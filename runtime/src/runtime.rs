@@ -61,8 +61,9 @@ pub struct LoadOptions {
     /// and constants into arenas (the weights a GPU or a remote server holds;
     /// a CPU maps its weights in place), for progress bars.
     pub on_upload: Option<Arc<dyn Fn(u64, u64) + Send + Sync>>,
-    /// Test hook: with a seed, every segment of a multi-stream run starts
-    /// after a random delay (see `executor`), to shake out missing events.
+    /// Test hook: with a seed, every segment of a run starts after a random
+    /// delay (see `executor`), to shake out missing events; such a runtime
+    /// always runs through the executor ([`Runtime::injected_delays`] counts).
     pub fault_injection: Option<u64>,
     /// Test hook: in a multi-stream run, the thread reaching this prepared
     /// step (or copy) panics instead of running it, to prove that a failing
@@ -260,7 +261,11 @@ impl Runtime {
             .map(|(t, _)| (t as u32, false))
             .collect();
         Ok(Runtime {
-            sequential: executor.is_sequential() && !can_fail_mid_run,
+            // Injected delays live in the executor: a fault-injected run
+            // never takes the one-pool fast path, which has none.
+            sequential: executor.is_sequential()
+                && !can_fail_mid_run
+                && options.fault_injection.is_none(),
             index_bounds: plan.index_tables(),
             last_profile: vec![0; steps.len()],
             memory_read_bytes: crate::traffic::memory_read_bytes(&plan, &steps),
@@ -284,6 +289,12 @@ impl Runtime {
     /// The plan.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// How many delays [`LoadOptions::fault_injection`] injected since load
+    /// (0 without it), so a test can show its runs were really perturbed.
+    pub fn injected_delays(&self) -> u64 {
+        self.executor.injected_delays()
     }
 
     /// What loading did.

@@ -51,6 +51,18 @@ fn check_required(key: &str, found: Option<PathBuf>, require: bool) -> Option<Pa
     found
 }
 
+/// The path under `key`: the environment variable, else `.models/paths.env`.
+fn locate(key: &str) -> Option<PathBuf> {
+    if let Some(v) = std::env::var_os(key).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(v));
+    }
+    let env = std::fs::read_to_string(workspace_root().join(".models/paths.env")).ok()?;
+    env.lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| PathBuf::from(v.trim()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,16 +76,4 @@ mod tests {
         let message = *required.unwrap_err().downcast::<String>().unwrap();
         assert!(message.contains("GGPLAN_MINILM_DIR") && message.contains("setup.sh"));
     }
-}
-
-/// The path under `key`: the environment variable, else `.models/paths.env`.
-fn locate(key: &str) -> Option<PathBuf> {
-    if let Some(v) = std::env::var_os(key).filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(v));
-    }
-    let env = std::fs::read_to_string(workspace_root().join(".models/paths.env")).ok()?;
-    env.lines()
-        .filter_map(|line| line.split_once('='))
-        .find(|(k, _)| k.trim() == key)
-        .map(|(_, v)| PathBuf::from(v.trim()))
 }

@@ -85,6 +85,8 @@ pub struct Executor {
     abort: AtomicBool,
     /// Fault injection seed (tests), and a counter so every run differs.
     delays: Option<(u64, std::sync::atomic::AtomicU64)>,
+    /// Delays injected so far (tests assert they were).
+    injected: std::sync::atomic::AtomicU64,
     /// Test hook: the prepared step whose thread panics instead of running it.
     panic_at: Option<usize>,
 }
@@ -125,8 +127,21 @@ impl Executor {
             events: (0..plan.n_events).map(|_| Event::default()).collect(),
             abort: AtomicBool::new(false),
             delays: delays_seed.map(|s| (s, std::sync::atomic::AtomicU64::new(0))),
+            injected: std::sync::atomic::AtomicU64::new(0),
             panic_at,
         }
+    }
+
+    /// How many fault-injection delays were slept since the executor was made.
+    pub fn injected_delays(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    /// One fault-injection delay of up to 200 µs drawn from `state`.
+    fn inject_delay(&self, state: &mut u64) {
+        let us = next_random(state) % 200;
+        self.injected.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_micros(us));
     }
 
     /// True when the plan is one stream with no events: the caller's
@@ -281,8 +296,7 @@ impl Executor {
         if let Some(seed) = ctx.run_seed {
             // Fault injection: a delay drawn from the run and the segment.
             let mut state = seed ^ ((p as u64) << 40 | k as u64).wrapping_mul(0x9e37_79b9) | 1;
-            let us = next_random(&mut state) % 200;
-            std::thread::sleep(std::time::Duration::from_micros(us));
+            self.inject_delay(&mut state);
         }
         let t0 = ctx.now();
         let copy = &ctx.steps[seg.steps.start];
@@ -332,8 +346,7 @@ impl Executor {
         let mut rng = (ctx.run_seed).map(|s| s ^ (u64::from(program.stream) + 1) << 32 | 1);
         let mut delay = || {
             if let Some(state) = &mut rng {
-                let us = next_random(state) % 200;
-                std::thread::sleep(std::time::Duration::from_micros(us));
+                self.inject_delay(state);
             }
         };
         for seg in &program.segments {

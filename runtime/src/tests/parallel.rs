@@ -126,6 +126,7 @@ fn delayed_streams_give_the_same_bits() {
         rt.run().unwrap();
         let got: Vec<Vec<u32>> = names.iter().map(|n| bits(&rt, n)).collect();
         assert_eq!(got, want, "fault injection seed {seed}");
+        assert!(rt.injected_delays() > 0, "seed {seed}: no delay injected");
     }
 }
 
