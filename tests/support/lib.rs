@@ -6,6 +6,7 @@ pub mod generation;
 pub mod gguf_writer;
 pub mod models;
 pub mod outputs;
+pub mod overlap;
 pub mod random_graph;
 pub mod references;
 pub mod rpc_server;

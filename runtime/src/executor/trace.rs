@@ -67,4 +67,68 @@ impl Trace {
     pub fn length_ns(&self) -> u64 {
         self.spans.iter().map(|s| s.end_ns).max().unwrap_or(0)
     }
+
+    /// The ns during which streams `a` and `b` both ran a step or copy: the
+    /// evidence that two streams really ran at the same time.
+    pub fn overlap_ns(&self, a: u32, b: u32) -> u64 {
+        let (a, b) = (self.busy_intervals(a), self.busy_intervals(b));
+        let (mut i, mut j, mut both) = (0, 0, 0);
+        while i < a.len() && j < b.len() {
+            let (start, end) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+            both += end.saturating_sub(start);
+            if a[i].1 < b[j].1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        both
+    }
+
+    /// `stream`'s steps and copies as sorted, disjoint [start, end) intervals.
+    fn busy_intervals(&self, stream: u32) -> Vec<(u64, u64)> {
+        let mut spans: Vec<(u64, u64)> = (self.spans.iter())
+            .filter(|s| s.stream == stream && matches!(s.kind, SpanKind::Step(_)))
+            .map(|s| (s.start_ns, s.end_ns.max(s.start_ns)))
+            .collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+        for (start, end) in spans {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(stream: u32, start_ns: u64, end_ns: u64) -> TraceSpan {
+        TraceSpan::step(stream, 0, start_ns, end_ns)
+    }
+
+    #[test]
+    fn overlap_counts_only_time_both_streams_ran_steps() {
+        let mut t = Trace {
+            spans: vec![
+                span(0, 0, 10),
+                span(0, 5, 20), // overlaps its own stream: merged to [0, 20)
+                span(0, 30, 40),
+                span(1, 15, 35), // meets [0, 20) for 5 and [30, 40) for 5
+                span(1, 38, 50), // 2 more
+                span(2, 0, 100),
+            ],
+        };
+        assert_eq!(t.overlap_ns(0, 1), 12);
+        assert_eq!(t.overlap_ns(1, 0), 12);
+        assert_eq!(t.overlap_ns(0, 2), 30);
+        assert_eq!(t.overlap_ns(0, 3), 0);
+        // Waits are not work.
+        t.spans.push(TraceSpan::wait(3, &[0], 0, 100));
+        assert_eq!(t.overlap_ns(0, 3), 0);
+    }
 }
