@@ -9,10 +9,11 @@
 #       output read goes through instrumented code, so a plan that makes the
 #       runtime read or write outside its arenas stops with a report.
 # miri: the code Miri can interpret, in target/miri:
-#       - ggplan-concurrency: the pool, its barrier, the host events (unit tests);
-#       - ggplan-runtime: aligned buffers (memory::), the executor's claims, the
-#         CPU device's tensor set/get with offsets and its async events, and
-#         its NUMA binding; a selection that runs no test fails;
+#       - ggplan-concurrency: the pool, its barrier, the host events and the
+#         executor's copy claims (unit tests);
+#       - ggplan-runtime: aligned buffers (memory::), the CPU device's tensor
+#         set/get with offsets and its async events, and its NUMA binding; a
+#         selection that runs no test fails;
 #       Miri cannot run, and this script leaves out: the LLVM JIT (machine code
 #       it generates at run time), the matmul kernels (AVX2/AVX-512 intrinsics
 #       through gemm and our own), the file readers over memory maps (mmap is
@@ -58,7 +59,7 @@ run_miri() {
   # moved module must not quietly drop out of Miri's view. The CPU device's
   # own tests are device::cpu::tests and ::numa; the rest of device::cpu is
   # the kernel library (JIT, SIMD matmul), which Miri cannot run.
-  for selection in memory:: executor::claims device::cpu::tests device::cpu::numa; do
+  for selection in memory:: device::cpu::tests device::cpu::numa; do
     miri_runtime_tests "$selection"
   done
 }

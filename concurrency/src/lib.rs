@@ -11,7 +11,10 @@
 //!   is posted (no lost wake-up); dropping the pool joins every worker;
 //! - events: [`Event::record`] happens-before the return of every
 //!   [`Event::wait`] that sees it; an abort (the flag, then
-//!   [`Event::wake_all`]) ends every wait; no wake-up is lost.
+//!   [`Event::wake_all`]) ends every wait; no wake-up is lost;
+//! - copy claims ([`CopyProgress`], the executor's copy segments that any
+//!   waiting thread may run): each segment runs exactly once, in stream
+//!   order, and whoever sees it finished sees what it wrote.
 //!
 //! None of this relies on SeqCst: loom treats SeqCst as AcqRel, so a proof
 //! here holds for the orderings as written. Built with `--cfg loom`, `shim`
@@ -19,12 +22,14 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p ggplan-concurrency --release --test loom`.
 
 mod barrier;
+mod claims;
 mod ctx;
 mod event;
 mod pool;
 mod shim;
 
 pub use barrier::SpinBarrier;
+pub use claims::CopyProgress;
 pub use ctx::{ThreadCtx, share};
 pub use event::{Aborted, Event};
 pub use pool::ThreadPool;

@@ -1,4 +1,4 @@
-//! Model checks of the pool, its barrier and the host events (the invariants
+//! Model checks of the pool, its barrier, the host events and the copy claims (the invariants
 //! are in the crate doc). Each model is small (two threads, one or two jobs),
 //! small enough for loom to explore every interleaving with no preemption
 //! bound (about 25,000 for the largest; the file runs in about two seconds):
@@ -9,7 +9,7 @@
 //! added this file lists what was broken for each.
 #![cfg(loom)]
 
-use concurrency::{Aborted, Event, SpinBarrier, ThreadPool};
+use concurrency::{Aborted, CopyProgress, Event, SpinBarrier, ThreadPool};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicUsize};
 use loom::thread;
@@ -172,5 +172,45 @@ fn event_reset_between_runs_waits_for_the_next_record() {
             recorder.join().unwrap();
             event.reset();
         }
+    });
+}
+
+#[test]
+fn copy_segments_run_once_in_order_and_their_writes_are_seen() {
+    /// A thread helping with a copy stream of two segments as the executor's
+    /// `help_until` does: the next unfinished segment, if nobody runs it, is
+    /// claimed, run (a Relaxed write of its slot) and finished.
+    fn help(p: &CopyProgress, slots: &[AtomicUsize; 2], runs: &[AtomicUsize; 2]) {
+        loop {
+            let k = p.finished();
+            if k == 2 {
+                break;
+            }
+            if p.is_next_unclaimed(k) && p.claim(k) {
+                assert_eq!(runs[k].fetch_add(1, Relaxed), 0, "segment {k} ran twice");
+                if k == 1 {
+                    // Stream order: segment 0 finished, and its bytes are here.
+                    assert_eq!(slots[0].load(Relaxed), 1);
+                }
+                slots[k].store(1, Relaxed);
+                p.finish(k);
+            } else {
+                thread::yield_now();
+            }
+        }
+        // Whoever sees the stream finished sees every segment's bytes.
+        assert_eq!((slots[0].load(Relaxed), slots[1].load(Relaxed)), (1, 1));
+    }
+    check(|| {
+        let p = Arc::new(CopyProgress::default());
+        let runs = Arc::new(slots());
+        let slots = Arc::new(slots());
+        let other = thread::spawn({
+            let (p, slots, runs) = (Arc::clone(&p), Arc::clone(&slots), Arc::clone(&runs));
+            move || help(&p, &slots, &runs)
+        });
+        help(&p, &slots, &runs);
+        other.join().unwrap();
+        assert_eq!((runs[0].load(Relaxed), runs[1].load(Relaxed)), (1, 1));
     });
 }

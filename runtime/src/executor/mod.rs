@@ -33,7 +33,6 @@
 //! starts after a random delay of up to 200 µs, so runs explore other
 //! interleavings; outputs must not change.
 
-pub mod claims;
 pub mod event;
 pub mod programs;
 pub mod trace;
@@ -41,7 +40,7 @@ pub mod trace;
 use crate::device::Device;
 use crate::device::cpu::ThreadPool;
 use crate::steps::PreparedStep;
-use claims::CopyProgress;
+use concurrency::CopyProgress;
 use event::{Aborted, Event};
 use ir::plan::{Plan, StreamKind};
 pub use programs::{Segment, StreamProgram, programs};

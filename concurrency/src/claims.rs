@@ -16,14 +16,26 @@
 //!   the thread that claimed it never blocks inside it;
 //! - its events are recorded before `finished` becomes `k + 1` (Release), so
 //!   whoever sees `finished > k` (Acquire) sees the copy's bytes.
+//!
+//! It lives here, beside the events, so that `tests/loom.rs` checks this code
+//! (the runtime's executor uses it as is).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::shim::AtomicUsize;
+use std::sync::atomic::Ordering;
 
 /// Progress of one copy stream in one run.
-#[derive(Default)]
 pub struct CopyProgress {
     claimed: AtomicUsize,
     finished: AtomicUsize,
+}
+
+impl Default for CopyProgress {
+    fn default() -> CopyProgress {
+        CopyProgress {
+            claimed: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl CopyProgress {
@@ -58,7 +70,7 @@ impl CopyProgress {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
