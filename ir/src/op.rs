@@ -4,13 +4,12 @@
 //! the build everywhere a decision about it must be made. Shape and dtype rules
 //! live in [`crate::rules`]; numeric semantics in `kernels::reference`.
 
-use crate::plan::{BinaryFn, UnaryFn};
 use serde::{Deserialize, Serialize};
 
 /// The pattern of every elementwise op of one source, the one list of them:
 /// `match op { unary_op!() => .., _ => .. }` in `ir::rules`, the compiler's
 /// cost and liveness models and the CPU kernels' dispatch. A new unary op is
-/// added here, to [`Op::unary_fn`] and to [`UnaryFn`] (whose matches are
+/// added here, to [`Op::unary_fn`] and to [`crate::plan::UnaryFn`] (whose matches are
 /// exhaustive, so every evaluator is then told by the compiler).
 #[macro_export]
 macro_rules! unary_op {
@@ -84,17 +83,6 @@ pub enum GluKind {
     GeGlu,
     /// gelu(gate) * up, exact erf form.
     GeGluErf,
-}
-
-impl GluKind {
-    /// The activation applied to the gate.
-    pub fn activation(self) -> UnaryFn {
-        match self {
-            GluKind::SwiGlu => UnaryFn::Silu,
-            GluKind::GeGlu => UnaryFn::Gelu,
-            GluKind::GeGluErf => UnaryFn::GeluErf,
-        }
-    }
 }
 
 /// One operation of the graph.
@@ -316,37 +304,9 @@ impl Op {
         matches!(self, unary_op!())
     }
 
-    /// The elementwise function a one-source op applies, which fused kernels,
-    /// the JIT and CUDA code generation evaluate; `None` for any other op.
-    pub fn unary_fn(&self) -> Option<UnaryFn> {
-        Some(match *self {
-            Op::Scale { scale, bias } => UnaryFn::Scale { scale, bias },
-            Op::Sqr => UnaryFn::Sqr,
-            Op::Sqrt => UnaryFn::Sqrt,
-            Op::Silu => UnaryFn::Silu,
-            Op::Gelu => UnaryFn::Gelu,
-            Op::GeluErf => UnaryFn::GeluErf,
-            Op::Relu => UnaryFn::Relu,
-            Op::Tanh => UnaryFn::Tanh,
-            _ => return None,
-        })
-    }
-
-    /// The function a two-source elementwise op applies (src1 broadcast over
-    /// src0); `None` for any other op.
-    pub fn binary_fn(&self) -> Option<BinaryFn> {
-        Some(match self {
-            Op::Add => BinaryFn::Add,
-            Op::Sub => BinaryFn::Sub,
-            Op::Mul => BinaryFn::Mul,
-            Op::Div => BinaryFn::Div,
-            _ => return None,
-        })
-    }
-
     /// Elementwise ops of two sources with src1 broadcast over src0.
     pub fn is_binary(&self) -> bool {
-        self.binary_fn().is_some()
+        matches!(self, Op::Add | Op::Sub | Op::Mul | Op::Div)
     }
 }
 

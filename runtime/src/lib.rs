@@ -15,6 +15,7 @@ pub mod error;
 mod execute;
 pub mod executor;
 mod load;
+mod load_options;
 
 pub mod memory;
 pub mod runtime;

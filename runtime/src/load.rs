@@ -12,8 +12,8 @@
 
 use crate::RuntimeError;
 use crate::device::{Device, PrepareCtx, TensorBytes, WeightPlacement, WeightRequest};
+use crate::load_options::LoadOptions;
 use crate::memory::available_bytes;
-use crate::runtime::{LoadOptions, layout_of};
 use crate::steps::{PreparedStep, prepare_all};
 use crate::weights::Weights;
 use ir::Role;
@@ -85,7 +85,7 @@ pub(crate) fn place_tensors<'w>(
         if !matches!(pt.placement, Placement::Arena { .. }) {
             continue;
         }
-        let layout = layout_of(plan, t as u32);
+        let layout = pt.layout();
         let device = &devices[pt.device.index()];
         match pt.role {
             Role::Weight => {
@@ -177,7 +177,7 @@ pub(crate) fn add_constants(plan: &Plan, writes: &mut Vec<(u32, Cow<'_, [u8]>)>)
         if let (Role::Constant, Some(init), Placement::Arena { .. }) =
             (pt.role, &pt.init, pt.placement)
         {
-            let bytes = kernels::evaluate::constant_leaf(init, &layout_of(plan, t as u32));
+            let bytes = kernels::evaluate::constant_leaf(init, &pt.layout());
             writes.push((t as u32, Cow::Owned(bytes)));
         }
     }

@@ -9,6 +9,7 @@
 //! - a row normalisation (`RmsNorm`, `Norm`) applies to an input whose rows have
 //!   the output's ne0, and reduces over that row before the elementwise body.
 
+use crate::op::{GluKind, Op};
 use serde::{Deserialize, Serialize};
 
 /// A one-argument elementwise function.
@@ -87,4 +88,47 @@ pub struct FusedKernel {
     pub nodes: Vec<u32>,
     /// The expression, output last.
     pub body: Vec<Expr>,
+}
+
+/// The functions ops apply, as fused bodies name them: here, beside
+/// [`UnaryFn`] and [`BinaryFn`], so that `op.rs` does not depend on the plan.
+impl Op {
+    /// The elementwise function a one-source op applies, which fused kernels,
+    /// the JIT and CUDA code generation evaluate; `None` for any other op.
+    pub fn unary_fn(&self) -> Option<UnaryFn> {
+        Some(match *self {
+            Op::Scale { scale, bias } => UnaryFn::Scale { scale, bias },
+            Op::Sqr => UnaryFn::Sqr,
+            Op::Sqrt => UnaryFn::Sqrt,
+            Op::Silu => UnaryFn::Silu,
+            Op::Gelu => UnaryFn::Gelu,
+            Op::GeluErf => UnaryFn::GeluErf,
+            Op::Relu => UnaryFn::Relu,
+            Op::Tanh => UnaryFn::Tanh,
+            _ => return None,
+        })
+    }
+
+    /// The function a two-source elementwise op applies (src1 broadcast over
+    /// src0); `None` for any other op.
+    pub fn binary_fn(&self) -> Option<BinaryFn> {
+        Some(match self {
+            Op::Add => BinaryFn::Add,
+            Op::Sub => BinaryFn::Sub,
+            Op::Mul => BinaryFn::Mul,
+            Op::Div => BinaryFn::Div,
+            _ => return None,
+        })
+    }
+}
+
+impl GluKind {
+    /// The activation applied to the gate.
+    pub fn activation(self) -> UnaryFn {
+        match self {
+            GluKind::SwiGlu => UnaryFn::Silu,
+            GluKind::GeGlu => UnaryFn::Gelu,
+            GluKind::GeGluErf => UnaryFn::GeluErf,
+        }
+    }
 }
