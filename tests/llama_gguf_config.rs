@@ -220,6 +220,35 @@ fn unknown_architectures_and_bad_tensors_are_named() {
     );
     assert!(e.contains("tensors 'a.weight' and 'b.weight'"), "{e}");
 
+    // A hyperparameter the builder does not read, and a vocabulary size that
+    // disagrees with the embedding.
+    let e = err(
+        "llama",
+        Options {
+            extra: vec![
+                ("rope.scaling.factor", Meta::F32(8.0)),
+                ("attention.sliding_window", Meta::U32(4096)),
+            ],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("'llama.attention.sliding_window', 'llama.rope.scaling.factor'")
+            && e.contains("does not model"),
+        "{e}"
+    );
+    let e = err(
+        "llama",
+        Options {
+            extra: vec![("vocab_size", Meta::U32(17))],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("'llama.vocab_size'") && e.contains("16 rows"),
+        "{e}"
+    );
+
     // Mixtral: a llama with experts.
     let e = err(
         "llama",

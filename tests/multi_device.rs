@@ -14,6 +14,7 @@ use compiler::placement::PlacementOptions;
 use compiler::target::Target;
 use ggplan_tests::example_graph_files;
 use ggplan_tests::outputs::{bits, nmse_f32 as nmse, outputs};
+use ggplan_tests::overlap::MIN_OVERLAP;
 use ir::plan::Plan;
 use runtime::{LoadOptions, Runtime, RuntimeError, Weights};
 use std::sync::Arc;
@@ -173,11 +174,6 @@ fn pipelined_devices_compute_at_the_same_time() {
         "the devices overlapped for {share:.2}"
     );
 }
-
-/// The least share of the less busy device's step time that the two compute
-/// streams must run together in the best of 10 runs (measured here: see the
-/// tests' output; a sequential executor gives 0).
-const MIN_OVERLAP: f64 = 0.2;
 
 #[test]
 fn a_plan_missing_one_wait_is_refused_at_load() {

@@ -167,7 +167,7 @@ fn row_split_devices_compute_at_the_same_time() {
             graph.name
         );
         assert!(
-            share >= 0.2,
+            share >= ggplan_tests::overlap::MIN_OVERLAP,
             "{}: the devices overlapped for {share:.2}",
             graph.name
         );

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{example, ggplan, scratch_dir, text};
+use common::{example, ggplan, ggplan_ok, scratch_dir, text};
 use std::path::Path;
 
 #[test]
@@ -239,21 +239,18 @@ fn terminal_output_is_words_not_debug_forms() {
     ];
     let ggml = dir.join("ggml.ron").display().to_string();
     for (policy, file) in [("cost", &plan), ("ggml", &ggml)] {
-        let out = ggplan(&[&args[..], &["--policy", policy, "-o", file]].concat());
-        assert!(out.status.success(), "{}", text(&out));
+        ggplan_ok(&[&args[..], &["--policy", policy, "-o", file]].concat());
     }
-    let mut printed = String::new();
-    for cmd in [
+    let printed: String = [
         &["show", &plan][..],
         &["explain", &plan],
         &["explain", &plan, "l1.kq"],
         &["explain", &plan, "tok_embd"],
         &["diff", &ggml, &plan],
-    ] {
-        let out = ggplan(cmd);
-        assert!(out.status.success(), "{cmd:?}: {}", text(&out));
-        printed += &text(&out);
-    }
+    ]
+    .iter()
+    .map(|cmd| ggplan_ok(cmd))
+    .collect();
     assert!(
         printed.contains("waits for event") && printed.contains("records event"),
         "{printed}"

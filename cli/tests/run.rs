@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{example, ggplan, scratch_dir, text};
+use common::{example, ggplan, ggplan_ok, scratch_dir, text};
 use std::path::Path;
 
 /// Compiles examples/graphs/`name` for `target` into `dir`.
@@ -166,13 +166,14 @@ fn run_trace_writes_one_track_per_stream_and_an_event_per_step_copy_and_wait() {
         "--split-mode",
         "layer",
     ];
-    let out = ggplan(&[&args[..], &["--pipeline", "2", "-o", &p]].concat());
-    assert!(out.status.success(), "{}", text(&out));
+    ggplan_ok(&[&args[..], &["--pipeline", "2", "-o", &p]].concat());
     let trace = dir.join("trace.json");
     let t = trace.to_str().unwrap();
-    let out = ggplan(&["run", &p, "--random-weights", "1", "--trace", t]);
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("cpu1 compute") && text(&out).contains("busy"));
+    let printed = ggplan_ok(&["run", &p, "--random-weights", "1", "--trace", t]);
+    assert!(
+        printed.contains("cpu1 compute") && printed.contains("busy"),
+        "{printed}"
+    );
 
     let plan = ir::plan::read_plan(Path::new(&p)).unwrap();
     let json: serde_json::Value =

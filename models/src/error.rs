@@ -93,12 +93,10 @@ pub enum Error {
 fn quote_list(names: &[String]) -> String {
     const SHOWN: usize = 8;
     let quoted: Vec<String> = names.iter().take(SHOWN).map(|n| format!("'{n}'")).collect();
-    match names.len() {
-        1 => format!("tensor {}", quoted[0]),
-        n if n <= SHOWN => {
-            let (last, rest) = quoted.split_last().expect("two or more");
-            format!("tensors {} and {last}", rest.join(", "))
-        }
-        n => format!("tensors {} and {} more", quoted.join(", "), n - SHOWN),
+    match (names.len(), quoted.split_last()) {
+        (_, None) => "no tensor".to_string(),
+        (1, Some((only, _))) => format!("tensor {only}"),
+        (n, Some((last, rest))) if n <= SHOWN => format!("tensors {} and {last}", rest.join(", ")),
+        (n, _) => format!("tensors {} and {} more", quoted.join(", "), n - SHOWN),
     }
 }

@@ -46,6 +46,28 @@ impl<'a> GgufMeta<'a> {
         }
     }
 
+    /// Refuses every `{arch}.*` key whose suffix is not in `understood`: a
+    /// hyperparameter the builder does not model (a rope scaling factor, a
+    /// sliding window, ...) would make the graph another model in silence.
+    pub(crate) fn refuse_unknown_keys(&self, arch: &str, understood: &[&str]) -> Result<(), Error> {
+        let prefix = format!("{arch}.");
+        let unknown: Vec<String> = (self.file.metadata().keys())
+            .filter(|k| {
+                k.strip_prefix(&prefix)
+                    .is_some_and(|s| !understood.contains(&s))
+            })
+            .map(|k| format!("'{k}'"))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(self.unsupported(format!(
+            "metadata this builder does not model, so the file is refused rather than run \
+             without it: {}",
+            unknown.join(", ")
+        )))
+    }
+
     pub(crate) fn unsupported(&self, reason: String) -> Error {
         Error::Unsupported {
             file: self.path.clone(),
@@ -166,7 +188,8 @@ impl<'a> GgufMeta<'a> {
 
     /// Every weight of `graph` is in the file with the dtype and shape the
     /// graph declares, and every tensor of the file is a weight of `graph`
-    /// (else [`Error::UnusedTensors`] lists those it is not). `graph` is the result of building the model: a build
+    /// (else [`Error::UnusedTensors`] lists those it is not). `graph` is the
+    /// result of building the model: a build
     /// error means the file's hyperparameters do not form a graph. When only
     /// the dtype differs, `dtype_rule` (which weights share which dtype) is
     /// added to the message.

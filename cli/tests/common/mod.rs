@@ -24,6 +24,14 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// Runs `ggplan` with `args`, which must succeed; returns what it printed.
+pub fn ggplan_ok(args: &[&str]) -> String {
+    let out = ggplan(args);
+    let printed = text(&out);
+    assert!(out.status.success(), "{args:?}: {printed}");
+    printed
+}
+
 /// Runs `ggplan` with `args`, which must fail as bad input does (exit code
 /// 1, no panic); returns what it printed.
 pub fn ggplan_error(args: &[&str]) -> String {

@@ -9,8 +9,10 @@
 //!   the graph declares is checked against the file (name, dtype, shape), so a
 //!   returned config always binds (block matrices may differ in dtype, as in
 //!   llama.cpp's Q4_K_M files: each takes its own, `LlamaConfig::matrix_dtypes`);
-//! - a tensor of the file the graph does not use (Llama 3's `rope_freqs.weight`)
-//!   and a nonzero `{arch}.expert_count` are refused by name, never ignored;
+//! - a tensor of the file the graph does not use (Llama 3's `rope_freqs.weight`),
+//!   an `{arch}.*` key it does not read (`rope.scaling.factor`, a sliding
+//!   window, ...) and a nonzero `{arch}.expert_count` are refused by name,
+//!   never ignored;
 //! - a missing or ill-typed key is an error naming the key and the file; nothing
 //!   is guessed except the defaults llama.cpp itself uses (rope base 10000, rope
 //!   over the whole head, head width `n_embd / n_head`).
@@ -116,6 +118,30 @@ impl LlamaConfig {
             )));
         }
 
+        // Every other `{arch}.*` key is refused by name. The training context
+        // bounds nothing here (the graph's context is chosen when it is
+        // built, as llama.cpp's --ctx-size is); the vocabulary size is checked
+        // against the token embedding below.
+        meta.refuse_unknown_keys(
+            arch,
+            &[
+                "block_count",
+                "embedding_length",
+                "attention.head_count",
+                "attention.head_count_kv",
+                "feed_forward_length",
+                "attention.layer_norm_rms_epsilon",
+                "rope.freq_base",
+                "attention.key_length",
+                "attention.value_length",
+                "rope.dimension_count",
+                "rope.scaling.type",
+                "expert_count",
+                "context_length",
+                "vocab_size",
+            ],
+        )?;
+
         let names = LlamaNames::Gguf;
         let embd = meta.tensor(&names.token_embd())?;
         if embd.ne[0] != n_embd {
@@ -126,6 +152,14 @@ impl LlamaConfig {
                     embd.ne[0],
                     key("embedding_length")
                 ),
+            ));
+        }
+        if let Some(n_vocab) = meta.opt_u64(&key("vocab_size"))?
+            && n_vocab != embd.ne[1] as u64
+        {
+            return Err(meta.bad(
+                &key("vocab_size"),
+                format!("is {n_vocab}, but '{}' has {} rows", embd.name, embd.ne[1]),
             ));
         }
         let output = file.tensor_info(&names.output());

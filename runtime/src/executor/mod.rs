@@ -15,8 +15,9 @@
 //! any step, and a copy thread would take turns with the compute threads on
 //! the same cores (two thread switches per split boundary, measured by the
 //! `split_boundaries` bench). A thread that waits for a copy's event runs the
-//! copy stream's segments up to it itself (*helping*, see [`concurrency::CopyProgress`]: each
-//! copy runs once, in its stream's order, after its own waits); copies nobody
+//! copy stream's segments up to it itself (*helping*, see
+//! [`concurrency::CopyProgress`]: each copy runs once, in its stream's order,
+//! after its own waits); copies nobody
 //! waited for run on the caller after the streams finish. A device whose
 //! copies run on their own engine (CUDA) will bring a copy stream thread back.
 //!
