@@ -15,12 +15,17 @@
 //! - a segment is claimed only once every event it waits on was recorded, so
 //!   the thread that claimed it never blocks inside it;
 //! - its events are recorded before `finished` becomes `k + 1` (Release), so
-//!   whoever sees `finished > k` (Acquire) sees the copy's bytes.
+//!   whoever sees `finished > k` (Acquire) sees the copy's bytes;
+//! - a helper ([`CopyProgress::help_until`]) returns only when its segment
+//!   finished or the run was aborted: a segment claimed by a thread that
+//!   then panicked never finishes, and the raised [`Abort`] ends the wait.
 //!
 //! It lives here, beside the events, so that `tests/loom.rs` checks this code
 //! (the runtime's executor uses it as is).
 
-use crate::shim::AtomicUsize;
+use crate::abort::Abort;
+use crate::event::Aborted;
+use crate::shim::{AtomicUsize, relax_often};
 use std::sync::atomic::Ordering;
 
 /// Progress of one copy stream in one run.
@@ -68,6 +73,42 @@ impl CopyProgress {
     pub fn finish(&self, k: usize) {
         self.finished.store(k + 1, Ordering::Release);
     }
+
+    /// Returns once segment `k` finished, running the stream's unfinished
+    /// segments up to it in order on this thread: for the next one nobody
+    /// runs yet, `wait_sources(cx, next)` waits on its events (helping
+    /// other streams as it likes), then a claim, `run(cx, next)` (the copy,
+    /// its events recorded) and [`Self::finish`]. A segment another thread
+    /// claimed is short (its sources were ready), so this thread spins.
+    /// `Err` when `abort` was raised first.
+    pub fn help_until<C>(
+        &self,
+        k: usize,
+        abort: &Abort,
+        cx: &mut C,
+        mut wait_sources: impl FnMut(&mut C, usize) -> Result<(), Aborted>,
+        mut run: impl FnMut(&mut C, usize),
+    ) -> Result<(), Aborted> {
+        let mut spins = 0u32;
+        loop {
+            let next = self.finished();
+            if next > k {
+                return Ok(());
+            }
+            if abort.is_raised() {
+                return Err(Aborted);
+            }
+            if self.is_next_unclaimed(next) {
+                wait_sources(cx, next)?;
+                if self.claim(next) {
+                    run(cx, next);
+                    self.finish(next);
+                }
+                continue;
+            }
+            relax_often(&mut spins);
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -86,6 +127,62 @@ mod tests {
         assert!(p.claim(1));
         p.reset();
         assert!(p.is_next_unclaimed(0));
+    }
+
+    #[test]
+    fn a_helper_runs_every_segment_up_to_its_own_after_their_sources() {
+        let p = CopyProgress::default();
+        let abort = Abort::default();
+        let mut log = Vec::new();
+        let helped = p.help_until(
+            1,
+            &abort,
+            &mut log,
+            |log, k| {
+                log.push(("sources", k));
+                Ok(())
+            },
+            |log, k| log.push(("run", k)),
+        );
+        assert_eq!(helped, Ok(()));
+        let expected = [("sources", 0), ("run", 0), ("sources", 1), ("run", 1)];
+        assert_eq!(log, expected);
+        assert_eq!(p.finished(), 2);
+        // Already finished: nothing runs again.
+        let again = p.help_until(
+            0,
+            &abort,
+            &mut log,
+            |_, _| unreachable!(),
+            |_, _| unreachable!(),
+        );
+        assert_eq!(again, Ok(()));
+    }
+
+    #[test]
+    fn an_aborted_run_ends_a_helper_and_a_failed_source_runs_nothing() {
+        let p = CopyProgress::default();
+        let abort = Abort::default();
+        let failed = p.help_until(
+            0,
+            &abort,
+            &mut (),
+            |_, _| Err(Aborted),
+            |_, _| unreachable!(),
+        );
+        assert_eq!(failed, Err(Aborted));
+        assert!(p.is_next_unclaimed(0), "nothing claimed");
+        // A thread claimed segment 0, then panicked and aborted the run.
+        assert!(p.claim(0));
+        abort.raise(&[]);
+        let ended = p.help_until(
+            0,
+            &abort,
+            &mut (),
+            |_, _| unreachable!(),
+            |_, _| unreachable!(),
+        );
+        assert_eq!(ended, Err(Aborted));
     }
 
     #[test]

@@ -13,11 +13,12 @@
 //! it (Release/Acquire on `state`); a waiter counts itself as a sleeper only
 //! under the lock and only while the event is not done (one compare-and-swap),
 //! and a recorder that sees a sleeper notifies under the lock, so no wake-up is
-//! lost; `reset` runs only between runs, when no stream is running; whoever
-//! sets a wait's `abort` flag then calls [`Event::wake_all`], so a stream that
-//! panicked never leaves the others waiting forever.
+//! lost; `reset` runs only between runs, when no stream is running; an
+//! [`Abort`] sets its flag and then calls [`Event::wake_all`], so a stream
+//! that panicked never leaves the others waiting forever.
 
-use crate::shim::{AtomicBool, AtomicUsize, Condvar, Mutex, lock, relax_often, spin_limit, wait};
+use crate::abort::Abort;
+use crate::shim::{AtomicUsize, Condvar, Mutex, lock, relax_often, spin_limit, wait};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 /// Spins before a waiter sleeps (a few microseconds).
@@ -56,10 +57,9 @@ impl Event {
         self.state.load(Acquire) & DONE != 0
     }
 
-    /// Waits until the event is recorded, or `abort` is set (then `Err`).
-    /// Whoever sets `abort` must then call [`Event::wake_all`]: a sleeping
-    /// waiter sees the flag only when woken.
-    pub fn wait(&self, abort: &AtomicBool) -> Result<(), Aborted> {
+    /// Waits until the event is recorded, or `abort` is raised (then `Err`;
+    /// [`Abort::raise`] wakes a sleeping waiter so that it sees the flag).
+    pub fn wait(&self, abort: &Abort) -> Result<(), Aborted> {
         let mut spins = 0;
         while spins < SPINS {
             if self.is_done() {
@@ -73,15 +73,15 @@ impl Event {
             if state & DONE != 0 {
                 return Ok(());
             }
-            if abort.load(Acquire) {
+            if abort.is_raised() {
                 return Err(Aborted);
             }
             // Count this thread as a sleeper only if the event is still not
             // done: a `record` after this sees the sleeper and notifies under
             // `lock`, which this thread releases only inside `wait`; a
-            // `record` before it makes the exchange fail. `wake_all` sets its
-            // flag before it takes `lock`, so it too is either seen above or
-            // notifies this sleeper. No timeout is needed (tests/loom.rs
+            // `record` before it makes the exchange fail. An abort sets its
+            // flag before `wake_all` takes `lock`, so it too is either seen
+            // above or notifies this sleeper. No timeout is needed (tests/loom.rs
             // proves every order).
             let counted = self
                 .state
@@ -118,7 +118,7 @@ mod tests {
         for delay_us in [0u64, 50, 20_000] {
             let event = Arc::new(Event::default());
             let data = Arc::new(AtomicU64::new(0));
-            let abort = AtomicBool::new(false);
+            let abort = Abort::default();
             let (e, d) = (Arc::clone(&event), Arc::clone(&data));
             let recorder = std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_micros(delay_us));
@@ -134,12 +134,11 @@ mod tests {
     #[test]
     fn an_abort_ends_a_wait_that_would_never_end() {
         let event = Event::default();
-        let abort = AtomicBool::new(false);
+        let abort = Abort::default();
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(20));
-                abort.store(true, Release);
-                event.wake_all();
+                abort.raise(std::slice::from_ref(&event));
             });
             assert_eq!(event.wait(&abort), Err(Aborted));
         });

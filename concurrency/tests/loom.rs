@@ -1,5 +1,5 @@
-//! Model checks of the pool, its barrier, the host events and the copy claims (the invariants
-//! are in the crate doc). Each model is small (two threads, one or two jobs),
+//! Model checks of the pool, its barrier, the host events, the copy claims
+//! and the executor's help/abort loop (the invariants are in the crate doc). Each model is small (two threads, one or two jobs),
 //! small enough for loom to explore every interleaving with no preemption
 //! bound (about 25,000 for the largest; the file runs in about two seconds):
 //! `RUSTFLAGS="--cfg loom" cargo test -p ggplan-concurrency --release --test loom`.
@@ -9,11 +9,11 @@
 //! added this file lists what was broken for each.
 #![cfg(loom)]
 
-use concurrency::{Aborted, CopyProgress, Event, SpinBarrier, ThreadPool};
+use concurrency::{Abort, Aborted, CopyProgress, Event, SpinBarrier, ThreadPool};
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicBool, AtomicUsize};
+use loom::sync::atomic::AtomicUsize;
 use loom::thread;
-use std::sync::atomic::Ordering::{Relaxed, Release};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Explores every interleaving of `model`. No preemption bound: the models
 /// are small enough to check exhaustively (a bound of 3 visits under a
@@ -129,7 +129,7 @@ fn event_wait_sees_the_writes_made_before_the_record() {
                 event.record();
             }
         });
-        assert_eq!(event.wait(&AtomicBool::new(false)), Ok(()));
+        assert_eq!(event.wait(&Abort::default()), Ok(()));
         assert_eq!(data.load(Relaxed), 42);
         recorder.join().unwrap();
     });
@@ -139,14 +139,11 @@ fn event_wait_sees_the_writes_made_before_the_record() {
 fn event_wait_ends_on_an_abort() {
     check(|| {
         let event = Arc::new(Event::default());
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = Arc::new(Abort::default());
         let aborter = thread::spawn({
             let (event, abort) = (Arc::clone(&event), Arc::clone(&abort));
-            move || {
-                // What the executor does when a stream panics.
-                abort.store(true, Release);
-                event.wake_all();
-            }
+            // What the executor does when a stream panics.
+            move || abort.raise(std::slice::from_ref(&event))
         });
         assert_eq!(event.wait(&abort), Err(Aborted));
         aborter.join().unwrap();
@@ -158,7 +155,7 @@ fn event_reset_between_runs_waits_for_the_next_record() {
     check(|| {
         let event = Arc::new(Event::default());
         let data = Arc::new(AtomicUsize::new(0));
-        let abort = AtomicBool::new(false);
+        let abort = Abort::default();
         for run in 1..=2 {
             let recorder = thread::spawn({
                 let (event, data) = (Arc::clone(&event), Arc::clone(&data));
@@ -212,5 +209,127 @@ fn copy_segments_run_once_in_order_and_their_writes_are_seen() {
         help(&p, &slots, &runs);
         other.join().unwrap();
         assert_eq!((runs[0].load(Relaxed), runs[1].load(Relaxed)), (1, 1));
+    });
+}
+
+/// The executor's copy stream in miniature, driven through the real
+/// [`CopyProgress::help_until`]: segment `k` copies `source[k]` into
+/// `copied[k]`, and segment 0's source is written by a compute stream that
+/// records `ready` after it.
+struct CopyStream {
+    progress: CopyProgress,
+    abort: Abort,
+    ready: Event,
+    source: [AtomicUsize; 2],
+    copied: [AtomicUsize; 2],
+    runs: [AtomicUsize; 2],
+}
+
+impl CopyStream {
+    fn new() -> CopyStream {
+        CopyStream {
+            progress: CopyProgress::default(),
+            abort: Abort::default(),
+            ready: Event::default(),
+            source: slots(),
+            copied: slots(),
+            runs: slots(),
+        }
+    }
+
+    /// Waits for segment `k` as a compute stream does: helping.
+    fn help_until(&self, k: usize) -> Result<(), Aborted> {
+        self.progress.help_until(
+            k,
+            &self.abort,
+            &mut (),
+            |_, next| {
+                if next == 0 {
+                    self.ready.wait(&self.abort)
+                } else {
+                    Ok(())
+                }
+            },
+            |_, next| {
+                assert_eq!(
+                    self.runs[next].fetch_add(1, Relaxed),
+                    0,
+                    "segment {next} ran twice"
+                );
+                let bytes = self.source[next].load(Relaxed);
+                assert_eq!(bytes, 1, "segment {next} ran before its source was written");
+                self.copied[next].store(bytes, Relaxed);
+            },
+        )
+    }
+}
+
+#[test]
+fn helping_streams_run_each_copy_once_after_its_source_and_see_it() {
+    check(|| {
+        let stream = Arc::new(CopyStream::new());
+        // Segment 1's source is there from the start; segment 0's is written
+        // by the compute stream below.
+        stream.source[1].store(1, Relaxed);
+        let compute = thread::spawn({
+            let stream = Arc::clone(&stream);
+            move || {
+                stream.source[0].store(1, Relaxed);
+                stream.ready.record();
+                // Then it needs segment 1, which follows segment 0.
+                assert_eq!(stream.help_until(1), Ok(()));
+                assert_eq!(stream.copied.each_ref().map(|c| c.load(Relaxed)), [1, 1]);
+            }
+        });
+        // Another compute stream needs segment 0's copy.
+        assert_eq!(stream.help_until(0), Ok(()));
+        assert_eq!(stream.copied[0].load(Relaxed), 1);
+        compute.join().unwrap();
+        assert_eq!(stream.runs.each_ref().map(|r| r.load(Relaxed)), [1, 1]);
+    });
+}
+
+#[test]
+fn an_abort_ends_a_helper_waiting_for_a_source_that_never_comes() {
+    check(|| {
+        let stream = Arc::new(CopyStream::new());
+        // The compute stream that would write segment 0's source panics
+        // before it does: the executor raises the abort.
+        let panicked = thread::spawn({
+            let stream = Arc::clone(&stream);
+            move || stream.abort.raise(std::slice::from_ref(&stream.ready))
+        });
+        assert_eq!(stream.help_until(0), Err(Aborted));
+        panicked.join().unwrap();
+        assert_eq!(
+            stream.runs[0].load(Relaxed),
+            0,
+            "nothing ran without its source"
+        );
+    });
+}
+
+#[test]
+fn an_abort_ends_a_helper_whose_copy_was_claimed_by_a_panicking_stream() {
+    check(|| {
+        let stream = Arc::new(CopyStream::new());
+        stream.source[0].store(1, Relaxed);
+        stream.ready.record();
+        let panicked = thread::spawn({
+            let stream = Arc::clone(&stream);
+            move || {
+                // It claims segment 0, as a helper would, then its copy
+                // panics: the segment never finishes, and the run aborts.
+                if stream.progress.claim(0) {
+                    stream.abort.raise(std::slice::from_ref(&stream.ready));
+                }
+            }
+        });
+        // Either this thread ran the copy first, or the abort ends its wait.
+        match stream.help_until(0) {
+            Ok(()) => assert_eq!(stream.copied[0].load(Relaxed), 1),
+            Err(Aborted) => assert!(stream.abort.is_raised()),
+        }
+        panicked.join().unwrap();
     });
 }

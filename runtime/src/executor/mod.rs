@@ -41,12 +41,12 @@ pub mod trace;
 use crate::device::Device;
 use crate::device::cpu::ThreadPool;
 use crate::steps::PreparedStep;
-use concurrency::CopyProgress;
+use concurrency::{Abort, CopyProgress};
 use event::{Aborted, Event};
 use ir::plan::{Plan, StreamKind};
 pub use programs::{Segment, StreamProgram, programs};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use trace::{Trace, TraceSpan};
@@ -82,7 +82,7 @@ pub struct Executor {
     /// One persistent thread per compute program (the caller is the first),
     /// started once, not on every run.
     streams: ThreadPool,
-    abort: AtomicBool,
+    abort: Abort,
     /// Fault injection seed (tests), and a counter so every run differs.
     delays: Option<(u64, std::sync::atomic::AtomicU64)>,
     /// Delays injected so far (tests assert they were).
@@ -125,7 +125,7 @@ impl Executor {
             recorded_by_copy,
             programs,
             events: (0..plan.n_events).map(|_| Event::default()).collect(),
-            abort: AtomicBool::new(false),
+            abort: Abort::default(),
             delays: delays_seed.map(|s| (s, std::sync::atomic::AtomicU64::new(0))),
             injected: std::sync::atomic::AtomicU64::new(0),
             panic_at,
@@ -164,7 +164,7 @@ impl Executor {
         for p in &self.progress {
             p.reset();
         }
-        self.abort.store(false, Ordering::Release);
+        self.abort.clear();
         let run = self.delays.as_ref().map(|(seed, n)| {
             let k = n.fetch_add(1, Ordering::Relaxed);
             seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -223,10 +223,7 @@ impl Executor {
         match result {
             Ok(spans) => spans,
             Err(p) => {
-                self.abort.store(true, Ordering::Release);
-                for e in &self.events {
-                    e.wake_all();
-                }
+                self.abort.raise(&self.events);
                 std::panic::resume_unwind(p)
             }
         }
@@ -254,9 +251,10 @@ impl Executor {
     }
 
     /// Returns once copy segment `k` of program `p` finished, running the
-    /// stream's unfinished segments up to it in order; waits on their sources
-    /// first, helping recursively. Every source precedes its copy in global
-    /// order, so the recursion ends and no thread waits on a later one.
+    /// stream's unfinished segments up to it in order
+    /// ([`CopyProgress::help_until`]); waits on their sources first, helping
+    /// recursively. Every source precedes its copy in global order, so the
+    /// recursion ends and no thread waits on a later one.
     fn help_until(
         &self,
         p: usize,
@@ -264,31 +262,23 @@ impl Executor {
         ctx: &RunCtx<'_>,
         spans: &mut Vec<TraceSpan>,
     ) -> Result<(), Aborted> {
-        let progress = &self.progress[p];
-        let mut spins = 0u32;
-        loop {
-            let next = progress.finished();
-            if next > k {
-                return Ok(());
-            }
-            if self.abort.load(Ordering::Acquire) {
-                return Err(Aborted);
-            }
-            if progress.is_next_unclaimed(next) {
-                for &w in &self.programs[p].segments[next].waits {
+        let segments = &self.programs[p].segments;
+        self.progress[p].help_until(
+            k,
+            &self.abort,
+            spans,
+            |spans, next| {
+                for &w in &segments[next].waits {
                     self.wait_event(w, ctx, spans)?;
                 }
-                if progress.claim(next) {
-                    self.run_copy(p, next, ctx, spans);
-                }
-                continue;
-            }
-            // Another thread claimed it with its sources ready: it is short.
-            concurrency::relax_often(&mut spins);
-        }
+                Ok(())
+            },
+            |spans, next| self.run_copy(p, next, ctx, spans),
+        )
     }
 
-    /// Runs copy segment `k` of program `p`, claimed by this thread.
+    /// Runs copy segment `k` of program `p`, claimed by this thread, and
+    /// records its events (the caller marks it finished).
     fn run_copy(&self, p: usize, k: usize, ctx: &RunCtx<'_>, spans: &mut Vec<TraceSpan>) {
         let program = &self.programs[p];
         let seg = &program.segments[k];
@@ -313,7 +303,6 @@ impl Executor {
         for &e in &seg.records {
             self.events[e as usize].record();
         }
-        self.progress[p].finish(k);
     }
 
     /// Waits on `waits` (traced as one span on `stream`).

@@ -1,8 +1,8 @@
 use super::*;
 use crate::device::{Device, DeviceInfo, TensorBytes};
 use crate::executor::event::Event;
+use concurrency::Abort;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 fn device() -> CpuDevice {
     let info = DeviceInfo {
@@ -61,11 +61,11 @@ fn async_tensor_io_records_its_event_once_the_bytes_landed() {
     let (written, read) = (Event::default(), Event::default());
     dev.set_tensor_async(tensor, 60, &[7, 7, 7, 7], &written)
         .expect("in bounds");
-    written.wait(&AtomicBool::new(false)).expect("recorded");
+    written.wait(&Abort::default()).expect("recorded");
     let mut out = [0u8; 4];
     dev.get_tensor_async(tensor, 60, &mut out, &read)
         .expect("in bounds");
-    read.wait(&AtomicBool::new(false)).expect("recorded");
+    read.wait(&Abort::default()).expect("recorded");
     dev.synchronize();
     assert_eq!(out, [7; 4]);
     let never = Event::default();
