@@ -36,6 +36,9 @@ status=0
 # llama.cpp's ggml-rpc-server, for the remote-device tests (tests/rpc.rs,
 # runtime/tests/rpc_client.rs): built once into .rpc/ (about a minute).
 scripts/rpc-servers.sh build
+# llama.cpp's decode captured for comparison (tests/llama_capture.rs): the
+# same vendored llama.cpp's library and tools/llama-capture (about 2 minutes).
+scripts/llama-capture.sh build
 # --no-fail-fast: every test binary runs, so the total counts them all.
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 # The thread pool and the host events under loom, counted in the total.
