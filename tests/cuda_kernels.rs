@@ -109,6 +109,27 @@ fn every_cuda_step_of_the_example_and_model_plans_has_a_kernel() {
     );
 }
 
+/// SmolLM2's decode step on `cuda0`: the kernel launches per token that
+/// `ggplan show` prints, pinned. 603 is what the H100 ran (each a few
+/// microseconds of work, so decode is launch-bound); the GPU issue's goal is
+/// at most 250 through fusion. Lower the pin when fusion lands; a rise is a
+/// regression.
+#[test]
+fn smollm2_decode_launches_per_token_on_cuda0_are_pinned() {
+    const PINNED: usize = 603;
+    let found: Vec<(String, usize)> = (plans().into_iter())
+        .filter(|(name, _)| name.starts_with("smollm2-decode") && name.ends_with("on cuda0"))
+        .map(|(name, plan)| (name, ggplan::plan::cuda_launches_per_run(&plan)[0].1))
+        .collect();
+    if ggplan_tests::models::smollm2_gguf().is_none() {
+        return; // plans() said so
+    }
+    assert_eq!(found.len(), 2, "F32 and F16 cache plans: {found:?}");
+    for (name, launches) in found {
+        assert_eq!(launches, PINNED, "{name}: launches per token");
+    }
+}
+
 /// (kernel, registers, spill store bytes) per entry point, from `ptxas -v`.
 fn ptxas_report(ptxas: &PathBuf, ptx: &str, sm: &str) -> Vec<(String, u32, u32)> {
     let dir = std::env::temp_dir().join(format!("ggplan-ptxas-{}", std::process::id()));

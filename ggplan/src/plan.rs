@@ -10,7 +10,7 @@ use std::path::Path;
 
 pub use crate::critical::{CriticalPath, critical_path};
 pub use crate::dot::{DotView, dot};
-pub use crate::summary::{json as summary_json, summary};
+pub use crate::summary::{cuda_launches_per_run, json as summary_json, summary};
 pub use ir::plan::{PLAN_FORMAT_VERSION, Plan};
 
 /// Reads a plan file (RON). The plan is parsed, not yet checked.

@@ -57,6 +57,7 @@ pub fn summary(plan: &Plan) -> String {
             mib(d.resident_bytes)
         );
     }
+    out += &cuda_launches(plan);
     out += &tensor_split(plan);
     for l in &s.links {
         out += &format!(
@@ -245,10 +246,41 @@ pub fn json(plan: &Plan) -> serde_json::Value {
         "fused_nodes": s.fused_nodes,
         "estimated_us": s.estimated_us,
         "devices": devices,
+        "cuda_launches_per_run": (cuda_launches_per_run(plan).into_iter())
+            .map(|(device, n)| (device, n.into()))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
     })
 }
 
 /// `1 copy`, `2 copies`.
 fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Kernel launches per run on each CUDA device: every step a CUDA device
+/// runs is one kernel (`tests/cuda_kernels.rs` proves it for every example
+/// and model plan), so launch overhead is read off the plan.
+pub fn cuda_launches_per_run(plan: &Plan) -> Vec<(String, usize)> {
+    (plan.devices.iter().enumerate())
+        .filter(|(_, d)| matches!(d.kind, ir::plan::DeviceKind::Cuda { .. }))
+        .map(|(i, d)| {
+            let steps: usize = (plan.splits.iter())
+                .filter(|sp| sp.device.index() == i)
+                .map(|sp| sp.steps.len())
+                .sum();
+            (d.name.clone(), steps)
+        })
+        .collect()
+}
+
+/// The `show` line of [`cuda_launches_per_run`] (empty without CUDA devices).
+fn cuda_launches(plan: &Plan) -> String {
+    let launches = cuda_launches_per_run(plan);
+    if launches.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = (launches.iter())
+        .map(|(device, n)| format!("{device} {n}"))
+        .collect();
+    format!("CUDA kernel launches per run: {}\n", each.join(", "))
 }
