@@ -1,7 +1,8 @@
 //! `scripts/llama-capture.sh`: llama.cpp's own decode of a model, captured
 //! (graph, placement, logits) for ggplan to import and compare with.
 //!
-//! - SmolLM2 on the CPU: the reference prompt's token ids, llama.cpp's Q4_1
+//! - SmolLM2 on the CPU: the reference prompt's token ids (also as the
+//!   values of the `inp_tokens` input, beside `inp_pos`), llama.cpp's Q4_1
 //!   logits with the fp64 reference's top-1 at every position; a graph whose
 //!   every reference points back to a tensor written before it, whose nodes
 //!   number what llama.cpp's reservation log says, and whose weights carry
@@ -120,6 +121,29 @@ fn check_graph(json: &Value) {
     }
 }
 
+/// The values of the I32 graph input named `name`.
+fn input_i32(json: &Value, name: &str) -> Vec<i32> {
+    let t = (json["tensors"].as_array().unwrap().iter())
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no tensor {name}"));
+    assert_eq!(t["type"], "i32", "{t}");
+    let hex = t["data_hex"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name} has no values"));
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    (bytes.chunks(4))
+        .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+fn json_i32s(v: &Value) -> Vec<i32> {
+    (v.as_array().unwrap().iter())
+        .map(|x| x.as_i64().unwrap() as i32)
+        .collect()
+}
+
 #[test]
 fn llama_cpp_decode_is_captured_on_the_cpu_and_on_two_rpc_servers() {
     let Some(gguf) = smollm2_gguf() else {
@@ -135,6 +159,13 @@ fn llama_cpp_decode_is_captured_on_the_cpu_and_on_two_rpc_servers() {
     assert_eq!(cpu["architecture"], "llama");
     assert_eq!(cpu["tokens"], want["prompt_ids"]);
     check_graph(&cpu);
+    // The inputs' values as llama.cpp set them: the tokens, positions 0..16.
+    let positions: Vec<i32> = (0..16).collect();
+    assert_eq!(
+        input_i32(&cpu, "inp_tokens"),
+        json_i32s(&want["prompt_ids"])
+    );
+    assert_eq!(input_i32(&cpu, "inp_pos"), positions);
     assert_eq!(cpu["splits"].as_array().unwrap().len(), 1);
     assert_eq!(reserved(&cpu, "splits"), 1);
     // llama.cpp multiplies Q4_1 with 8-bit activations: top-1 as fp64's at
@@ -174,8 +205,10 @@ fn llama_cpp_decode_is_captured_on_the_cpu_and_on_two_rpc_servers() {
         assert_eq!(original["ne"], t["ne"]);
         assert!(copy["bytes"].as_u64().unwrap() > 0);
     }
-    // The embeddings go from the CPU to the first server.
+    // The embeddings go from the CPU to the first server; the positions,
+    // set on the CPU and read only through copies, keep their values.
     assert!(copies.iter().any(|c| c["original"] == "embd"));
+    assert_eq!(input_i32(&rpc, "inp_pos"), positions);
     let nmse: f64 = rpc_logits
         .iter()
         .zip(&logits)

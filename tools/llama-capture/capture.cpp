@@ -12,6 +12,8 @@
 //   tensors             every tensor the graph reaches: name, op, type, ne,
 //                       nb, op_params (16 int32 words), flags, sources,
 //                       view source and offset, the buffer type it lives in,
+//                       a graph input's values (bytes in hex, as llama.cpp
+//                       set them: tokens, positions, mask, cache rows),
 //                       and for a scheduler input copy ("BACKEND#name#k")
 //                       the tensor it copies (a graph input only its copies
 //                       reach gets an entry of its own, "reconstructed")
@@ -95,6 +97,7 @@ struct Capture {
     std::vector<const ggml_tensor *> tensors;
     std::vector<int> nodes;                  // ids, in compute order
     std::vector<char> is_node;
+    std::map<int, std::string> input_bytes;  // graph inputs' values, by id
     std::map<std::string, int> last_by_name; // for copies' originals
     // Originals no node reads (graph inputs reached only through their
     // copies): name and one copy; ids follow `tensors`.
@@ -156,6 +159,24 @@ struct Capture {
     }
 };
 
+// Reads the values of the graph inputs among `t`'s sources: llama.cpp has
+// set them (and copied them to the backend that reads them) before it asks
+// about the first node that reads them.
+void read_inputs(Capture & c, const ggml_tensor * t) {
+    for (int j = 0; j < GGML_MAX_SRC; j++) {
+        const ggml_tensor * src = t->src[j];
+        if (!src || !(src->flags & GGML_TENSOR_FLAG_INPUT) || src->view_src || !src->buffer) {
+            continue;
+        }
+        int id = c.id_of(src);
+        if (c.input_bytes.count(id) == 0) {
+            std::string bytes(ggml_nbytes(src), '\0');
+            ggml_backend_tensor_get(src, bytes.data(), 0, bytes.size());
+            c.input_bytes[id] = std::move(bytes);
+        }
+    }
+}
+
 // Asked once per node, in the order the scheduler computes them. Answering
 // "not wanted" keeps each split's nodes in one computation, as without us.
 bool on_node(ggml_tensor * t, bool ask, void * user) {
@@ -166,8 +187,26 @@ bool on_node(ggml_tensor * t, bool ask, void * user) {
             capture->is_node[id] = 1;
             capture->nodes.push_back(id);
         }
+        read_inputs(*capture, t);
     }
     return false;
+}
+
+std::string hex(const std::string & bytes) {
+    static const char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (unsigned char b : bytes) {
+        out += digits[b >> 4];
+        out += digits[b & 15];
+    }
+    return out;
+}
+
+// `,"data_hex":"..."` for a graph input whose values were read (empty else).
+std::string data_field(const Capture & c, int id) {
+    auto found = c.input_bytes.find(id);
+    return found == c.input_bytes.end() ? "" : ",\"data_hex\":\"" + hex(found->second) + "\"";
 }
 
 std::string buffer_of(const ggml_tensor * t) {
@@ -409,7 +448,7 @@ std::string tensor_json(const Capture & c, int id) {
     if (split_copy_name(t->name, backend, original)) {
         o << ",\"copy_of\":" << c.original_of(original);
     }
-    o << "}";
+    o << data_field(c, id) << "}";
     return o.str();
 }
 
@@ -424,7 +463,8 @@ std::string reconstructed_json(const Capture & c, size_t k) {
       << ",\"ne\":" << json_array(copy->ne, GGML_MAX_DIMS) << ",\"nb\":" << json_array(copy->nb, GGML_MAX_DIMS)
       << ",\"op_params\":" << json_array(copy->op_params, GGML_MAX_OP_PARAMS / sizeof(int32_t))
       << ",\"flags\":" << (copy->flags & GGML_TENSOR_FLAG_INPUT)
-      << ",\"src\":[],\"buffer\":\"\",\"node\":false,\"reconstructed\":true}";
+      << ",\"src\":[],\"buffer\":\"\",\"node\":false,\"reconstructed\":true"
+      << data_field(c, c.ids.at(copy)) << "}";
     return o.str();
 }
 
