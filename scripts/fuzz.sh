@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh summary                    totals per target from fuzz/runs.tsv
 #
 # Targets (bodies in tests/support/fuzz/): graph_text plan_text plan_edit gguf
-# hf_folder npy tokenizer differential rpc_answers. Each run starts from the
+# hf_folder npy tokenizer differential rpc_answers capture. Each run starts from the
 # in-tree seeds (fuzz/seeds/TARGET) plus the corpus grown by earlier runs
 # (fuzz/corpus/TARGET, git-ignored), and appends one line of libFuzzer's final
 # statistics to fuzz/runs.tsv (committed: the totals in docs/reliability.md's
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 # Pinned so a fuzz build is reproducible; the date's nightly must have the
 # sanitizers (every tier-1 Linux nightly does).
 nightly=nightly-2026-10-29
-all_targets=(graph_text plan_text plan_edit gguf hf_folder npy tokenizer differential rpc_answers)
+all_targets=(graph_text plan_text plan_edit gguf hf_folder npy tokenizer differential rpc_answers capture)
 
 if [ "${1:-}" = summary ]; then
   # One markdown row per target: runs, minutes, executions, coverage reached.

@@ -1,6 +1,7 @@
 //! `ggplan bench`: time a plan on this machine, beside the machine's ceilings
 //! measured in the same run.
 
+use crate::cmd_generate::PrecisionArg;
 use crate::cmd_run::{WeightArgs, load, set_inputs};
 use anyhow::Result;
 use clap::Args;
@@ -24,6 +25,9 @@ pub struct BenchArgs {
     /// Values for an input from a .npy file (others are seeded random).
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     inputs: Vec<String>,
+    /// Quantized products: `fast` (8-bit activations, as llama.cpp) or `exact` (f32).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::Fast)]
+    precision: PrecisionArg,
     /// Threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -60,7 +64,13 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let ceilings = runtime::ceiling::measure();
     println!("{ceilings}");
-    let (plan, _weights, mut rt) = load(&args.plan, &args.source, args.threads, &args.rpc)?;
+    let (plan, _weights, mut rt) = load(
+        &args.plan,
+        &args.source,
+        args.threads,
+        &args.rpc,
+        args.precision,
+    )?;
     set_inputs(
         &mut rt,
         &args.inputs,

@@ -81,6 +81,16 @@ pub enum PrecisionArg {
     Exact,
 }
 
+impl PrecisionArg {
+    /// The runtime's precision.
+    pub fn runtime(self) -> Precision {
+        match self {
+            PrecisionArg::Fast => Precision::Fast,
+            PrecisionArg::Exact => Precision::Exact,
+        }
+    }
+}
+
 /// `--kv`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum KvArg {
@@ -96,10 +106,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
     let options = GenerateOptions {
         ctx: args.ctx,
         min_bucket: args.min_bucket,
-        precision: match args.precision {
-            PrecisionArg::Fast => Precision::Fast,
-            PrecisionArg::Exact => Precision::Exact,
-        },
+        precision: args.precision.runtime(),
         kv: match args.kv {
             KvArg::F32 => DType::F32,
             KvArg::F16 => DType::F16,

@@ -3,6 +3,7 @@
 
 use crate::check_run::{CheckMode, check_outputs, check_steps};
 use crate::cmd_eval::file_stem;
+use crate::cmd_generate::PrecisionArg;
 use crate::{npy_values, summary};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -30,6 +31,9 @@ pub struct RunArgs {
     /// Values for an input (or initial state) tensor from a .npy file.
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     inputs: Vec<String>,
+    /// Quantized products: `fast` (8-bit activations, as llama.cpp) or `exact` (f32).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::Fast)]
+    precision: PrecisionArg,
     /// Write every output as DIR/<name>.npy (float32, or int32 for i32 tensors).
     #[arg(long, value_name = "DIR")]
     save: Option<PathBuf>,
@@ -103,11 +107,13 @@ pub fn load(
     source: &WeightArgs,
     threads: Option<usize>,
     rpc: &RpcArgs,
+    precision: PrecisionArg,
 ) -> Result<(Arc<Plan>, Weights, Runtime)> {
     let plan = Arc::new(ir::plan::read_plan(path)?);
     let weights = source.weights(&plan, path)?;
     let mut options = LoadOptions {
         rpc: rpc.connect()?,
+        precision: precision.runtime(),
         ..LoadOptions::default()
     };
     if let Some(n) = threads {
@@ -186,7 +192,13 @@ pub fn set_inputs(
 
 /// Runs `ggplan run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let (plan, weights, mut rt) = load(&args.plan, &args.source, args.threads, &args.rpc)?;
+    let (plan, weights, mut rt) = load(
+        &args.plan,
+        &args.source,
+        args.threads,
+        &args.rpc,
+        args.precision,
+    )?;
     let inputs = set_inputs(&mut rt, &args.inputs, args.source.random_weights)?;
     let mut worst_ok = true;
     if args.check == Some(CheckMode::All) {

@@ -17,6 +17,7 @@ mod cmd_eval;
 mod cmd_fmt;
 mod cmd_generate;
 mod cmd_graph;
+mod cmd_import;
 mod cmd_memory;
 mod cmd_quantize;
 mod cmd_run;
@@ -76,6 +77,8 @@ enum Command {
     Embed(cmd_embed::EmbedArgs),
     /// Build a model's graph at a fixed shape from a GGUF file or a Hugging Face folder.
     Graph(cmd_graph::GraphArgs),
+    /// Import llama.cpp's captured decode (scripts/llama-capture.sh) as a graph.
+    Import(cmd_import::ImportArgs),
     /// Greedy text generation with a llama-family GGUF (prefill + decode plans sharing a KV cache).
     Generate(cmd_generate::GenerateArgs),
     /// Rewrite a graph file in canonical form (or check that it is).
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
         Command::Embed(args) => cmd_embed::run(args),
         Command::Generate(args) => cmd_generate::run(args),
         Command::Graph(args) => cmd_graph::run(args),
+        Command::Import(args) => cmd_import::run(args),
         Command::Quantize(args) => cmd_quantize::run(args),
     };
     match result {

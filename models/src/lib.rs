@@ -7,6 +7,8 @@
 //!   normalisation, as sentence-transformers computes sentence embeddings,
 //!   from a Hugging Face folder or a GGUF file;
 //! - [`Family`]: which of the two a GGUF file's architecture is for;
+//! - [`capture`]: llama.cpp's own decode graph, captured by
+//!   `scripts/llama-capture.sh`, imported;
 //! - [`quantize`]: a GGUF file requantized to another format (Q4_0 ... Q6_K,
 //!   llama.cpp's Q4_K_M mix);
 //! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE and
@@ -28,6 +30,7 @@
 
 mod attention;
 pub mod bert;
+pub mod capture;
 mod error;
 mod family;
 mod gguf_meta;

@@ -19,7 +19,7 @@ pub mod seeds;
 
 pub use graphs::{differential, graph_text};
 pub use plans::{PlanOutcome, edited_plan, plan_edit, plan_edit_outcome, plan_text};
-pub use readers::{gguf, hf_folder, npy, tokenizer};
+pub use readers::{capture, gguf, hf_folder, npy, tokenizer};
 pub use rpc::rpc_answers;
 
 use std::path::PathBuf;
@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("tokenizer", tokenizer),
     ("differential", differential),
     ("rpc_answers", rpc_answers),
+    ("capture", capture),
 ];
 
 /// A file or folder under tmpfs (or the temp dir) unique to this process and

@@ -1,6 +1,7 @@
 //! Fuzz bodies for the file readers and what is built from them: GGUF (every
 //! accessor, the model builders, the tokenizer), Hugging Face folders
-//! (config.json + model.safetensors), `.npy`, and tokenizer encode/decode.
+//! (config.json + model.safetensors), `.npy`, tokenizer encode/decode, and
+//! captures of llama.cpp's decode (read, then imported).
 
 use super::Scratch;
 use super::seeds;
@@ -276,4 +277,16 @@ fn decode_both_ways(tok: &Tokenizer, ids: &[u32], exact: bool) -> Option<String>
         assert_eq!(pieces, whole, "stream decoding of {ids:?}");
     }
     Some(whole)
+}
+
+/// A capture of llama.cpp's decode (JSON): read; an accepted capture is
+/// imported, and an imported graph verifies.
+pub fn capture(data: &[u8]) {
+    let input = Scratch::file("capture.json", data);
+    let Ok(capture) = models::capture::read_capture(input.as_path()) else {
+        return;
+    };
+    if let Ok(imported) = models::capture::import(&capture, "fuzz") {
+        assert_verifies(&imported.graph, "imported capture");
+    }
 }

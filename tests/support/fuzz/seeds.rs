@@ -68,6 +68,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in rpc_answer_seeds() {
         add("rpc_answers", format!("{name}.bin"), bytes);
     }
+    for (name, text) in captures() {
+        add("capture", format!("{name}.json"), text.into_bytes());
+    }
     seeds
 }
 
@@ -329,4 +332,78 @@ fn npy_files() -> Vec<(String, Vec<u8>)> {
             file_bytes(|p| write_npy_f32(p, &[], &[7.0]).expect("npy")),
         ),
     ]
+}
+
+/// Captures of llama.cpp's decode as `scripts/llama-capture.sh` writes them,
+/// small: a product; a cache write through `set_rows` with I64 indices read
+/// through a scheduler copy, then a view of the cache.
+fn captures() -> Vec<(&'static str, String)> {
+    let tensor =
+        |id: usize, name: &str, op: &str, ty: &str, ne: [i64; 4], flags: u32, src: &[usize]| {
+            let elem = match ty {
+                "i64" => 8,
+                _ => 4,
+            };
+            let nb = [
+                elem,
+                elem * ne[0],
+                elem * ne[0] * ne[1],
+                elem * ne[0] * ne[1] * ne[2],
+            ];
+            let op_params = [0i32; 16];
+            serde_json::json!({
+                "id": id, "name": name, "op": op, "desc": op, "type": ty, "ne": ne, "nb": nb,
+                "op_params": op_params, "flags": flags, "src": src, "buffer": "CPU",
+                "node": op != "NONE",
+            })
+        };
+    let file = |tensors: Vec<serde_json::Value>, nodes: &[usize]| {
+        serde_json::json!({
+            "format": "ggplan-llama-capture", "version": 1, "model": "tiny.gguf",
+            "architecture": "llama", "args": [], "n_vocab": 4, "n_ctx": 8, "tokens": [1, 2],
+            "positions": [0, 1], "logits": {"file": "tiny.json.logits.npy", "shape": [2, 4]},
+            "tensors": tensors, "nodes": nodes,
+            "splits": [{"buffer": "CPU", "first": 0, "end": nodes.len(), "inputs": []}],
+            "copies": [], "reserve": ["sched_reserve: graph: nodes = 1, splits = 1"],
+        })
+        .to_string()
+    };
+    let product = file(
+        vec![
+            tensor(0, "w", "NONE", "f32", [4, 4, 1, 1], 0, &[]),
+            tensor(1, "x", "NONE", "f32", [4, 2, 1, 1], 1, &[]),
+            tensor(2, "y", "MUL_MAT", "f32", [4, 2, 1, 1], 2, &[0, 1]),
+        ],
+        &[2],
+    );
+    let mut idx = tensor(1, "idx", "NONE", "i64", [2, 1, 1, 1], 1, &[]);
+    idx["data_hex"] = "03000000000000000500000000000000".into();
+    let mut copy = tensor(2, "CPU#idx#0", "NONE", "i64", [2, 1, 1, 1], 3, &[]);
+    copy["copy_of"] = 1.into();
+    let mut set = tensor(
+        4,
+        "cache_k_l0 (view)",
+        "SET_ROWS",
+        "f32",
+        [4, 8, 1, 1],
+        0,
+        &[3, 2, 0],
+    );
+    set["view_src"] = 0.into();
+    set["view_offs"] = 0.into();
+    let mut view = tensor(5, "k", "VIEW", "f32", [4, 2, 1, 1], 2, &[4]);
+    view["view_src"] = 0.into();
+    view["view_offs"] = 16.into();
+    let cache_write = file(
+        vec![
+            tensor(0, "cache_k_l0", "NONE", "f32", [4, 8, 1, 1], 0, &[]),
+            idx,
+            copy,
+            tensor(3, "x", "NONE", "f32", [4, 2, 1, 1], 1, &[]),
+            set,
+            view,
+        ],
+        &[4, 5],
+    );
+    vec![("product", product), ("cache-write", cache_write)]
 }

@@ -1,0 +1,168 @@
+//! `ggplan import`: llama.cpp's captured decode (`scripts/llama-capture.sh`)
+//! imported, compiled, run and compared.
+//!
+//! - SmolLM2, captured with llama.cpp's soft_max attention (`-fa off`; its
+//!   F16 KV cache, I64 cache indices): the import writes the graph and the
+//!   inputs llama.cpp used; compiled for `cpu` and run in exact precision on
+//!   the GGUF's weights it gives the fp64 reference's logits within 0.05 (the
+//!   F16 cache's share), with llama.cpp's top-1 at every position;
+//! - refused, exit 1, nothing written: a capture with flash attention (every
+//!   op ggplan lacks listed with its count), a truncated file (line and
+//!   column), an unknown key (named), a source that points forward (the
+//!   tensor and field named).
+
+mod common;
+
+use common::{ggplan_error, ggplan_ok, scratch_dir};
+use ggplan_tests::models::smollm2_gguf;
+use ggplan_tests::references::{read_npy_f64, references};
+use ggplan_tests::workspace_root;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PROMPT: &str = "Once upon a time, in a small village by the sea, there lived a";
+
+/// Captures SmolLM2's decode of the reference prompt into `dir/NAME.json`.
+fn capture(gguf: &Path, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let tool = workspace_root().join(".rpc/bin/llama-capture");
+    assert!(tool.is_file(), "run scripts/llama-capture.sh build");
+    let out = dir.join(format!("{name}.json"));
+    let run = Command::new(tool)
+        .arg(gguf)
+        .arg(&out)
+        .args(["--prompt", PROMPT, "-t", "2"])
+        .args(flags)
+        .output()
+        .expect("llama-capture runs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[test]
+fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
+    let Some(gguf) = smollm2_gguf() else {
+        return;
+    };
+    let dir = scratch_dir("import");
+    let cap = capture(&gguf, &dir, "smollm2", &["-fa", "off"]);
+    let graph = dir.join("graph.ron");
+    let inputs = dir.join("inputs");
+    let printed = ggplan_ok(&[
+        "import",
+        &s(&cap),
+        "-o",
+        &s(&graph),
+        "--inputs",
+        &s(&inputs),
+    ]);
+    assert!(
+        printed.contains("I64 row indices imported as I32"),
+        "{printed}"
+    );
+    let plan = dir.join("plan.ron");
+    ggplan_ok(&["compile", &s(&graph), "--target", "cpu", "-o", &s(&plan)]);
+    let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(&gguf)];
+    for name in [
+        "inp_tokens",
+        "inp_pos",
+        "attn_inp_k_idxs",
+        "attn_inp_v_idxs",
+        "attn_inp_kq_mask",
+        "out_ids",
+    ] {
+        args.push("--input".into());
+        args.push(format!("{name}={}", s(&inputs.join(format!("{name}.npy")))));
+    }
+    let out = dir.join("out");
+    args.extend(["--precision", "exact", "--save", &s(&out)].map(String::from));
+    ggplan_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let (shape, ours) = read_npy_f64(&out.join("result_output.npy"));
+    assert_eq!(shape, [16, 49152]);
+    let (_, fp64) = read_npy_f64(&references().join("smollm2/logits_torch_fp64.npy"));
+    let (_, llama) = read_npy_f64(&dir.join("smollm2.json.logits.npy"));
+    let max_abs = ours
+        .iter()
+        .zip(&fp64)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(max_abs <= 0.05, "max |ours - fp64| = {max_abs}");
+    let argmax = |row: &[f64]| (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]));
+    for (p, (a, b)) in ours.chunks(49152).zip(llama.chunks(49152)).enumerate() {
+        assert_eq!(
+            argmax(a),
+            argmax(b),
+            "top-1 at position {p} differs from llama.cpp's"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn captures_ggplan_cannot_import_are_refused_naming_why() {
+    let dir = scratch_dir("import-bad");
+    let graph = dir.join("graph.ron");
+    let refuse = |cap: &Path, reason: &str| {
+        let printed = ggplan_error(&["import", &s(cap), "-o", &s(&graph)]);
+        assert!(printed.contains(reason), "{printed}");
+        assert!(!graph.exists(), "{} written", graph.display());
+    };
+    if let Some(gguf) = smollm2_gguf() {
+        // llama.cpp's default on the CPU: flash attention.
+        let cap = capture(&gguf, &dir, "fa", &["-fa", "on"]);
+        refuse(&cap, "FLASH_ATTN_EXT (30 tensors)");
+    }
+
+    let valid = r#"{"format":"ggplan-llama-capture","version":1,"model":"m.gguf","architecture":"llama",
+      "args":[],"n_vocab":4,"n_ctx":8,"tokens":[1],"positions":[0],"logits":{"file":"x","shape":[1,4]},
+      "tensors":[
+        {"id":0,"name":"w","op":"NONE","desc":"NONE","type":"f32","ne":[4,4,1,1],"nb":[4,16,64,64],
+         "op_params":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"flags":0,"src":[],"buffer":"CPU","node":false},
+        {"id":1,"name":"x","op":"NONE","desc":"NONE","type":"f32","ne":[4,1,1,1],"nb":[4,16,16,16],
+         "op_params":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"flags":1,"src":[],"buffer":"CPU","node":false},
+        {"id":2,"name":"y","op":"MUL_MAT","desc":"MUL_MAT","type":"f32","ne":[4,1,1,1],"nb":[4,16,16,16],
+         "op_params":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"flags":2,"src":[0,1],"buffer":"CPU","node":true}],
+      "nodes":[2],"splits":[{"buffer":"CPU","first":0,"end":1,"inputs":[]}],"copies":[],"reserve":[]}"#;
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    // The valid capture imports (so each broken one below fails for its own reason).
+    ggplan_ok(&["import", &s(&file("valid.json", valid)), "-o", &s(&graph)]);
+    std::fs::remove_file(&graph).unwrap();
+    refuse(
+        &file("truncated.json", &valid[..valid.len() / 2]),
+        "EOF while parsing",
+    );
+    refuse(
+        &file(
+            "unknown.json",
+            &valid.replace("\"reserve\"", "\"fit\":1,\"reserve\""),
+        ),
+        "unknown keys [\"fit\"]",
+    );
+    refuse(
+        &file(
+            "forward.json",
+            &valid.replace("\"src\":[0,1]", "\"src\":[0,2]"),
+        ),
+        "tensors[2] 'y' .src[1]",
+    );
+    refuse(
+        &file(
+            "op.json",
+            &valid.replace("\"op\":\"MUL_MAT\"", "\"op\":\"MUL_MAT_ID\""),
+        ),
+        "MUL_MAT_ID (1 tensor)",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
