@@ -204,6 +204,8 @@ impl PlacementOptions {
 /// `encoder.layer.N.` (Hugging Face BERT) and `layers.N.` (Hugging Face
 /// llama, Meta). The first three may follow a prefix (`model.layers.3.…`,
 /// `bert.encoder.layer.0.…`); the block number must be followed by more name.
+/// Also llama.cpp's KV cache, `cache_k_lN` and `cache_v_lN` (whole name), as
+/// an imported capture names it.
 pub fn layer_of(name: &str) -> Option<u32> {
     let seg: Vec<&str> = name.split('.').collect();
     let number = |s: &str| -> Option<u32> {
@@ -212,6 +214,12 @@ pub fn layer_of(name: &str) -> Option<u32> {
         }
         s.parse().ok()
     };
+    if let Some(n) = ["cache_k_l", "cache_v_l"]
+        .iter()
+        .find_map(|p| name.strip_prefix(p).and_then(number))
+    {
+        return Some(n);
+    }
     if seg.len() >= 2
         && let Some(n) = seg[0].strip_prefix('l').and_then(number)
     {
@@ -681,6 +689,10 @@ mod tests {
             ("layers.x.wq", None),
             ("embeddings.LayerNorm.weight", None),
             ("blk.99999999999.x", None),
+            ("cache_k_l0", Some(0)),
+            ("cache_v_l29", Some(29)),
+            ("cache_k_l", None),
+            ("cache_k_l3 (view)", None),
         ];
         for (name, want) in cases {
             assert_eq!(layer_of(name), want, "{name}");
