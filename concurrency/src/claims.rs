@@ -23,8 +23,7 @@
 //! It lives here, beside the events, so that `tests/loom.rs` checks this code
 //! (the runtime's executor uses it as is).
 
-use crate::abort::Abort;
-use crate::event::Aborted;
+use crate::event::{Abort, Aborted};
 use crate::shim::{AtomicUsize, relax_often};
 use std::sync::atomic::Ordering;
 

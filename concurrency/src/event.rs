@@ -1,4 +1,5 @@
-//! Host events: recorded once per run by one stream, waited on by others.
+//! Host events: recorded once per run by one stream, waited on by others,
+//! and the run's [`Abort`] that ends every wait when a stream panicked.
 //!
 //! A waiter spins briefly (an event is often recorded within microseconds,
 //! and a sleep/wake-up costs more), then sleeps on a condition variable so a
@@ -17,8 +18,7 @@
 //! [`Abort`] sets its flag and then calls [`Event::wake_all`], so a stream
 //! that panicked never leaves the others waiting forever.
 
-use crate::abort::Abort;
-use crate::shim::{AtomicUsize, Condvar, Mutex, lock, relax_often, spin_limit, wait};
+use crate::shim::{AtomicBool, AtomicUsize, Condvar, Mutex, lock, relax_often, spin_limit, wait};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 /// Spins before a waiter sleeps (a few microseconds).
@@ -103,6 +103,38 @@ impl Event {
     pub fn wake_all(&self) {
         let _guard = lock(&self.lock);
         self.wake.notify_all();
+    }
+}
+
+/// A run's abort: raised by a stream that panicked, so that every other
+/// stream stops waiting for work the panicked one will never do. It sets its
+/// flag (Release) before it wakes the events' sleepers, so a waiter either
+/// sees the flag before it sleeps or is woken after it was set
+/// ([`Event::wait`] re-checks it under the event's lock); [`Abort::clear`]
+/// runs only between runs, when no stream is running.
+#[derive(Default)]
+pub struct Abort {
+    raised: AtomicBool,
+}
+
+impl Abort {
+    /// Aborts the run: sets the flag, then wakes every sleeper of `events`
+    /// so that each sees it.
+    pub fn raise(&self, events: &[Event]) {
+        self.raised.store(true, Release);
+        for event in events {
+            event.wake_all();
+        }
+    }
+
+    /// True once [`Abort::raise`] ran in this run.
+    pub fn is_raised(&self) -> bool {
+        self.raised.load(Acquire)
+    }
+
+    /// Back to not raised (between runs only).
+    pub fn clear(&self) {
+        self.raised.store(false, Release);
     }
 }
 

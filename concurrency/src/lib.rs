@@ -24,7 +24,6 @@
 //! swaps std's primitives for loom's; run the models with
 //! `RUSTFLAGS="--cfg loom" cargo test -p ggplan-concurrency --release --test loom`.
 
-mod abort;
 mod barrier;
 mod claims;
 mod ctx;
@@ -32,10 +31,9 @@ mod event;
 mod pool;
 mod shim;
 
-pub use abort::Abort;
 pub use barrier::SpinBarrier;
 pub use claims::CopyProgress;
 pub use ctx::{ThreadCtx, share};
-pub use event::{Aborted, Event};
+pub use event::{Abort, Aborted, Event};
 pub use pool::ThreadPool;
 pub use shim::relax_often;
