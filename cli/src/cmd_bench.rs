@@ -1,13 +1,11 @@
 //! `ggplan bench`: time a plan on this machine, beside the machine's ceilings
 //! measured in the same run.
 
-use crate::cmd_generate::PrecisionArg;
-use crate::cmd_run::{WeightArgs, load, set_inputs};
+use crate::plan_load::LoadArgs;
 use anyhow::Result;
 use clap::Args;
 use ir::{DType, Role};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -18,19 +16,8 @@ use std::time::Instant;
     ggplan bench plan.ron --weights model.gguf --input tokens=tokens.npy"
 )]
 pub struct BenchArgs {
-    /// The plan file (.ron).
-    plan: PathBuf,
     #[command(flatten)]
-    source: WeightArgs,
-    /// Values for an input from a .npy file (others are seeded random).
-    #[arg(long = "input", value_name = "NAME=FILE.npy")]
-    inputs: Vec<String>,
-    /// Quantized products: `fast` (8-bit activations, as llama.cpp) or `exact` (f32).
-    #[arg(long, value_enum, default_value_t = PrecisionArg::Fast)]
-    precision: PrecisionArg,
-    /// Threads (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    load: LoadArgs,
     /// Timed runs (after one warm-up run).
     #[arg(long, default_value_t = 10)]
     runs: usize,
@@ -38,8 +25,6 @@ pub struct BenchArgs {
     /// run, its kernel and GFLOP/s.
     #[arg(long, value_name = "N")]
     steps: Option<usize>,
-    #[command(flatten)]
-    rpc: crate::cmd_run::RpcArgs,
 }
 
 #[derive(Default)]
@@ -64,18 +49,11 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let ceilings = runtime::ceiling::measure();
     println!("{ceilings}");
-    let (plan, _weights, mut rt) = load(
-        &args.plan,
-        &args.source,
-        args.threads,
-        &args.rpc,
-        args.precision,
-    )?;
-    set_inputs(
-        &mut rt,
-        &args.inputs,
-        Some(args.source.random_weights.unwrap_or(0)),
-    )?;
+    let (plan, _weights, mut rt) = args.load.load()?;
+    // Inputs not given are seeded random even with real weights: a bench
+    // needs values, not meaningful ones.
+    let seed = args.load.source.random_weights.unwrap_or(0);
+    args.load.set_inputs(&mut rt, Some(seed))?;
     rt.run()?;
     let runs = args.runs.max(1);
     let n_steps = rt.steps().len();

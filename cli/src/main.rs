@@ -27,6 +27,7 @@ mod logging;
 mod memory_svg;
 mod memory_timeline;
 mod npy_values;
+mod plan_load;
 mod progress;
 mod summary;
 mod svg;

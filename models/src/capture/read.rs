@@ -98,6 +98,9 @@ pub fn read_capture(path: &Path) -> Result<Capture, CaptureError> {
     Ok(capture)
 }
 
+/// How an unsigned field is described when it is something else.
+const NON_NEGATIVE: &str = "a non-negative integer";
+
 struct Reader<'a> {
     path: &'a Path,
 }
@@ -148,19 +151,40 @@ impl Reader<'_> {
             .ok_or_else(|| self.bad(&format!("{at}{key}"), "is missing"))
     }
 
+    /// `v` read by `get`, or an error saying it is not `what`: one reader for
+    /// every scalar type, so their errors read alike.
+    fn typed<'v, T>(
+        &self,
+        v: &'v Value,
+        place: &str,
+        what: &str,
+        get: impl FnOnce(&'v Value) -> Option<T>,
+    ) -> Result<T, CaptureError> {
+        get(v).ok_or_else(|| self.bad(place, format!("is {v}, not {what}")))
+    }
+
+    /// Field `key` of `o`, read by `get` (see [`Reader::typed`]).
+    fn keyed<'v, T>(
+        &self,
+        o: &'v Map<String, Value>,
+        key: &str,
+        at: &str,
+        what: &str,
+        get: impl FnOnce(&'v Value) -> Option<T>,
+    ) -> Result<T, CaptureError> {
+        self.typed(self.field(o, key, at)?, &format!("{at}{key}"), what, get)
+    }
+
     fn as_str<'v>(&self, v: &'v Value, place: &str) -> Result<&'v str, CaptureError> {
-        v.as_str()
-            .ok_or_else(|| self.bad(place, format!("is {v}, not a string")))
+        self.typed(v, place, "a string", Value::as_str)
     }
 
     fn as_u64(&self, v: &Value, place: &str) -> Result<u64, CaptureError> {
-        v.as_u64()
-            .ok_or_else(|| self.bad(place, format!("is {v}, not a non-negative integer")))
+        self.typed(v, place, NON_NEGATIVE, Value::as_u64)
     }
 
     fn as_i64(&self, v: &Value, place: &str) -> Result<i64, CaptureError> {
-        v.as_i64()
-            .ok_or_else(|| self.bad(place, format!("is {v}, not an integer")))
+        self.typed(v, place, "an integer", Value::as_i64)
     }
 
     fn str<'v>(
@@ -169,17 +193,15 @@ impl Reader<'_> {
         key: &str,
         at: &str,
     ) -> Result<&'v str, CaptureError> {
-        self.as_str(self.field(o, key, at)?, &format!("{at}{key}"))
+        self.keyed(o, key, at, "a string", Value::as_str)
     }
 
     fn u64(&self, o: &Map<String, Value>, key: &str, at: &str) -> Result<u64, CaptureError> {
-        self.as_u64(self.field(o, key, at)?, &format!("{at}{key}"))
+        self.keyed(o, key, at, NON_NEGATIVE, Value::as_u64)
     }
 
     fn bool(&self, o: &Map<String, Value>, key: &str, at: &str) -> Result<bool, CaptureError> {
-        let v = self.field(o, key, at)?;
-        v.as_bool()
-            .ok_or_else(|| self.bad(&format!("{at}{key}"), format!("is {v}, not true or false")))
+        self.keyed(o, key, at, "true or false", Value::as_bool)
     }
 
     fn array<'v>(
