@@ -15,18 +15,29 @@ pub struct ShowArgs {
     /// Print one JSON object of the stats instead.
     #[arg(long)]
     json: bool,
+    /// Put the plan's splits, copies per link and compute memory beside
+    /// llama.cpp's, from a capture (`scripts/llama-capture.sh run`).
+    #[arg(long, value_name = "CAPTURE.json")]
+    against: Option<PathBuf>,
 }
 
 /// Runs `ggplan show`.
 pub fn run_show(args: ShowArgs) -> Result<ExitCode> {
     let plan = ir::plan::read_plan(&args.plan)?;
+    let capture = (args.against.as_deref())
+        .map(models::capture::read_capture)
+        .transpose()?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&ggplan::plan::summary_json(&plan))?
-        );
+        let mut json = ggplan::plan::summary_json(&plan);
+        if let Some(capture) = &capture {
+            json["against"] = ggplan::against::json(&plan, capture);
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{}", ggplan::plan::summary(&plan));
+        if let Some(capture) = &capture {
+            print!("{}", ggplan::against::text(&plan, capture));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,8 +7,8 @@
 //!   the GGUF's weights it gives the fp64 reference's logits within 0.05 (the
 //!   F16 cache's share), with llama.cpp's top-1 at every position;
 //! - the same decode on two loopback RPC servers: ggplan's `--policy ggml`
-//!   for the same servers splits the imported graph as many times as
-//!   llama.cpp's scheduler did;
+//!   for the same servers makes llama.cpp's splits and copies (`show
+//!   --against`), and its plan run on the servers gives llama.cpp's top-1;
 //! - refused, exit 1, nothing written: a capture with flash attention (every
 //!   op ggplan lacks listed with its count), a truncated file (line and
 //!   column), an unknown key (named), a source that points forward (the
@@ -112,12 +112,14 @@ fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
 
 /// The decisions side by side: llama.cpp on two loopback RPC servers
 /// (`-ngl 99 -ts 1,1`) against ggplan's `--policy ggml` for the same servers
-/// on the imported graph. The split count agrees (3: the embedding lookup on
-/// the CPU, then a run of blocks per server); the copies do not yet (ggplan
-/// keeps the input layer on the first server and shares blocks by matmul
-/// work, docs/models.md), so only the splits are held equal here.
+/// on the imported graph: the same splits (the embedding lookup on the CPU,
+/// blocks 0-15 on the first server, 16-29 and the output head on the
+/// second) and the same copies on every link (`show --against`). The plan
+/// then runs on the servers with the GGUF's weights (the output head's
+/// mirror of the token embedding bound from the same tensor) and gives
+/// llama.cpp's top-1 at every position.
 #[test]
-fn ggml_policy_splits_the_imported_graph_where_llama_cpp_did() {
+fn ggml_policy_decides_the_imported_graph_as_llama_cpp_did() {
     let Some(gguf) = smollm2_gguf() else {
         return;
     };
@@ -128,11 +130,20 @@ fn ggml_policy_splits_the_imported_graph_where_llama_cpp_did() {
         "-fa", "off", "--rpc", &endpoints, "-ngl", "99", "-ts", "1,1",
     ];
     let cap = capture(&gguf, &dir, "rpc", &flags);
-    let captured = ggplan_tests::references::read_json(&cap);
-    let llama_splits = captured["splits"].as_array().unwrap().len();
-    assert_eq!(llama_splits, 3, "{}", captured["splits"]);
     let graph = dir.join("graph.ron");
-    ggplan_ok(&["import", &s(&cap), "-o", &s(&graph)]);
+    let inputs = dir.join("inputs");
+    let printed = ggplan_ok(&[
+        "import",
+        &s(&cap),
+        "-o",
+        &s(&graph),
+        "--inputs",
+        &s(&inputs),
+    ]);
+    assert!(
+        printed.contains("imported as mirrors of the first: token_embd.weight#1"),
+        "{printed}"
+    );
     let plan = dir.join("plan.ron");
     ggplan_ok(&[
         "compile",
@@ -148,9 +159,60 @@ fn ggml_policy_splits_the_imported_graph_where_llama_cpp_did() {
         "-o",
         &s(&plan),
     ]);
-    let shown: serde_json::Value =
-        serde_json::from_str(&ggplan_ok(&["show", "--json", &s(&plan)])).unwrap();
-    assert_eq!(shown["n_splits"], llama_splits, "{shown}");
+    let shown: serde_json::Value = serde_json::from_str(&ggplan_ok(&[
+        "show",
+        "--json",
+        &s(&plan),
+        "--against",
+        &s(&cap),
+    ]))
+    .unwrap();
+    let (llama, ours) = (&shown["against"]["llama_cpp"], &shown["against"]["ggplan"]);
+    assert_eq!(llama["n_splits"], 3, "{llama}");
+    assert_eq!(llama["splits"][0][0], "cpu", "{llama}");
+    assert_eq!(llama["n_copies"], 11, "{llama}");
+    assert_eq!(ours["n_splits"], llama["n_splits"], "{shown}");
+    let devices = |side: &serde_json::Value| -> Vec<String> {
+        let splits = side["splits"].as_array().unwrap();
+        splits
+            .iter()
+            .map(|s| s[0].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(devices(ours), devices(llama));
+    let links = |side: &serde_json::Value| -> Vec<(String, String, u64)> {
+        (side["links"].as_array().unwrap().iter())
+            .map(|l| {
+                let text = |k: &str| l[k].as_str().unwrap().to_string();
+                (text("from"), text("to"), l["copies"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(links(ours), links(llama), "{shown}");
+    let text = ggplan_ok(&["show", &s(&plan), "--against", &s(&cap)]);
+    assert!(!text.contains("(differs)"), "{text}");
+
+    let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(&gguf)];
+    args.extend(["--rpc".into(), endpoints.clone(), "--save".into()]);
+    args.push(s(&dir.join("out")));
+    for name in [
+        "inp_tokens",
+        "inp_pos",
+        "attn_inp_k_idxs",
+        "attn_inp_v_idxs",
+        "attn_inp_kq_mask",
+        "out_ids",
+    ] {
+        args.push("--input".into());
+        args.push(format!("{name}={}", s(&inputs.join(format!("{name}.npy")))));
+    }
+    ggplan_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (_, ours) = read_npy_f64(&dir.join("out/result_output.npy"));
+    let (_, llama) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
+    let argmax = |row: &[f64]| (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]));
+    for (p, (a, b)) in ours.chunks(49152).zip(llama.chunks(49152)).enumerate() {
+        assert_eq!(argmax(a), argmax(b), "top-1 at position {p}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -204,6 +266,15 @@ fn captures_ggplan_cannot_import_are_refused_naming_why() {
             &valid.replace("\"src\":[0,1]", "\"src\":[0,2]"),
         ),
         "tensors[2] 'y' .src[1]",
+    );
+    // A scheduler copy standing for a tensor computed from it (found by
+    // fuzzing: the import followed it and panicked).
+    refuse(
+        &file(
+            "copy.json",
+            &valid.replace("\"name\":\"x\"", "\"name\":\"x\",\"copy_of\":2"),
+        ),
+        "tensors[2] 'y' .src[1]: source 1 is a scheduler copy of a tensor not yet computed here",
     );
     refuse(
         &file(

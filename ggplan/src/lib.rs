@@ -68,6 +68,7 @@
 //! the file, tensor and what is wrong.
 #![deny(missing_docs)]
 
+pub mod against;
 pub mod build;
 mod critical;
 mod dot;

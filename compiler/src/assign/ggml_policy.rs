@@ -2,6 +2,8 @@
 //!
 //! The passes of `ggml_backend_sched_split_graph`, over the nodes in graph
 //! order (never reordered), each one only filling what is still unassigned:
+//! - **pins**, what llama.cpp assigns before ggml's passes: each block's norm
+//!   on its block's device ([`super::llama_norm_pins`]);
 //! - **pass 1**, a tensor's own buffer: weights where the weight placement
 //!   put them; inputs and constants on the last device (ggml gives graph
 //!   inputs to its last backend, the CPU); state (pre-allocated, like a KV
@@ -49,6 +51,14 @@ pub(super) fn assign_like_ggml(
         why: vec![String::new(); graph.len()],
     };
     s.pass1_leafs(weights)?;
+    for (id, pin) in super::llama_norm_pins::norm_pins(graph, target, weights)
+        .into_iter()
+        .enumerate()
+    {
+        if let Some((d, why)) = pin {
+            s.set(TensorId(id as u32), d, why);
+        }
+    }
     s.pass1_nodes()?;
     s.expand(true, true);
     s.expand(false, true);
@@ -164,6 +174,9 @@ impl Sched<'_> {
         for node in g.nodes() {
             let t = g.tensor(node);
             let Some(op) = t.op else { continue };
+            if self.dev[node.index()].is_some() {
+                continue; // pinned by llama.cpp
+            }
             if let Some(view) = t.view {
                 let root_role = g.tensor(view.root).role;
                 if let (Role::Weight | Role::State, Some(d)) =

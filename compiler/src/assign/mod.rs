@@ -25,6 +25,7 @@
 mod cost_policy;
 mod cost_problem;
 mod ggml_policy;
+mod llama_norm_pins;
 mod max_flow;
 mod min_cut;
 pub mod weights;

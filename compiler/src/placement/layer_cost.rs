@@ -32,7 +32,8 @@
 //! fits, [`best_split`] returns `None` and the caller keeps the memory split.
 
 use super::compute_reserve_bytes;
-use super::{layer_of, unit_of};
+use super::layer_of;
+use super::units::Units;
 use crate::cost::{copy_time_us, op_time_us};
 use crate::target::{DeviceId, Target, cannot_run};
 use ir::{Graph, Role};
@@ -53,10 +54,9 @@ pub struct UnitCosts {
 }
 
 impl UnitCosts {
-    /// Prices every unit of `graph` (with `n_layers` blocks) on every device
-    /// of `target`.
-    pub fn of(graph: &Graph, target: &Target, n_layers: u32) -> UnitCosts {
-        let n_units = n_layers as usize + 2;
+    /// Prices every unit of `graph` on every device of `target`.
+    pub fn of(graph: &Graph, target: &Target, units: &Units) -> UnitCosts {
+        let n_units = units.count();
         let n_devices = target.devices.len();
         let mut unit = vec![0usize; graph.len()];
         let mut weight_bytes = vec![0u64; n_units];
@@ -65,8 +65,8 @@ impl UnitCosts {
             let t = graph.tensor(id);
             if t.is_leaf() {
                 unit[id.index()] = match t.role {
-                    Role::Weight => unit_of(&t.name, n_layers),
-                    _ => layer_of(&t.name).map_or(0, |_| unit_of(&t.name, n_layers)),
+                    Role::Weight => units.unit(&t.name),
+                    _ => layer_of(&t.name).map_or(0, |_| units.unit(&t.name)),
                 };
                 if t.role == Role::Weight {
                     let u = unit[id.index()];
@@ -255,7 +255,7 @@ pub fn describe(target: &Target, devices: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::n_layers;
+    use crate::placement::units::Units;
 
     fn llama2l() -> Graph {
         let path = concat!(
@@ -308,7 +308,7 @@ mod tests {
     fn the_fastest_device_takes_everything_when_it_has_room() {
         let g = llama2l();
         let t = Target::preset("cpu+rpc0").expect("preset");
-        let costs = UnitCosts::of(&g, &t, n_layers(&g));
+        let costs = UnitCosts::of(&g, &t, &Units::of(&g));
         let split = best_split(&g, &t, &costs).expect("fits");
         // The preset's server multiplies at half the CPU's rate, and crossing
         // to it costs a network copy: everything on the CPU (device 1).
@@ -324,7 +324,7 @@ mod tests {
     fn memory_forces_a_split_and_the_split_fits() {
         let g = llama2l();
         let mut t = Target::preset("cpu+rpc0").expect("preset");
-        let costs = UnitCosts::of(&g, &t, n_layers(&g));
+        let costs = UnitCosts::of(&g, &t, &Units::of(&g));
         let reserve = compute_reserve_bytes(&g);
         // The CPU holds the input layer and one block, no more.
         let room = costs.weight_bytes[0] + costs.weight_bytes[1];
@@ -372,7 +372,7 @@ mod tests {
         b.mark_output(logits).expect("out");
         let g = b.finish().expect("graph");
         let t = Target::preset("cpu+rpc0").expect("preset");
-        let costs = UnitCosts::of(&g, &t, n_layers(&g));
+        let costs = UnitCosts::of(&g, &t, &Units::of(&g));
         // Units: input layer, block 0, head (the norm, and the product by
         // the token table, the largest matmul).
         assert_eq!(costs.compute_us.len(), 3);
@@ -410,7 +410,7 @@ mod tests {
                     l.bandwidth_gbps = 0.01 + (next(&mut state) % 100) as f64 / 10.0;
                     l.latency_us = (next(&mut state) % 500) as f64;
                 }
-                let costs = UnitCosts::of(&g, &t, n_layers(&g));
+                let costs = UnitCosts::of(&g, &t, &Units::of(&g));
                 let want = brute_force(&g, &t, &costs);
                 let got = best_split(&g, &t, &costs);
                 let got_time = got.as_ref().map(|s| costs.time_us(&t, s));

@@ -37,6 +37,8 @@
 //! from it (assign re-exports [`Policy`] and [`compute_reserve_bytes`]).
 
 pub mod layer_cost;
+mod llama_split;
+pub mod units;
 
 use crate::Error;
 use crate::cost::fmt_us;
@@ -44,6 +46,7 @@ use crate::target::{DeviceId, Target};
 use ir::{Graph, Role};
 use layer_cost::UnitCosts;
 use regex::Regex;
+use units::Units;
 
 /// Which placement algorithm to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -265,7 +268,8 @@ pub(crate) fn is_output_head(name: &str) -> bool {
 pub struct Pins<'a> {
     options: &'a PlacementOptions,
     target: &'a Target,
-    n_layers: u32,
+    policy: Policy,
+    units: Units,
     /// Where each layer-split unit's middle sits in the model's work, in
     /// `[0, 1)` (see [`unit_positions`]).
     unit_positions: Vec<f64>,
@@ -279,23 +283,13 @@ struct CostSplit {
     why: String,
 }
 
-/// A weight's unit in a layer split: 0 the input layer, `1..=n` block
-/// `l + 1`, `n + 1` the output head.
-pub(crate) fn unit_of(name: &str, n_layers: u32) -> usize {
-    match layer_of(name) {
-        Some(l) => l.min(n_layers.saturating_sub(1)) as usize + 1,
-        None if is_output_head(name) => n_layers as usize + 1,
-        None => 0,
-    }
-}
-
-/// Multiply-adds per token of each unit ([`unit_of`]): the elements of every
+/// Multiply-adds per token of each unit ([`Units::unit`]): the elements of every
 /// weight that is the matrix of a `mul_mat` (each element is one multiply-add
 /// per token). Attention over the context and elementwise work are left out:
 /// per token they are small beside the matrices, and they grow the same way
 /// in every block.
-fn unit_costs(graph: &Graph, n_layers: u32) -> Vec<f64> {
-    let mut costs = vec![0.0; n_layers as usize + 2];
+fn unit_costs(graph: &Graph, units: &Units) -> Vec<f64> {
+    let mut costs = vec![0.0; units.count()];
     let mut counted = std::collections::HashSet::new();
     for id in graph.nodes() {
         let t = graph.tensor(id);
@@ -305,7 +299,7 @@ fn unit_costs(graph: &Graph, n_layers: u32) -> Vec<f64> {
         let root = graph.storage_of(t.srcs[0]).root;
         let w = graph.tensor(root);
         if w.role == Role::Weight && counted.insert(root) {
-            costs[unit_of(&w.name, n_layers)] += w.layout.n_elements() as f64;
+            costs[units.unit(&w.name)] += w.layout.n_elements() as f64;
         }
     }
     costs
@@ -342,12 +336,13 @@ impl<'a> Pins<'a> {
         graph: &Graph,
         policy: Policy,
     ) -> Pins<'a> {
-        let n_layers = n_layers(graph);
+        let units = Units::of(graph);
         let mut pins = Pins {
             options,
             target,
-            n_layers,
-            unit_positions: unit_positions(&unit_costs(graph, n_layers)),
+            policy,
+            unit_positions: unit_positions(&unit_costs(graph, &units)),
+            units,
             cost_split: None,
         };
         let by_cost = options.layer_split.as_ref().is_some_and(|p| p.is_empty());
@@ -362,16 +357,17 @@ impl<'a> Pins<'a> {
     /// contiguous split fits (the memory split then stands, and reports what
     /// does not fit).
     fn split_by_cost(&self, graph: &Graph) -> Option<CostSplit> {
-        let costs = UnitCosts::of(graph, self.target, self.n_layers);
+        let costs = UnitCosts::of(graph, self.target, &self.units);
         let devices = layer_cost::best_split(graph, self.target, &costs)?;
         let shares = self.memory_shares();
-        let by_memory: Option<Vec<usize>> = (self.unit_positions.iter())
-            .map(|&at| share_device(&shares, at))
+        let cpu = self.target.cpu().map(|d| d.index());
+        let by_memory: Option<Vec<usize>> = (0..self.units.count())
+            .map(|u| llama_split::unit_device(&self.units, u, &shares, cpu).map(|(d, _)| d))
             .collect();
         let estimate = fmt_us(costs.time_us(self.target, &devices));
         let against = by_memory.map_or(String::new(), |m| {
             let us = fmt_us(costs.time_us(self.target, &m));
-            format!(" against {us} for the split by device memory")
+            format!(" against {us} for llama.cpp's split by device memory")
         });
         let why = format!(
             "the cost model's layer split ({}) is estimated at {estimate} per run{against} \
@@ -406,10 +402,11 @@ impl<'a> Pins<'a> {
         let n = self.options.offload_layers?;
         let cpu = self.target.cpu()?;
         let gpu = self.target.first_accelerator()?;
-        let total = self.n_layers;
+        let total = self.units.n_layers;
         let first = total.saturating_sub(n);
         let layer = layer_of(name);
-        let gpu_side = n > 0 && layer.map_or(is_output_head(name), |l| l >= first);
+        let is_head = self.units.is_head(name);
+        let gpu_side = n > 0 && layer.map_or(is_head, |l| l >= first);
         let id = if gpu_side { gpu } else { cpu };
         let dev = &self.target.devices[id.index()].name;
         let why = match layer {
@@ -419,7 +416,7 @@ impl<'a> Pins<'a> {
             Some(l) => {
                 format!("block {l} is not among the last {n} of {total} blocks: stays on {dev}")
             }
-            None if is_output_head(name) => {
+            None if is_head => {
                 format!("the output head goes where the last blocks go: {dev}")
             }
             None => format!(
@@ -432,20 +429,16 @@ impl<'a> Pins<'a> {
 
 impl Pins<'_> {
     /// `--split-mode layer`: the model is cut into units (the input layer,
-    /// each block, the output head), and a unit goes to the first device whose
-    /// cumulative share of the proportions reaches the unit's middle, measured
-    /// in matmul work (see [`unit_costs`]). Like llama.cpp's rule, proportions
-    /// are shares of the model; unlike it (which counts blocks, the head
-    /// counted with them), they are shares of the work per token, so a large
-    /// output head weighs what it costs.
+    /// each block, the output head), each placed whole. Under `--policy ggml`
+    /// by llama.cpp's rule ([`llama_split`]: input layer on the CPU, blocks
+    /// counted, the head as one more). Otherwise a unit goes to the first
+    /// device whose cumulative share of the proportions reaches the unit's
+    /// middle, measured in matmul work (see [`unit_costs`]): proportions are
+    /// shares of the work per token, so a large output head weighs what it
+    /// costs.
     fn layer_split_device(&self, name: &str, proportions: &[f64]) -> Option<(DeviceId, String)> {
-        let n = self.n_layers.max(1);
-        let unit = unit_of(name, self.n_layers);
-        let what = match layer_of(name) {
-            Some(l) => format!("block {l} of {n}"),
-            None if is_output_head(name) => "the output head".to_string(),
-            None => "the input layer".to_string(),
-        };
+        let unit = self.units.unit(name);
+        let what = self.units.describe(name);
         if let Some(split) = &self.cost_split {
             let device = split.devices[unit];
             let dev = &self.target.devices[device].name;
@@ -458,21 +451,31 @@ impl Pins<'_> {
             let padded = proportions.iter().copied().chain(std::iter::repeat(0.0));
             padded.take(self.target.devices.len()).collect()
         };
-        let at = self.unit_positions[unit];
-        let device = share_device(&shares, at)?;
-        let dev = &self.target.devices[device].name;
         let by = if proportions.is_empty() {
             "device memory".to_string()
         } else {
             format!("--tensor-split {proportions:?}")
         };
+        let (device, at) = if self.policy == Policy::Ggml {
+            let cpu = self.target.cpu().map(|d| d.index());
+            let (device, at) = llama_split::unit_device(&self.units, unit, &shares, cpu)?;
+            let at = match at {
+                Some((position, layers)) => format!("at layer {position} of {layers}"),
+                None => "kept on the CPU".to_string(),
+            };
+            (device, format!("{at}, llama.cpp's rule"))
+        } else {
+            let at = self.unit_positions[unit];
+            let device = share_device(&shares, at)?;
+            (
+                device,
+                format!("its middle at {:.0}% of the matmul work", at * 100.0),
+            )
+        };
+        let dev = &self.target.devices[device].name;
         Some((
             DeviceId(device as u32),
-            format!(
-                "{what} (its middle at {:.0}% of the matmul work) goes to {dev} by {by} \
-                 (--split-mode layer)",
-                at * 100.0
-            ),
+            format!("{what} ({at}) goes to {dev} by {by} (--split-mode layer)"),
         ))
     }
 }
@@ -775,18 +778,26 @@ mod tests {
             ..Default::default()
         };
         let names = ["tok_embd", "l0.wq", "l1.wq", "output"];
-        // ggml's rule: by memory (the preset's server and CPU hold the same).
+        // llama.cpp's rule, by memory (the preset's server and CPU hold the
+        // same): the input layer on the CPU; blocks at 0/3 and 1/3 of three
+        // layers (the head counts as one) on rpc0, the head at 2/3 on cpu.
         let ggml = Pins::new(&o, &t, &g, Policy::Ggml);
         let at = |p: &Pins, n: &str| t.devices[p.device_for(n).expect(n).0.index()].name.clone();
         let by_memory: Vec<String> = names.iter().map(|n| at(&ggml, n)).collect();
-        assert_eq!(by_memory, ["rpc0", "rpc0", "rpc0", "cpu"]);
+        assert_eq!(by_memory, ["cpu", "rpc0", "rpc0", "cpu"]);
+        let (_, why) = ggml.device_for("l1.wq").expect("placed");
+        assert_eq!(
+            why,
+            "block 1 of 2 (at layer 1 of 3, llama.cpp's rule) goes to rpc0 by device memory \
+             (--split-mode layer)"
+        );
         // The cost model: the CPU is faster and has room, so it takes it all.
         let cost = Pins::new(&o, &t, &g, Policy::Cost);
         assert!(names.iter().all(|n| at(&cost, n) == "cpu"));
         let (_, why) = cost.device_for("l1.wq").expect("placed");
         assert!(
             why.starts_with("block 1 of 2 goes to cpu: the cost model's layer split (cpu: the input layer, blocks 0-1, the output head) is estimated at ")
-                && why.contains(" for the split by device memory (--split-mode layer, --policy cost)"),
+                && why.contains(" for llama.cpp's split by device memory (--split-mode layer, --policy cost)"),
             "{why}"
         );
         // Pipelined plans and given proportions keep their rules.

@@ -5,7 +5,10 @@
 //!   every reference to it is a reference to its original.
 //! - Leafs: a graph input (ggml's input flag, or an original only its copies
 //!   reached) is an input; `cache_*` is state (the KV cache); every other leaf
-//!   is a weight named as in the GGUF file, so `--weights MODEL.gguf` binds it.
+//!   is a weight named as in the GGUF file, so `--weights MODEL.gguf` binds it;
+//!   a weight llama.cpp loaded twice (a tied output head on another device)
+//!   is, on its repeat, a mirror (a whole-tensor shard) of the first, bound
+//!   from the same stored tensor.
 //!   Leafs come first, in capture order, then the nodes in capture order
 //!   (sources before users).
 //! - ggml's `set_rows` has sources (rows, indices, destination) (older ggml:
@@ -79,12 +82,31 @@ pub fn import(capture: &Capture, name: &str) -> Result<Imported, CaptureError> {
         name: capture.tensors[id].name.clone(),
         source: Box::new(source),
     };
+    // The first weight of each name, to recognise llama.cpp's duplicates.
+    let mut first_weight: BTreeMap<&str, (DType, [i64; 4])> = BTreeMap::new();
+    let mut mirrors = Vec::new();
     for (id, (t, kind)) in capture.tensors.iter().zip(&kinds).enumerate() {
         if let Kind::Leaf(role, dtype) = *kind {
             let built = match role {
                 ir::Role::Input => b.input(unique(&t.name), dtype, t.ne),
                 ir::Role::State => b.state(unique(&t.name), dtype, t.ne),
-                _ => b.weight(unique(&t.name), dtype, t.ne),
+                _ if first_weight.get(t.name.as_str()) == Some(&(dtype, t.ne)) => {
+                    // A weight llama.cpp duplicated for another device (a tied
+                    // output head): a mirror, bound from the same stored tensor.
+                    let mirror = unique(&t.name);
+                    mirrors.push(mirror.clone());
+                    let whole = ir::WeightShard {
+                        of: t.name.clone(),
+                        full_ne: t.ne,
+                        axis: 1,
+                        start: 0,
+                    };
+                    b.weight_shard(mirror, dtype, t.ne, whole)
+                }
+                _ => {
+                    first_weight.entry(&t.name).or_insert((dtype, t.ne));
+                    b.weight(unique(&t.name), dtype, t.ne)
+                }
             };
             ids[id] = Some(built.map_err(|e| graph_error(id, e))?);
         }
@@ -99,9 +121,18 @@ pub fn import(capture: &Capture, name: &str) -> Result<Imported, CaptureError> {
         let Kind::Node(op, dtype) = *kind else {
             continue;
         };
-        let mut srcs: Vec<TensorId> = (t.src.iter())
-            .map(|&s| resolve(&ids, s).expect("sources are built before their users"))
-            .collect();
+        // Sources are earlier tensors (checked on reading), but a copy's
+        // original may come later: a capture whose copy stands for a tensor
+        // computed from that copy is refused, not followed.
+        let mut srcs: Vec<TensorId> = (t.src.iter().enumerate())
+            .map(|(k, &s)| {
+                resolve(&ids, s).ok_or_else(|| {
+                    let reason =
+                        format!("source {s} is a scheduler copy of a tensor not yet computed here");
+                    field(capture, id, &format!("src[{k}]"), reason)
+                })
+            })
+            .collect::<Result<_, _>>()?;
         if op == Op::SetRows {
             // ggml's sources are (rows, indices, destination), or (rows,
             // indices) with the destination known only as the result's view;
@@ -137,6 +168,12 @@ pub fn import(capture: &Capture, name: &str) -> Result<Imported, CaptureError> {
             b.mark_output(node).map_err(|e| graph_error(id, e))?;
         }
         ids[id] = Some(node);
+    }
+    if !mirrors.is_empty() {
+        notes.push(format!(
+            "weights llama.cpp holds twice (one per device) imported as mirrors of the first: {}",
+            mirrors.join(", ")
+        ));
     }
     let renamed = uses.values().filter(|&&n| n > 1).count();
     if renamed > 0 {

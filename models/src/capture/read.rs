@@ -396,8 +396,12 @@ impl Reader<'_> {
                     "is a node missing from `nodes`",
                 ));
             }
+            // An original is never itself a copy (so following copies ends).
+            let is_copy = |o: &CapturedTensor| o.copy_of.is_some() && !o.reconstructed;
             if let Some(of) = t.copy_of
-                && (of >= c.tensors.len() || of == id)
+                && (of >= c.tensors.len()
+                    || of == id
+                    || (!t.reconstructed && is_copy(&c.tensors[of])))
             {
                 return Err(self.bad(
                     &format!("tensors[{id}] '{}' .copy_of", t.name),
