@@ -25,12 +25,19 @@ fn plan_for(graph: &ir::Graph, target: &str, policy: Policy) -> Plan {
 
 fn pipelined_plan_for(graph: &ir::Graph, target: &str, policy: Policy, n: u32) -> Plan {
     let target = Target::preset(target).unwrap();
+    // Equal shares: without them the cost policy would weigh the split, and
+    // keep these small graphs on one device. llama.cpp's rule (the ggml
+    // policy) counts the output head as a layer, which BERT lacks: with
+    // equal shares its two blocks would both land on the first device, so
+    // the first device gets half the share of the others.
+    let mut shares = vec![1.0; target.devices.len()];
+    if policy == Policy::Ggml {
+        shares[1..].fill(2.0);
+    }
     let options = CompileOptions {
         policy,
         placement: PlacementOptions {
-            // Equal shares: without them the cost policy would weigh the
-            // split, and keep these small graphs on one device.
-            layer_split: Some(vec![1.0; target.devices.len()]),
+            layer_split: Some(shares),
             ..PlacementOptions::default()
         },
         micro_batches: n,

@@ -111,13 +111,13 @@ fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
 }
 
 /// The decisions side by side: llama.cpp on two loopback RPC servers
-/// (`-ngl 99 -ts 1,1`) against ggplan's `--policy ggml` for the same servers
-/// on the imported graph: the same splits (the embedding lookup on the CPU,
-/// blocks 0-15 on the first server, 16-29 and the output head on the
-/// second) and the same copies on every link (`show --against`). The plan
-/// then runs on the servers with the GGUF's weights (the output head's
-/// mirror of the token embedding bound from the same tensor) and gives
-/// llama.cpp's top-1 at every position.
+/// (`-ngl 99 -ts 1,1`, then `-ts 1,3`) and with the last 10 blocks and the
+/// head on one (`-ngl 11`), against ggplan's `--policy ggml` for the same
+/// placement on the imported graph: the same splits with the same ops in
+/// each (the embedding lookup on the CPU, then a run of blocks per server)
+/// and the same copies on every link (`show --against`). The first plan then runs on the servers with the GGUF's
+/// weights (the output head's mirror of the token embedding bound from the
+/// same tensor) and gives llama.cpp's top-1 at every position.
 #[test]
 fn ggml_policy_decides_the_imported_graph_as_llama_cpp_did() {
     let Some(gguf) = smollm2_gguf() else {
@@ -126,92 +126,108 @@ fn ggml_policy_decides_the_imported_graph_as_llama_cpp_did() {
     let dir = scratch_dir("import-rpc");
     let servers: Vec<RpcServer> = (0..2).map(|_| RpcServer::start(1).unwrap()).collect();
     let endpoints = format!("{},{}", servers[0].endpoint(), servers[1].endpoint());
-    let flags = [
-        "-fa", "off", "--rpc", &endpoints, "-ngl", "99", "-ts", "1,1",
+    let first = servers[0].endpoint();
+    // llama.cpp's flags and ggplan's for the same placement. llama.cpp's -ngl
+    // counts the output layer; --offload-layers counts blocks (the head
+    // comes with them).
+    let cases: [(&str, [&str; 4], &str, [&str; 2]); 3] = [
+        (
+            &endpoints,
+            ["-ngl", "99", "-ts", "1,1"],
+            "cpu+rpc0+rpc1",
+            ["--tensor-split", "1,1,0"],
+        ),
+        (
+            &endpoints,
+            ["-ngl", "99", "-ts", "1,3"],
+            "cpu+rpc0+rpc1",
+            ["--tensor-split", "1,3,0"],
+        ),
+        (
+            &first,
+            ["-ngl", "11", "-ts", "1"],
+            "cpu+rpc0",
+            ["--offload-layers", "10"],
+        ),
     ];
-    let cap = capture(&gguf, &dir, "rpc", &flags);
-    let graph = dir.join("graph.ron");
-    let inputs = dir.join("inputs");
-    let printed = ggplan_ok(&[
-        "import",
-        &s(&cap),
-        "-o",
-        &s(&graph),
-        "--inputs",
-        &s(&inputs),
-    ]);
-    assert!(
-        printed.contains("imported as mirrors of the first: token_embd.weight#1"),
-        "{printed}"
-    );
-    let plan = dir.join("plan.ron");
-    ggplan_ok(&[
-        "compile",
-        &s(&graph),
-        "--target",
-        "cpu+rpc0+rpc1",
-        "--split-mode",
-        "layer",
-        "--tensor-split",
-        "1,1,0",
-        "--policy",
-        "ggml",
-        "-o",
-        &s(&plan),
-    ]);
-    let shown: serde_json::Value = serde_json::from_str(&ggplan_ok(&[
-        "show",
-        "--json",
-        &s(&plan),
-        "--against",
-        &s(&cap),
-    ]))
-    .unwrap();
-    let (llama, ours) = (&shown["against"]["llama_cpp"], &shown["against"]["ggplan"]);
-    assert_eq!(llama["n_splits"], 3, "{llama}");
-    assert_eq!(llama["splits"][0][0], "cpu", "{llama}");
-    assert_eq!(llama["n_copies"], 11, "{llama}");
-    assert_eq!(ours["n_splits"], llama["n_splits"], "{shown}");
-    let devices = |side: &serde_json::Value| -> Vec<String> {
-        let splits = side["splits"].as_array().unwrap();
-        splits
-            .iter()
-            .map(|s| s[0].as_str().unwrap().to_string())
-            .collect()
-    };
-    assert_eq!(devices(ours), devices(llama));
-    let links = |side: &serde_json::Value| -> Vec<(String, String, u64)> {
-        (side["links"].as_array().unwrap().iter())
-            .map(|l| {
-                let text = |k: &str| l[k].as_str().unwrap().to_string();
-                (text("from"), text("to"), l["copies"].as_u64().unwrap())
-            })
-            .collect()
-    };
-    assert_eq!(links(ours), links(llama), "{shown}");
-    let text = ggplan_ok(&["show", &s(&plan), "--against", &s(&cap)]);
-    assert!(!text.contains("(differs)"), "{text}");
-
-    let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(&gguf)];
-    args.extend(["--rpc".into(), endpoints.clone(), "--save".into()]);
-    args.push(s(&dir.join("out")));
-    for name in [
-        "inp_tokens",
-        "inp_pos",
-        "attn_inp_k_idxs",
-        "attn_inp_v_idxs",
-        "attn_inp_kq_mask",
-        "out_ids",
-    ] {
-        args.push("--input".into());
-        args.push(format!("{name}={}", s(&inputs.join(format!("{name}.npy")))));
-    }
-    ggplan_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let (_, ours) = read_npy_f64(&dir.join("out/result_output.npy"));
-    let (_, llama) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
-    let argmax = |row: &[f64]| (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]));
-    for (p, (a, b)) in ours.chunks(49152).zip(llama.chunks(49152)).enumerate() {
-        assert_eq!(argmax(a), argmax(b), "top-1 at position {p}");
+    for (i, (rpc, placement, target, ours_placement)) in cases.into_iter().enumerate() {
+        let mut flags = vec!["-fa", "off", "--rpc", rpc];
+        flags.extend(placement);
+        let llama_flags = placement.join(" ");
+        let cap = capture(&gguf, &dir, &format!("rpc{i}"), &flags);
+        let graph = dir.join(format!("graph{i}.ron"));
+        let inputs = dir.join("inputs");
+        let printed = ggplan_ok(&[
+            "import",
+            &s(&cap),
+            "-o",
+            &s(&graph),
+            "--inputs",
+            &s(&inputs),
+        ]);
+        if placement[1] == "99" {
+            assert!(
+                printed.contains("imported as mirrors of the first: token_embd.weight#1"),
+                "{printed}"
+            );
+        }
+        let plan = dir.join(format!("plan{i}.ron"));
+        let (graph_arg, plan_arg) = (s(&graph), s(&plan));
+        let mut compile = vec!["compile", &graph_arg, "--target", target];
+        if ours_placement[0] == "--tensor-split" {
+            compile.extend(["--split-mode", "layer"]);
+        }
+        compile.extend(ours_placement);
+        compile.extend(["--policy", "ggml", "-o", &plan_arg]);
+        ggplan_ok(&compile);
+        let shown: serde_json::Value = serde_json::from_str(&ggplan_ok(&[
+            "show",
+            "--json",
+            &s(&plan),
+            "--against",
+            &s(&cap),
+        ]))
+        .unwrap();
+        let (llama, ours) = (&shown["against"]["llama_cpp"], &shown["against"]["ggplan"]);
+        // Every case crosses devices: the CPU and at least one server.
+        assert!(llama["n_splits"].as_u64().unwrap() >= 2, "{llama}");
+        assert_eq!(llama["splits"][0][0], "cpu", "{llama}");
+        assert_eq!(ours["splits"], llama["splits"], "{llama_flags}: {shown}");
+        let links = |side: &serde_json::Value| -> Vec<(String, String, u64)> {
+            (side["links"].as_array().unwrap().iter())
+                .map(|l| {
+                    let text = |k: &str| l[k].as_str().unwrap().to_string();
+                    (text("from"), text("to"), l["copies"].as_u64().unwrap())
+                })
+                .collect()
+        };
+        assert_eq!(links(ours), links(llama), "{llama_flags}: {shown}");
+        let text = ggplan_ok(&["show", &s(&plan), "--against", &s(&cap)]);
+        assert!(!text.contains("(differs)"), "{text}");
+        if i > 0 {
+            continue;
+        }
+        let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(&gguf)];
+        args.extend(["--rpc".into(), endpoints.clone(), "--save".into()]);
+        args.push(s(&dir.join("out")));
+        for name in [
+            "inp_tokens",
+            "inp_pos",
+            "attn_inp_k_idxs",
+            "attn_inp_v_idxs",
+            "attn_inp_kq_mask",
+            "out_ids",
+        ] {
+            args.push("--input".into());
+            args.push(format!("{name}={}", s(&inputs.join(format!("{name}.npy")))));
+        }
+        ggplan_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (_, ours) = read_npy_f64(&dir.join("out/result_output.npy"));
+        let (_, llama) = read_npy_f64(&dir.join("rpc0.json.logits.npy"));
+        let argmax = |row: &[f64]| (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]));
+        for (p, (a, b)) in ours.chunks(49152).zip(llama.chunks(49152)).enumerate() {
+            assert_eq!(argmax(a), argmax(b), "top-1 at position {p}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -137,7 +137,7 @@ fn devices_and_host_targets_ask_the_servers() {
     let why = text(&out);
     assert!(
         why.contains("the cost model's layer split (")
-            && why.contains(" for the split by device memory"),
+            && why.contains(" for llama.cpp's split by device memory"),
         "{why}"
     );
 

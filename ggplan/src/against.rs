@@ -6,8 +6,8 @@
 //! by [`device_of_buffer`]: `CPU*` and `CUDA_Host` to `cpu`, `CUDAk` to
 //! `cudak`, `RPCk[host:port]` to `rpcN` where `host:port` is the N-th server
 //! of the capture's `--rpc` flag (ggplan's `--rpc` order), anything else
-//! lower-cased; a graph input without a buffer (reached only through its
-//! copies) is on the CPU, where ggml keeps inputs. Known differences the output names rather than hides:
+//! lower-cased; an original without a buffer (a graph input reached only
+//! through its copies) is on the CPU, where ggml keeps inputs. Known differences the output names rather than hides:
 //! llama.cpp reserves compute memory for its largest batch (`n_ubatch`), not
 //! the captured one; its I64 cache indices are I32 in an imported graph, so
 //! those copies are half the bytes.
@@ -21,7 +21,9 @@ use ir::plan::{Plan, Step};
 /// One side's decisions, by ggplan device name.
 #[derive(Debug, Default, PartialEq)]
 pub struct Decisions {
-    /// Each split's device and how many nodes (llama.cpp) or ops (ggplan) it runs.
+    /// Each split's device and how many graph nodes it computes (views,
+    /// reshapes and permutes compute nothing and are not counted; a fused
+    /// kernel counts every node it computes).
     pub splits: Vec<(String, usize)>,
     /// `(from, to)` -> (copies, bytes).
     pub links: BTreeMap<(String, String), (u64, u64)>,
@@ -50,6 +52,9 @@ pub fn device_of_buffer(buffer: &str, rpc_servers: &[String]) -> String {
     buffer.to_lowercase()
 }
 
+/// ggml ops that only describe memory: they compute nothing.
+const LAYOUT_ONLY: [&str; 5] = ["NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"];
+
 /// The servers of the capture's `--rpc` flag, in order.
 fn rpc_servers(capture: &Capture) -> Vec<String> {
     let at = capture.args.iter().position(|a| a == "--rpc");
@@ -62,7 +67,13 @@ pub fn of_capture(capture: &Capture) -> Decisions {
     let servers = rpc_servers(capture);
     let device = |buffer: &str| device_of_buffer(buffer, &servers);
     let splits = (capture.splits.iter())
-        .map(|s| (device(&s.buffer), s.end.saturating_sub(s.first)))
+        .map(|s| {
+            let nodes = capture.nodes.get(s.first..s.end).unwrap_or_default();
+            let ops = (nodes.iter().filter_map(|&n| capture.tensors.get(n)))
+                .filter(|t| !LAYOUT_ONLY.contains(&t.op.as_str()))
+                .count();
+            (device(&s.buffer), ops)
+        })
         .collect();
     let mut links = BTreeMap::new();
     for c in &capture.copies {
@@ -70,9 +81,13 @@ pub fn of_capture(capture: &Capture) -> Decisions {
             .and_then(|t| t.copy_of)
             .and_then(|o| capture.tensors.get(o));
         let from = match original {
-            // A graph input reached only through its copies has no buffer in
-            // the capture; ggml gives inputs to its last backend, the CPU.
-            Some(t) if t.buffer.is_empty() && t.flags & models::capture::FLAG_INPUT != 0 => {
+            // An original reached only through its copies (a graph input) has
+            // no buffer in the capture; ggml gives inputs to its last backend,
+            // the CPU.
+            Some(t)
+                if t.buffer.is_empty()
+                    && (t.reconstructed || t.flags & models::capture::FLAG_INPUT != 0) =>
+            {
                 "cpu".to_string()
             }
             Some(t) => device(&t.buffer),
@@ -114,11 +129,16 @@ pub fn of_plan(plan: &Plan) -> Decisions {
     };
     let splits = (plan.splits.iter())
         .map(|sp| {
-            let ops = sp
-                .steps
-                .iter()
-                .filter(|s| matches!(s, Step::Op { .. }))
-                .count();
+            // A fused kernel computes several graph nodes: count them all.
+            let ops = (sp.steps.iter())
+                .map(|s| match s {
+                    Step::Op { .. } => 1,
+                    Step::Fused { kernel } => {
+                        let k = plan.kernels.get(*kernel as usize);
+                        k.map_or(1, |k| k.nodes.len())
+                    }
+                })
+                .sum();
             (name(sp.device.index()), ops)
         })
         .collect();
@@ -182,19 +202,15 @@ pub fn text(plan: &Plan, capture: &Capture) -> String {
     let count = |v: &[(String, usize)]| v.len().to_string();
     row("splits", count(&theirs.splits), count(&ours.splits), true);
     for i in 0..theirs.splits.len().max(ours.splits.len()) {
-        let side = |v: &[(String, usize)], unit: &str| {
+        let side = |v: &[(String, usize)]| {
             let plural = |n: usize| if n == 1 { "" } else { "s" };
-            v.get(i).map_or("-".into(), |(d, n)| {
-                format!("{d}, {n} {unit}{}", plural(*n))
-            })
+            (v.get(i)).map_or("-".into(), |(d, n)| format!("{d}, {n} op{}", plural(*n)))
         };
-        let devices_differ = theirs.splits.get(i).map(|s| &s.0) != ours.splits.get(i).map(|s| &s.0);
-        let mark = if devices_differ { "  (differs)" } else { "" };
         row(
             &format!("  split {i}"),
-            side(&theirs.splits, "node"),
-            format!("{}{mark}", side(&ours.splits, "op")),
-            false,
+            side(&theirs.splits),
+            side(&ours.splits),
+            true,
         );
     }
     let total = |d: &Decisions| {
