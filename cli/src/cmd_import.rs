@@ -88,6 +88,14 @@ fn write_inputs(capture: &Capture, graph: &ir::Graph, dir: &Path) -> Result<()> 
                     .collect();
                 ir::files::npy::write_npy_f32(&path, &shape, &v)?;
             }
+            (DType::F16, "f16") => {
+                // Written as float32 (every f16 is exact in f32); `run --input`
+                // stores it back as f16.
+                let v: Vec<f32> = (bytes.0.chunks_exact(2))
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect();
+                ir::files::npy::write_npy_f32(&path, &shape, &v)?;
+            }
             (dtype, _) => {
                 println!("  note: input '{}' is {dtype}: not written", t.name);
                 continue;

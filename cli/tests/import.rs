@@ -9,8 +9,10 @@
 //! - the same decode on two loopback RPC servers: ggplan's `--policy ggml`
 //!   for the same servers makes llama.cpp's splits and copies (`show
 //!   --against`), and its plan run on the servers gives llama.cpp's top-1;
-//! - refused, exit 1, nothing written: a capture with flash attention (every
-//!   op ggplan lacks listed with its count), a truncated file (line and
+//! - with llama.cpp's flash attention (`-fa on`) the import lowers
+//!   `flash_attn_ext` to ggplan's ops and gives the same logits;
+//! - refused, exit 1, nothing written: an op or op variant ggplan lacks
+//!   (listed with its count), a truncated file (line and
 //!   column), an unknown key (named), a source that points forward (the
 //!   tensor and field named).
 
@@ -50,15 +52,13 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-#[test]
-fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
-    let Some(gguf) = smollm2_gguf() else {
-        return;
-    };
-    let dir = scratch_dir("import");
-    let cap = capture(&gguf, &dir, "smollm2", &["-fa", "off"]);
-    let graph = dir.join("graph.ron");
-    let inputs = dir.join("inputs");
+/// Captures SmolLM2 with `flags`, imports it with its inputs, compiles it for
+/// `cpu` and runs it in exact precision on the GGUF: ggplan's logits and
+/// llama.cpp's, 16 rows of 49152.
+fn import_and_run(gguf: &Path, dir: &Path, name: &str, flags: &[&str]) -> (Vec<f64>, Vec<f64>) {
+    let cap = capture(gguf, dir, name, flags);
+    let graph = dir.join(format!("{name}.graph.ron"));
+    let inputs = dir.join(format!("{name}.inputs"));
     let printed = ggplan_ok(&[
         "import",
         &s(&cap),
@@ -71,10 +71,10 @@ fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
         printed.contains("I64 row indices imported as I32"),
         "{printed}"
     );
-    let plan = dir.join("plan.ron");
+    let plan = dir.join(format!("{name}.plan.ron"));
     ggplan_ok(&["compile", &s(&graph), "--target", "cpu", "-o", &s(&plan)]);
-    let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(&gguf)];
-    for name in [
+    let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(gguf)];
+    for input in [
         "inp_tokens",
         "inp_pos",
         "attn_inp_k_idxs",
@@ -83,16 +83,24 @@ fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
         "out_ids",
     ] {
         args.push("--input".into());
-        args.push(format!("{name}={}", s(&inputs.join(format!("{name}.npy")))));
+        args.push(format!(
+            "{input}={}",
+            s(&inputs.join(format!("{input}.npy")))
+        ));
     }
-    let out = dir.join("out");
+    let out = dir.join(format!("{name}.out"));
     args.extend(["--precision", "exact", "--save", &s(&out)].map(String::from));
     ggplan_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-
     let (shape, ours) = read_npy_f64(&out.join("result_output.npy"));
     assert_eq!(shape, [16, 49152]);
+    let (_, llama) = read_npy_f64(&dir.join(format!("{name}.json.logits.npy")));
+    (ours, llama)
+}
+
+/// Within 0.05 of the fp64 reference (the F16 cache's share), and llama.cpp's
+/// top-1 at every position.
+fn assert_logits_agree(ours: &[f64], llama: &[f64]) {
     let (_, fp64) = read_npy_f64(&references().join("smollm2/logits_torch_fp64.npy"));
-    let (_, llama) = read_npy_f64(&dir.join("smollm2.json.logits.npy"));
     let max_abs = ours
         .iter()
         .zip(&fp64)
@@ -107,6 +115,33 @@ fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
             "top-1 at position {p} differs from llama.cpp's"
         );
     }
+}
+
+#[test]
+fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
+    let Some(gguf) = smollm2_gguf() else {
+        return;
+    };
+    let dir = scratch_dir("import");
+    let (ours, llama) = import_and_run(&gguf, &dir, "smollm2", &["-fa", "off"]);
+    assert_logits_agree(&ours, &llama);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// llama.cpp's default attention (`-fa auto` takes `flash_attn_ext` on the
+/// CPU too) imports as the attention it computes, with its F16 mask given as
+/// an input, and gives the same logits as the soft_max path.
+#[test]
+fn llama_cpps_flash_attention_imports_as_attention() {
+    let Some(gguf) = smollm2_gguf() else {
+        return;
+    };
+    let dir = scratch_dir("import-fa");
+    let (ours, llama) = import_and_run(&gguf, &dir, "fa", &["-fa", "on"]);
+    assert_logits_agree(&ours, &llama);
+    let graph = std::fs::read_to_string(dir.join("fa.graph.ron")).unwrap();
+    // One lowered attention per layer, in place of each FLASH_ATTN_EXT.
+    assert_eq!(graph.matches("op: SoftMax").count(), 30);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -241,11 +276,6 @@ fn captures_ggplan_cannot_import_are_refused_naming_why() {
         assert!(printed.contains(reason), "{printed}");
         assert!(!graph.exists(), "{} written", graph.display());
     };
-    if let Some(gguf) = smollm2_gguf() {
-        // llama.cpp's default on the CPU: flash attention.
-        let cap = capture(&gguf, &dir, "fa", &["-fa", "on"]);
-        refuse(&cap, "FLASH_ATTN_EXT (30 tensors)");
-    }
 
     let valid = r#"{"format":"ggplan-llama-capture","version":1,"model":"m.gguf","architecture":"llama",
       "args":[],"n_vocab":4,"n_ctx":8,"tokens":[1],"positions":[0],"logits":{"file":"x","shape":[1,4]},
@@ -291,6 +321,13 @@ fn captures_ggplan_cannot_import_are_refused_naming_why() {
             &valid.replace("\"name\":\"x\"", "\"name\":\"x\",\"copy_of\":2"),
         ),
         "tensors[2] 'y' .src[1]: source 1 is a scheduler copy of a tensor not yet computed here",
+    );
+    refuse(
+        &file(
+            "fa.json",
+            &valid.replace("\"op\":\"MUL_MAT\"", "\"op\":\"FLASH_ATTN_EXT\""),
+        ),
+        "FLASH_ATTN_EXT without q, k and v (1 tensor)",
     );
     refuse(
         &file(

@@ -22,9 +22,12 @@
 //! - Every node's dtype and extents are derived by ggplan's own rules and must
 //!   equal the capture's, and so must its strides: an import that would run a
 //!   different computation fails naming the tensor.
+//! - ggml's `flash_attn_ext` becomes the attention it computes in ggplan's
+//!   ops ([`flash_attn`]), its last node under the capture's name.
 //! - Ops, op variants or dtypes ggplan lacks are refused all at once, each with
 //!   the number of tensors that need it, before anything is built.
 
+use super::flash_attn;
 use super::{Capture, CaptureError, CapturedTensor, FLAG_INPUT, FLAG_OUTPUT};
 use ir::{DType, GluKind, Graph, GraphBuilder, Layout, Op, RopeMode, RopeParams, TensorId};
 use std::collections::BTreeMap;
@@ -46,6 +49,8 @@ enum Kind {
     Leaf(ir::Role, DType),
     /// A node computing this op.
     Node(Op, DType),
+    /// ggml's fused attention, lowered to ggplan's ops ([`flash_attn`]).
+    FlashAttn(flash_attn::FlashAttn),
     /// What ggplan lacks (the import fails before building anything).
     Missing,
 }
@@ -118,8 +123,10 @@ pub fn import(capture: &Capture, name: &str) -> Result<Imported, CaptureError> {
         ids[id]
     };
     for (id, (t, kind)) in capture.tensors.iter().zip(&kinds).enumerate() {
-        let Kind::Node(op, dtype) = *kind else {
-            continue;
+        let (op, dtype) = match *kind {
+            Kind::Node(op, dtype) => (Some(op), dtype),
+            Kind::FlashAttn(_) => (None, DType::F32),
+            _ => continue,
         };
         // Sources are earlier tensors (checked on reading), but a copy's
         // original may come later: a capture whose copy stands for a tensor
@@ -133,7 +140,7 @@ pub fn import(capture: &Capture, name: &str) -> Result<Imported, CaptureError> {
                 })
             })
             .collect::<Result<_, _>>()?;
-        if op == Op::SetRows {
+        if op == Some(Op::SetRows) {
             // ggml's sources are (rows, indices, destination), or (rows,
             // indices) with the destination known only as the result's view;
             // ggplan's are (destination, rows, indices).
@@ -149,9 +156,14 @@ pub fn import(capture: &Capture, name: &str) -> Result<Imported, CaptureError> {
             ne: t.ne,
             nb: t.nb,
         };
-        let node = b
-            .node(unique(&t.name), op, &srcs, Some(declared))
-            .map_err(|e| graph_error(id, e))?;
+        let node = match (op, kind) {
+            (Some(op), _) => b.node(unique(&t.name), op, &srcs, Some(declared)),
+            (None, Kind::FlashAttn(p)) => {
+                flash_attn::lower(&mut b, &mut unique, &t.name, *p, &srcs, declared)
+            }
+            (None, _) => unreachable!("only nodes and flash attention are built here"),
+        }
+        .map_err(|e| graph_error(id, e))?;
         let layout = &b.tensor(node).layout;
         if layout.nb != t.nb {
             return Err(field(
@@ -233,8 +245,13 @@ fn classify(capture: &Capture) -> Result<Vec<Kind>, CaptureError> {
         let kind = if let (Some(of), false) = (t.copy_of, t.reconstructed) {
             Kind::Copy(of)
         } else if t.node {
-            match (node_op(capture, t), dtype(&t.dtype)) {
-                (Ok(op), Some(dtype)) => Kind::Node(op, dtype),
+            let op = match t.op.as_str() {
+                "FLASH_ATTN_EXT" if t.dtype == "f32" => flash_attn::params(t).map(Kind::FlashAttn),
+                _ => node_op(capture, t).map(|op| Kind::Node(op, DType::F32)),
+            };
+            match (op, dtype(&t.dtype)) {
+                (Ok(Kind::Node(op, _)), Some(dtype)) => Kind::Node(op, dtype),
+                (Ok(kind), Some(_)) => kind,
                 (op, dtype) => {
                     if let Err(what) = op {
                         *missing.entry(what).or_default() += 1;

@@ -11,6 +11,7 @@
 //! - a graph input's values, when present, are exactly its packed bytes.
 
 mod error;
+mod flash_attn;
 mod import;
 mod read;
 
