@@ -179,7 +179,7 @@ fn ggml_policy_decides_the_imported_graph_as_llama_cpp_did() {
             ["--tensor-split", "1,3,0"],
         ),
         (
-            &first,
+            first,
             ["-ngl", "11", "-ts", "1"],
             "cpu+rpc0",
             ["--offload-layers", "10"],
