@@ -342,6 +342,7 @@ fn captures() -> Vec<(&'static str, String)> {
         |id: usize, name: &str, op: &str, ty: &str, ne: [i64; 4], flags: u32, src: &[usize]| {
             let elem = match ty {
                 "i64" => 8,
+                "f16" => 2,
                 _ => 4,
             };
             let nb = [
@@ -405,5 +406,21 @@ fn captures() -> Vec<(&'static str, String)> {
         ],
         &[4, 5],
     );
-    vec![("product", product), ("cache-write", cache_write)]
+    // llama.cpp's flash attention (2 heads over 1 KV head, 2 tokens, 8 cache
+    // rows), which the import lowers to several ops.
+    let flash_attn = file(
+        vec![
+            tensor(0, "q", "NONE", "f32", [4, 2, 2, 1], 1, &[]),
+            tensor(1, "k", "NONE", "f16", [4, 8, 1, 1], 1, &[]),
+            tensor(2, "v", "NONE", "f16", [4, 8, 1, 1], 1, &[]),
+            tensor(3, "mask", "NONE", "f16", [8, 2, 1, 1], 1, &[]),
+            tensor(4, "attn", "FLASH_ATTN_EXT", "f32", [4, 2, 2, 1], 2, &[0, 1, 2, 3]),
+        ],
+        &[4],
+    );
+    vec![
+        ("product", product),
+        ("cache-write", cache_write),
+        ("flash-attn", flash_attn),
+    ]
 }
