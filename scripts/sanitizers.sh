@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The unsafe code under the tools that see undefined behaviour:
 #
-#   scripts/sanitizers.sh [asan|miri|all]      default: all
+#   scripts/sanitizers.sh [asan|asan-unit|miri|all]      default: all
 #
 # asan: the runtime's unit tests and the runtime, multi-device and fuzz-corpus
 #       integration tests built with AddressSanitizer (nightly
 #       -Zsanitizer=address), in target/asan. Every load, step, copy and
 #       output read goes through instrumented code, so a plan that makes the
 #       runtime read or write outside its arenas stops with a report.
+# asan-unit: the runtime's unit tests alone, as CI runs them (scripts/test.sh;
+#       about 9 minutes on 2 cores, most of it the instrumented build).
 # miri: the code Miri can interpret, in target/miri:
 #       - ggplan-concurrency: the pool, its barrier, the host events and the
 #         executor's copy claims (unit tests);
@@ -35,9 +37,9 @@ need_nightly() {
   rustup component add --toolchain "$nightly" "$@" >/dev/null 2>&1
 }
 
-run_asan() {
+run_asan_unit() {
   need_nightly rust-src
-  echo "sanitizers.sh: AddressSanitizer (runtime unit tests; runtime, multi-device, fuzz-corpus tests)" >&2
+  echo "sanitizers.sh: AddressSanitizer (runtime unit tests)" >&2
   # --target keeps build scripts and proc macros uninstrumented; leak checking
   # is off because the JIT's LLVM context and the kernel cache live until exit
   # by design.
@@ -45,6 +47,10 @@ run_asan() {
     ASAN_OPTIONS="detect_leaks=0" CARGO_TARGET_DIR=target/asan \
     cargo "+$nightly" test --locked --target "$host" \
     -p ggplan-runtime --lib
+}
+run_asan() {
+  run_asan_unit
+  echo "sanitizers.sh: AddressSanitizer (runtime, multi-device, fuzz-corpus tests)" >&2
   RUSTFLAGS="-Zsanitizer=address" ASAN_OPTIONS="detect_leaks=0" CARGO_TARGET_DIR=target/asan \
     cargo "+$nightly" test --locked --target "$host" \
     -p ggplan-tests --test runtime --test multi_device --test fuzz_corpus
@@ -84,6 +90,7 @@ miri_runtime_tests() {
 
 case "$what" in
   asan) run_asan ;;
+  asan-unit) run_asan_unit ;;
   miri) run_miri ;;
   all) run_asan && run_miri ;;
   *) echo "sanitizers.sh: asan, miri or all (got '$what')" >&2; exit 2 ;;

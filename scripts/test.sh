@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every check CI runs: set up, formatting, clippy with -D warnings, docs with
 # no warnings, the facade without LLVM, all tests
-# (the loom models of the concurrency crate included), and a short smoke of
-# every fuzz target under AddressSanitizer.
+# (the loom models of the concurrency crate included), a short smoke of every
+# fuzz target and the runtime's unit tests under AddressSanitizer.
 # Ends with one line totalling every test binary: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +48,10 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 # installed when missing), so a regression in a reader shows up here; long
 # runs are scripts/fuzz.sh TARGET SECONDS.
 GGPLAN_FUZZ_SMOKE=1 scripts/fuzz.sh all 10 2>&1 | tee -a "$log" || status=$?
+# The runtime's unit tests (every CPU kernel, the executor, staging, weights)
+# under AddressSanitizer, counted in the total; the integration tests under it
+# are scripts/sanitizers.sh asan (about 12 minutes more than CI's budget holds).
+scripts/sanitizers.sh asan-unit 2>&1 | tee -a "$log" || status=$?
 # A test binary killed by a signal (loom aborts on a panic inside a model)
 # prints no result line: it counts as one failure.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
