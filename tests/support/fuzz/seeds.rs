@@ -414,7 +414,15 @@ fn captures() -> Vec<(&'static str, String)> {
             tensor(1, "k", "NONE", "f16", [4, 8, 1, 1], 1, &[]),
             tensor(2, "v", "NONE", "f16", [4, 8, 1, 1], 1, &[]),
             tensor(3, "mask", "NONE", "f16", [8, 2, 1, 1], 1, &[]),
-            tensor(4, "attn", "FLASH_ATTN_EXT", "f32", [4, 2, 2, 1], 2, &[0, 1, 2, 3]),
+            tensor(
+                4,
+                "attn",
+                "FLASH_ATTN_EXT",
+                "f32",
+                [4, 2, 2, 1],
+                2,
+                &[0, 1, 2, 3],
+            ),
         ],
         &[4],
     );
