@@ -1,7 +1,7 @@
 //! The units a layer placement moves whole: the input layer, each block, the
 //! output head.
 //!
-//! A weight's unit comes from its name ([`layer_of`], [`is_output_head`]),
+//! A weight's unit comes from its name ([`layer_of`], `is_output_head`),
 //! with one structural exception: a weight in no block whose every reader is
 //! a product making a graph output is part of the output head whatever its
 //! name. That is llama.cpp's copy of a tied token embedding made for the output
