@@ -54,7 +54,14 @@ fn devices(c: &mut Checker<'_>) {
             c.problem(Format, name.clone(), msg);
         }
         if dev.max_buffer_bytes == 0 {
-            c.problem(Format, name, "max_buffer_bytes is 0".to_string());
+            c.problem(Format, name.clone(), "max_buffer_bytes is 0".to_string());
+        }
+        // The runtime shares the host's cores out by these numbers.
+        if let crate::plan::DeviceKind::CpuCores { group, groups } = dev.kind
+            && group >= groups
+        {
+            let msg = format!("core group {group} of {groups}: the group must be below the count");
+            c.problem(Format, name, msg);
         }
     }
 }
