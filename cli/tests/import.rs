@@ -74,20 +74,7 @@ fn import_and_run(gguf: &Path, dir: &Path, name: &str, flags: &[&str]) -> (Vec<f
     let plan = dir.join(format!("{name}.plan.ron"));
     ggplan_ok(&["compile", &s(&graph), "--target", "cpu", "-o", &s(&plan)]);
     let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(gguf)];
-    for input in [
-        "inp_tokens",
-        "inp_pos",
-        "attn_inp_k_idxs",
-        "attn_inp_v_idxs",
-        "attn_inp_kq_mask",
-        "out_ids",
-    ] {
-        args.push("--input".into());
-        args.push(format!(
-            "{input}={}",
-            s(&inputs.join(format!("{input}.npy")))
-        ));
-    }
+    args.extend(input_args(&inputs));
     let out = dir.join(format!("{name}.out"));
     args.extend(["--precision", "exact", "--save", &s(&out)].map(String::from));
     ggplan_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -107,6 +94,11 @@ fn assert_logits_agree(ours: &[f64], llama: &[f64]) {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max);
     assert!(max_abs <= 0.05, "max |ours - fp64| = {max_abs}");
+    assert_top1_agree(ours, llama);
+}
+
+/// llama.cpp's top-1 at every position (rows of 49152 logits).
+fn assert_top1_agree(ours: &[f64], llama: &[f64]) {
     let argmax = |row: &[f64]| (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]));
     for (p, (a, b)) in ours.chunks(49152).zip(llama.chunks(49152)).enumerate() {
         assert_eq!(
@@ -115,6 +107,27 @@ fn assert_logits_agree(ours: &[f64], llama: &[f64]) {
             "top-1 at position {p} differs from llama.cpp's"
         );
     }
+}
+
+/// `--input NAME=DIR/NAME.npy` for every input a SmolLM2 capture has, from
+/// the folder `import --inputs` wrote.
+fn input_args(inputs: &Path) -> Vec<String> {
+    let names = [
+        "inp_tokens",
+        "inp_pos",
+        "attn_inp_k_idxs",
+        "attn_inp_v_idxs",
+        "attn_inp_kq_mask",
+        "out_ids",
+    ];
+    (names.iter())
+        .flat_map(|n| {
+            [
+                "--input".to_string(),
+                format!("{n}={}", s(&inputs.join(format!("{n}.npy")))),
+            ]
+        })
+        .collect()
 }
 
 #[test]
@@ -245,24 +258,11 @@ fn ggml_policy_decides_the_imported_graph_as_llama_cpp_did() {
         let mut args = vec!["run".to_string(), s(&plan), "--weights".into(), s(&gguf)];
         args.extend(["--rpc".into(), endpoints.clone(), "--save".into()]);
         args.push(s(&dir.join("out")));
-        for name in [
-            "inp_tokens",
-            "inp_pos",
-            "attn_inp_k_idxs",
-            "attn_inp_v_idxs",
-            "attn_inp_kq_mask",
-            "out_ids",
-        ] {
-            args.push("--input".into());
-            args.push(format!("{name}={}", s(&inputs.join(format!("{name}.npy")))));
-        }
+        args.extend(input_args(&inputs));
         ggplan_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let (_, ours) = read_npy_f64(&dir.join("out/result_output.npy"));
         let (_, llama) = read_npy_f64(&dir.join("rpc0.json.logits.npy"));
-        let argmax = |row: &[f64]| (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b]));
-        for (p, (a, b)) in ours.chunks(49152).zip(llama.chunks(49152)).enumerate() {
-            assert_eq!(argmax(a), argmax(b), "top-1 at position {p}");
-        }
+        assert_top1_agree(&ours, &llama);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
