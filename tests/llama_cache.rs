@@ -52,6 +52,8 @@ fn small() -> LlamaConfig {
         output_dtype: DType::F32,
         tied_output: false,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Gguf,
     }
 }
@@ -61,6 +63,8 @@ fn qwen2_like() -> LlamaConfig {
     LlamaConfig {
         rope: RopeParams::plain(RopeMode::Neox, 8, 1e6),
         qkv_bias: true,
+        rope_factors: false,
+        head_norms: false,
         tied_output: true,
         ..small()
     }

@@ -26,6 +26,8 @@ fn config(weight_dtype: DType, tied_output: bool) -> LlamaConfig {
         output_dtype: DType::F32,
         tied_output,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Gguf,
     }
 }

@@ -118,6 +118,34 @@ fn qwen2_reads_neox_rope_biases_and_tied_output() {
     decode_binds(&cfg, &file);
 }
 
+/// Llama 3's `rope_freqs.weight` makes every q and k rope read it as its
+/// frequency factors.
+#[test]
+fn llama3_reads_rope_frequency_factors() {
+    let scratch = Scratch::new("llama3");
+    let opts = Options {
+        add: vec![("rope_freqs.weight", [2, 1])],
+        ..Options::default()
+    };
+    let file = tiny(&scratch.0, "llama", opts);
+    let cfg = LlamaConfig::from_gguf(&file, 3).unwrap_or_else(|e| panic!("{e}"));
+    assert!(cfg.rope_factors);
+    let g = llama::build_prefill(&cfg).unwrap();
+    let factors = g
+        .find("rope_freqs.weight")
+        .expect("the factors are a weight");
+    assert_eq!(g.tensor(factors).role, Role::Weight);
+    let ropes: Vec<_> = (g.tensors().iter())
+        .filter(|t| matches!(t.op, Some(ir::Op::Rope(_))))
+        .collect();
+    assert_eq!(ropes.len(), 2, "q and k of the one block");
+    assert!(
+        ropes
+            .iter()
+            .all(|t| t.srcs.len() == 3 && t.srcs[2] == factors)
+    );
+}
+
 #[test]
 fn mistral_reads_llama_names_partial_rope_and_untied_output() {
     let scratch = Scratch::new("mistral");
@@ -196,19 +224,31 @@ fn unknown_architectures_and_bad_tensors_are_named() {
         "{e}"
     );
 
-    // Llama 3's rope frequency factors: llama.cpp divides each rotation's
-    // frequency by them; a graph without them computes another model.
+    // A tensor the builder has no use for (a mixture of experts' expert
+    // matrices): binding the rest would compute another model.
     let e = err(
         "llama",
         Options {
-            add: vec![("rope_freqs.weight", [2, 1])],
+            add: vec![("blk.0.ffn_gate_exps.weight", [8, 12])],
             ..Options::default()
         },
     );
     assert!(
         e.contains("tiny-llama.gguf")
-            && e.contains("does not use tensor 'rope_freqs.weight'")
+            && e.contains("does not use tensor 'blk.0.ffn_gate_exps.weight'")
             && e.contains("refused"),
+        "{e}"
+    );
+    // Llama 3's rope frequency factors of the wrong length (n_rot / 2 = 2).
+    let e = err(
+        "llama",
+        Options {
+            add: vec![("rope_freqs.weight", [3, 1])],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("rope_freqs.weight") && e.contains("[2, 1, 1, 1]"),
         "{e}"
     );
     let e = err(

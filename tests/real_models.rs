@@ -79,6 +79,8 @@ fn smollm2_prefill_logits_match_torch_fp64() {
             output_dtype: DType::Q8_0,
             tied_output: true,
             qkv_bias: false,
+            rope_factors: false,
+            head_norms: false,
             names: LlamaNames::Gguf,
         },
         "SmolLM2's hyperparameters (see ../shared/references/README.md)"
@@ -250,6 +252,8 @@ fn llama_config_from_gguf_reads_defaults_and_names_missing_keys() {
             output_dtype: DType::F32,
             tied_output: true,
             qkv_bias: false,
+            rope_factors: false,
+            head_norms: false,
             names: LlamaNames::Gguf,
         }
     );

@@ -44,6 +44,8 @@ fn config(n_tokens: i64, weight_dtype: DType) -> LlamaConfig {
         output_dtype: DType::F32,
         tied_output: false,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Gguf,
     }
 }

@@ -445,6 +445,8 @@ fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
         output_dtype: DType::F32,
         tied_output: true,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Gguf,
     };
     let graph = build_prefill(&config).unwrap();
@@ -598,4 +600,84 @@ fn a_segmented_value_read_whole_is_gathered_segment_by_segment() {
             assert!(rt.injected_delays() >= devices as u64, "{what}");
         }
     }
+}
+
+/// Llama 3's rope frequency factors (`rope_freqs.weight`, rope's third
+/// source): every device's heads rotate with the whole factors, and the split
+/// computes what one device does.
+#[test]
+fn rope_frequency_factors_are_read_whole_by_every_part() {
+    use ir::DType;
+    use ir::op::{RopeMode, RopeParams};
+    use models::llama::{LlamaConfig, LlamaNames, build_prefill};
+    let config = LlamaConfig {
+        n_layer: 2,
+        n_embd: 64,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+        n_ff: 96,
+        n_vocab: 77,
+        n_tokens: 7,
+        rms_eps: 1e-5,
+        rope: RopeParams::plain(RopeMode::Normal, 16, 500000.0),
+        weight_dtype: DType::F32,
+        matrix_dtypes: Default::default(),
+        embd_dtype: DType::F32,
+        output_dtype: DType::F32,
+        tied_output: false,
+        qkv_bias: false,
+        rope_factors: true,
+        head_norms: false,
+        names: LlamaNames::Gguf,
+    };
+    let graph = build_prefill(&config).unwrap();
+    let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
+    let want = outputs(&mut load(single, 1, None));
+    for (target, devices, shares) in SPLITS {
+        let what = format!("llama 3 on {target} shares {shares:?}");
+        let plan = compile_for(&graph, target, &options(row(shares))).unwrap();
+        let ropes_with_factors = (plan.splits.iter().flat_map(|s| &s.steps))
+            .filter(|s| matches!(s, Step::Op { op: ir::Op::Rope(_), srcs, .. } if srcs.len() == 3))
+            .count();
+        assert!(
+            ropes_with_factors >= 4,
+            "{what}: {ropes_with_factors} ropes read the factors"
+        );
+        let got = outputs(&mut load(plan, devices, None));
+        assert_outputs_match(&want, &got, &what);
+    }
+}
+
+/// A graph that already names a weight `w#1` (an imported graph names
+/// llama.cpp's repeated names so): the parts of the split weight `w` keep
+/// clear of it (`w#1~1`), the weight keeps its name (weights bind by name),
+/// and the split computes what one device does.
+#[test]
+fn part_names_keep_clear_of_the_graphs_own_names() {
+    use ir::{DType, GraphBuilder};
+    let mut b = GraphBuilder::new("repeats");
+    let x = b.input("x", DType::F32, [64, 5, 1, 1]).unwrap();
+    let w = b.weight("w", DType::F32, [64, 96, 1, 1]).unwrap();
+    let w1 = b.weight("w#1", DType::F32, [96, 64, 1, 1]).unwrap();
+    let y = b.mul_mat("y", w, x).unwrap();
+    let y = b.silu("y_act", y).unwrap();
+    let z = b.mul_mat("z", w1, y).unwrap();
+    b.mark_output(z).unwrap();
+    let graph = b.finish().unwrap();
+    let single = compile_for(&graph, "cpu", &CompileOptions::default()).unwrap();
+    let want = outputs(&mut load(single, 1, None));
+    let split = TensorSplitOptions {
+        shares: vec![],
+        rules: vec![SplitRule::parse("^w$=1").unwrap()],
+        collectives: Collectives::Auto,
+    };
+    let plan = compile_for(&graph, "cpu0+cpu1", &options(split)).unwrap();
+    let names: Vec<&str> = plan.tensors.iter().map(|t| t.name.as_str()).collect();
+    assert!(
+        names.contains(&"w#1~1") && names.contains(&"w#1"),
+        "{names:?}"
+    );
+    let got = outputs(&mut load(plan, 2, None));
+    assert_outputs_match(&want, &got, "repeats on cpu0+cpu1");
 }

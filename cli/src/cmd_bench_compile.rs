@@ -57,6 +57,8 @@ pub fn llama7b_shape() -> LlamaConfig {
         output_dtype: DType::F16,
         tied_output: false,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Gguf,
     }
 }

@@ -34,7 +34,7 @@ pub fn run(args: ImportArgs) -> Result<ExitCode> {
     let imported = models::capture::import(&capture, &name)?;
     let graph = &imported.graph;
     if let Some(dir) = &args.inputs {
-        write_inputs(&capture, graph, dir)?;
+        write_inputs(&capture, &imported, dir)?;
     }
     ir::text::write_graph(&args.output, graph)?;
     println!(
@@ -55,12 +55,22 @@ pub fn run(args: ImportArgs) -> Result<ExitCode> {
 
 /// Writes every graph input whose values the capture holds as `.npy`, in the
 /// graph's dtype (I32 or F32; another dtype is skipped with a note).
-fn write_inputs(capture: &Capture, graph: &ir::Graph, dir: &Path) -> Result<()> {
+fn write_inputs(capture: &Capture, imported: &models::capture::Imported, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let graph = &imported.graph;
     for id in graph.with_role(ir::Role::Input) {
         let t = graph.tensor(id);
-        let Some(bytes) = (capture.tensors.iter())
-            .find(|c| c.name == t.name && c.data.is_some())
+        // The values of the capture tensor it was made from (repeated names,
+        // as Gemma 3's two masks, are told apart by id), or of a scheduler
+        // copy of it.
+        let source = imported.captured[id.index()];
+        let with_values = |c: &&models::capture::CapturedTensor| c.data.is_some();
+        let Some(bytes) = (source.map(|c| &capture.tensors[c]).filter(with_values))
+            .or_else(|| {
+                (capture.tensors.iter())
+                    .filter(|c| c.copy_of.is_some() && c.copy_of == source)
+                    .find(with_values)
+            })
             .and_then(|c| c.data.as_ref().map(|d| (d, c.dtype.as_str())))
         else {
             println!("  note: no captured values for input '{}'", t.name);

@@ -12,7 +12,7 @@
 //! - with llama.cpp's flash attention (`-fa on`) the import lowers
 //!   `flash_attn_ext` to ggplan's ops and gives the same logits;
 //! - refused, exit 1, nothing written: an op or op variant ggplan lacks
-//!   (listed with its count), a truncated file (line and
+//!   (listed with its count; ggml_cast's CPY into itself among them), a truncated file (line and
 //!   column), an unknown key (named), a source that points forward (the
 //!   tensor and field named).
 
@@ -311,7 +311,16 @@ fn captures_ggplan_cannot_import_are_refused_naming_why() {
             "forward.json",
             &valid.replace("\"src\":[0,1]", "\"src\":[0,2]"),
         ),
-        "tensors[2] 'y' .src[1]",
+        "tensors[2] 'y' .src[1]: is the tensor itself (2)",
+    );
+    // ggml_cast names its CPY as its own destination: read, then refused.
+    refuse(
+        &file(
+            "cast.json",
+            &(valid.replace("\"op\":\"MUL_MAT\"", "\"op\":\"CPY\""))
+                .replace("\"src\":[0,1]", "\"src\":[1,2]"),
+        ),
+        "CPY into itself (ggml_cast) (1 tensor)",
     );
     // A scheduler copy standing for a tensor computed from it (found by
     // fuzzing: the import followed it and panicked).

@@ -89,6 +89,8 @@ pub fn llama2l_config() -> LlamaConfig {
         output_dtype: DType::F32,
         tied_output: false,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Example,
     }
 }

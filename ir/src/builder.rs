@@ -182,6 +182,11 @@ impl GraphBuilder {
         self.push(tensor)
     }
 
+    /// Whether a tensor of this name has been added.
+    pub fn has_name(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
     fn set_shard(&mut self, id: TensorId, shard: crate::shard::WeightShard) {
         self.tensors[id.index()].shard = Some(shard);
     }
@@ -322,6 +327,18 @@ impl GraphBuilder {
         params: RopeParams,
     ) -> R {
         self.node(name, Op::Rope(params), &[a, pos], None)
+    }
+    /// Rotary embedding whose pair `i` turns by its angle divided by
+    /// `factors[i]` (F32, at least `n_dims / 2`; Llama 3's `rope_freqs`).
+    pub fn rope_with_factors(
+        &mut self,
+        name: impl Into<String>,
+        a: TensorId,
+        pos: TensorId,
+        factors: TensorId,
+        params: RopeParams,
+    ) -> R {
+        self.node(name, Op::Rope(params), &[a, pos, factors], None)
     }
     /// Copies `a` into `dst`'s memory; the result is a view of `dst`.
     pub fn cpy(&mut self, name: impl Into<String>, a: TensorId, dst: TensorId) -> R {

@@ -143,6 +143,17 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
                     p.n_dims, a.ne[0]
                 ));
             }
+            if let Some((_, factors)) = srcs.get(2) {
+                let f = &factors.layout;
+                need_dtype(f, "frequency factors (src2)", &[DType::F32])?;
+                if f.ne[0] < i64::from(p.n_dims / 2) || !f.is_contiguous() {
+                    return Err(format!(
+                        "frequency factors {} must be contiguous with at least {} elements (n_dims / 2)",
+                        fmt_ne(&f.ne),
+                        p.n_dims / 2
+                    ));
+                }
+            }
             packed(a.dtype, a.ne)
         }
         Op::Cpy => {
@@ -405,10 +416,11 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::Mul
         | Op::Div
         | Op::MulMat
-        | Op::Rope(_)
         | Op::Cpy
         | Op::Concat { .. }
         | Op::GetRowsPart { .. } => 2..=2,
+        // Rope's optional third source: the frequency factors (Llama 3's `rope_freqs`).
+        Op::Rope(_) => 2..=3,
         Op::SetRows => 3..=3,
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             1..=MAX_PARTS

@@ -63,8 +63,7 @@ pub enum Error {
         reason: String,
     },
     /// The file holds tensors the model's graph has no use for: a feature the
-    /// builder does not model (Llama 3's rope frequency factors
-    /// `rope_freqs.weight`, experts, ...). Binding the rest would compute
+    /// builder does not model (experts, ...). Binding the rest would compute
     /// another model without a word, so the file is refused.
     #[error(
         "{}: the model's graph does not use {}; the file describes something this builder \

@@ -4,7 +4,8 @@
 //
 //   llama-capture MODEL.gguf OUT.json [--tokens N] [--prompt TEXT] [--ctx C]
 //                 [-ngl N] [-sm none|layer|row|tensor] [-ts A,B,...] [--rpc H:P,...]
-//                 [-ot REGEX=BUFFER,...] [-fa on|off|auto] [-t N] [-v]
+//                 [-ot REGEX=BUFFER,...] [-fa on|off|auto] [-ctk T] [-ctv T] [-t N]
+//                 [--greedy N] [-v]
 //
 // Writes OUT.json (format "ggplan-llama-capture", version 1) and the logits of
 // every token beside it (OUT.logits.npy, float32 [n_tokens, n_vocab]):
@@ -24,6 +25,10 @@
 //   reserve             llama.cpp's own log of its reservation: compute
 //                       buffer MiB per buffer type and its graph line
 //                       (nodes, splits for prompt and generation batches)
+//   greedy              with --greedy N only: the N tokens llama.cpp then
+//                       decodes one at a time, each the argmax of the logits
+//                       before it (the callback records none of those decodes)
+// -ctk/-ctv set the KV cache types (f32, f16, q8_0; llama.cpp's default f16).
 // Errors (a bad model, bad flags) are llama.cpp's or this tool's message on
 // stderr and exit 1; nothing is written then.
 
@@ -38,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -102,6 +108,8 @@ struct Capture {
     // Originals no node reads (graph inputs reached only through their
     // copies): name and one copy; ids follow `tensors`.
     std::vector<std::pair<std::string, const ggml_tensor *>> reconstructed;
+    bool closed = false;                     // the captured decode is over
+    std::set<const ggml_tensor *> visiting;  // id_of's walk, to refuse a cycle
 
     // The id of the tensor a copy of `name` copies.
     int original_of(const std::string & name) const {
@@ -139,15 +147,21 @@ struct Capture {
         if (found != ids.end()) {
             return found->second;
         }
+        if (!visiting.insert(t).second) {
+            throw std::runtime_error(std::string("tensor '") + t->name + "' (" + ggml_op_name(t->op) +
+                                     ") is among its own sources");
+        }
         // Sources and the view source first, so every reference points back.
         if (t->view_src) {
             id_of(t->view_src);
         }
         for (int j = 0; j < GGML_MAX_SRC; j++) {
-            if (t->src[j]) {
+            // ggml_cast's CPY names itself as its destination (src[1]).
+            if (t->src[j] && t->src[j] != t) {
                 id_of(t->src[j]);
             }
         }
+        visiting.erase(t);
         int id = (int) tensors.size();
         ids[t] = id;
         tensors.push_back(t);
@@ -181,7 +195,7 @@ void read_inputs(Capture & c, const ggml_tensor * t) {
 // "not wanted" keeps each split's nodes in one computation, as without us.
 bool on_node(ggml_tensor * t, bool ask, void * user) {
     auto * capture = static_cast<Capture *>(user);
-    if (ask) {
+    if (ask && !capture->closed) {
         int id = capture->id_of(t);
         if (!capture->is_node[id]) {
             capture->is_node[id] = 1;
@@ -260,7 +274,8 @@ std::vector<std::string> split_list(const std::string & s, char sep) {
     fprintf(stderr,
             "usage: llama-capture MODEL.gguf OUT.json [--tokens N] [--prompt TEXT] [--ctx C]\n"
             "       [-ngl N] [-sm none|layer|row|tensor] [-ts A,B,...] [--rpc HOST:PORT,...]\n"
-            "       [-ot REGEX=BUFFER,...] [-fa on|off|auto] [-t N] [-v]\n");
+            "       [-ot REGEX=BUFFER,...] [-fa on|off|auto] [-ctk T] [-ctv T] [-t N]\n"
+            "       [--greedy N] [-v]\n");
     exit(1);
 }
 
@@ -275,7 +290,7 @@ int parse_int(const std::string & flag, const std::string & value) {
 
 struct Options {
     std::string model, out, prompt;
-    int tokens = 0, ctx = 0, threads = 0;
+    int tokens = 0, ctx = 0, threads = 0, greedy = 0;
     bool verbose = false;
     llama_model_params mparams = llama_model_default_params();
     llama_context_params cparams = llama_context_default_params();
@@ -298,6 +313,13 @@ ggml_backend_buffer_type_t buffer_type_named(const std::string & name) {
                  ggml_backend_buft_name(ggml_backend_dev_buffer_type(ggml_backend_dev_get(i)));
     }
     usage_error("-ot: no buffer type '" + name + "' (known: " + known + ")");
+}
+
+ggml_type cache_type(const std::string & flag, const std::string & v) {
+    if (v == "f32") return GGML_TYPE_F32;
+    if (v == "f16") return GGML_TYPE_F16;
+    if (v == "q8_0") return GGML_TYPE_Q8_0;
+    usage_error(flag + ": expected f32, f16 or q8_0, got '" + v + "'");
 }
 
 Options parse(int argc, char ** argv) {
@@ -347,6 +369,12 @@ Options parse(int argc, char ** argv) {
             else if (v == "off") o.cparams.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
             else if (v == "auto") o.cparams.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_AUTO;
             else usage_error("-fa: expected on, off or auto, got '" + v + "'");
+        } else if (a == "-ctk" || a == "--cache-type-k") {
+            o.cparams.type_k = cache_type(a, value());
+        } else if (a == "-ctv" || a == "--cache-type-v") {
+            o.cparams.type_v = cache_type(a, value());
+        } else if (a == "--greedy") {
+            o.greedy = parse_int(a, value());
         } else if (a == "-t" || a == "--threads") {
             o.threads = parse_int(a, value());
         } else if (a == "-v") {
@@ -468,6 +496,9 @@ std::string reconstructed_json(const Capture & c, size_t k) {
     return o.str();
 }
 
+// The capture's JSON object without its closing brace (the greedy tokens,
+// decoded later, may follow). Reads the graph's tensors: call it before any
+// other decode rebuilds them.
 std::string capture_json(const Options & opt, const Capture & c, const std::vector<llama_token> & tokens,
                          const LogSink & log, const std::string & arch, int n_vocab, uint32_t n_ctx) {
     std::ostringstream o;
@@ -531,7 +562,7 @@ std::string capture_json(const Options & opt, const Capture & c, const std::vect
     for (size_t i = 0; i < log.reserve.size(); i++) {
         o << (i ? "," : "") << "\n" << json_string(log.reserve[i]);
     }
-    o << "\n]\n}\n";
+    o << "\n]";
     return o.str();
 }
 
@@ -577,7 +608,8 @@ int run(int argc, char ** argv) {
     Capture capture;
     opt.cparams.cb_eval = on_node;
     opt.cparams.cb_eval_user_data = &capture;
-    opt.cparams.n_ctx = opt.ctx > 0 ? (uint32_t) opt.ctx : std::max<uint32_t>(256, (uint32_t) tokens.size());
+    const uint32_t needed = (uint32_t) (tokens.size() + std::max(opt.greedy, 0));
+    opt.cparams.n_ctx = opt.ctx > 0 ? (uint32_t) opt.ctx : std::max<uint32_t>(256, needed);
     opt.cparams.n_batch = std::max<uint32_t>(opt.cparams.n_batch, (uint32_t) tokens.size());
     opt.cparams.n_ubatch = opt.cparams.n_batch;
     opt.cparams.no_perf = true;
@@ -617,6 +649,24 @@ int run(int argc, char ** argv) {
     }
     capture.reconstruct_originals();
     std::string json = capture_json(opt, capture, tokens, log, arch, n_vocab, llama_n_ctx(ctx));
+    capture.closed = true;
+    std::vector<llama_token> greedy;
+    for (int k = 0; k < opt.greedy; k++) {
+        const float * row = llama_get_logits_ith(ctx, -1);
+        llama_token next = (llama_token) (std::max_element(row, row + n_vocab) - row);
+        greedy.push_back(next);
+        if (k + 1 == opt.greedy) {
+            break;
+        }
+        llama_batch one = llama_batch_get_one(&greedy.back(), 1);
+        if (llama_decode(ctx, one) != 0) {
+            throw std::runtime_error("llama_decode failed on greedy token " + std::to_string(k + 1));
+        }
+    }
+    if (opt.greedy > 0) {
+        json += ",\n\"greedy\":" + json_array(greedy.data(), greedy.size());
+    }
+    json += "\n}\n";
     write_file(opt.out + ".logits.npy", npy_f32(logits, tokens.size(), (size_t) n_vocab));
     write_file(opt.out, json);
     fprintf(stderr, "llama-capture: %zu tokens, %zu tensors, %zu nodes, %zu copies -> %s\n", tokens.size(),

@@ -74,7 +74,7 @@ pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
         Op::SoftMax { scale, max_bias } => {
             softmax::soft_max(a, srcs.get(1).copied(), scale, max_bias)
         }
-        Op::Rope(ref params) => rope::rope(params, a, srcs[1]),
+        Op::Rope(ref params) => rope::rope(params, a, srcs[1], srcs.get(2).copied()),
         Op::Cpy => copy::cpy(a, out.ne),
         // Packing may also reshape (ggml_cont_4d): values keep their element order.
         Op::Cont => copy::cpy(a, out.ne),

@@ -1,8 +1,11 @@
 //! rope: rotary position embedding with ggml's rope_ext + YaRN semantics.
 //!
-//! src0 is `[head_dim, n_head, n_tokens, ne3]`, src1 the I32 positions `[n_tokens]`.
+//! src0 is `[head_dim, n_head, n_tokens, ne3]`, src1 the I32 positions `[n_tokens]`,
+//! the optional src2 the F32 frequency factors `f` (at least `n_dims/2`; Llama 3's
+//! `rope_freqs`, 1 for every pair when absent).
 //! For token `t` at position `p = pos[t]` and pair `i` in `0..n_dims/2`:
-//! - `theta_extrap = p * freq_base^(-2i / n_dims)`, `theta_interp = freq_scale * theta_extrap`;
+//! - `theta_extrap = p * freq_base^(-2i / n_dims) / f[i]`,
+//!   `theta_interp = freq_scale * theta_extrap`;
 //! - without YaRN (`ext_factor == 0`): `theta = theta_interp`, `mscale = attn_factor`;
 //! - with YaRN: `mix = ramp(i) * ext_factor` where `ramp(i) = 1 - clamp((i - low) /
 //!   max(0.001, high - low), 0, 1)` and `[low, high]` = [`rope_yarn_corr_dims`];
@@ -45,8 +48,9 @@ fn yarn_ramp(low: f64, high: f64, i: usize) -> f64 {
     1.0 - y.clamp(0.0, 1.0)
 }
 
-/// `(cos theta, sin theta)` times mscale for every pair of a token at `pos`.
-fn rotations(p: &RopeParams, pos: f64) -> Vec<(f64, f64)> {
+/// `(cos theta, sin theta)` times mscale for every pair of a token at `pos`,
+/// each pair's angle divided by its frequency factor.
+fn rotations(p: &RopeParams, pos: f64, factors: Option<&Dense>) -> Vec<(f64, f64)> {
     let n_dims = f64::from(p.n_dims);
     let freq_scale = f64::from(p.freq_scale);
     let ext_factor = f64::from(p.ext_factor);
@@ -59,7 +63,8 @@ fn rotations(p: &RopeParams, pos: f64) -> Vec<(f64, f64)> {
     );
     (0..p.n_dims as usize / 2)
         .map(|i| {
-            let theta_extrap = pos * f64::from(p.freq_base).powf(-2.0 * i as f64 / n_dims);
+            let factor = factors.map_or(1.0, |f| f.data[i]);
+            let theta_extrap = pos * f64::from(p.freq_base).powf(-2.0 * i as f64 / n_dims) / factor;
             let theta_interp = freq_scale * theta_extrap;
             let mut mscale = f64::from(p.attn_factor);
             let theta = if ext_factor != 0.0 {
@@ -74,12 +79,12 @@ fn rotations(p: &RopeParams, pos: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// rope of `a` at the positions in `pos`.
-pub(crate) fn rope(p: &RopeParams, a: &Dense, pos: &Dense) -> Dense {
+/// rope of `a` at the positions in `pos`, with the frequency factors when given.
+pub(crate) fn rope(p: &RopeParams, a: &Dense, pos: &Dense, factors: Option<&Dense>) -> Dense {
     let mut out = a.clone();
     let half = p.n_dims as usize / 2;
     for i2 in 0..a.ne[2] {
-        let rot = rotations(p, pos.data[i2 as usize]);
+        let rot = rotations(p, pos.data[i2 as usize], factors);
         for i3 in 0..a.ne[3] {
             for i1 in 0..a.ne[1] {
                 let row = out.row_mut(i1, i2, i3);

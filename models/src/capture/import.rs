@@ -39,6 +39,9 @@ pub struct Imported {
     pub graph: Graph,
     /// One line per change a reader should know of (renamed repeats, narrowed inputs).
     pub notes: Vec<String>,
+    /// The capture tensor each graph tensor was made from, by graph tensor
+    /// index (`None` for the ops a lowering added).
+    pub captured: Vec<Option<usize>>,
 }
 
 /// What one capture tensor becomes.
@@ -198,7 +201,17 @@ pub fn import(capture: &Capture, name: &str) -> Result<Imported, CaptureError> {
         place: "the graph".into(),
         reason: e.to_string(),
     })?;
-    Ok(Imported { graph, notes })
+    let mut captured = vec![None; graph.len()];
+    for (capture_id, id) in ids.iter().enumerate() {
+        if let Some(id) = id {
+            captured[id.index()].get_or_insert(capture_id);
+        }
+    }
+    Ok(Imported {
+        graph,
+        notes,
+        captured,
+    })
 }
 
 /// The destination of a `set_rows` node `t`: its view source when the result
@@ -247,6 +260,8 @@ fn classify(capture: &Capture) -> Result<Vec<Kind>, CaptureError> {
         } else if t.node {
             let op = match t.op.as_str() {
                 "FLASH_ATTN_EXT" if t.dtype == "f32" => flash_attn::params(t).map(Kind::FlashAttn),
+                // ggml_cast: a CPY into a new tensor of another type.
+                "CPY" if t.src.get(1) == Some(&id) => Err("CPY into itself (ggml_cast)".into()),
                 _ => node_op(capture, t).map(|op| Kind::Node(op, DType::F32)),
             };
             match (op, dtype(&t.dtype)) {
@@ -377,7 +392,6 @@ fn node_op(capture: &Capture, t: &CapturedTensor) -> Result<Op, String> {
             max_bias: p(1),
         },
         "SOFT_MAX" => return Err("SOFT_MAX with sinks".into()),
-        "ROPE" if n_src > 2 => return Err("ROPE with frequency factors".into()),
         "ROPE" => {
             let mode = match t.op_params[2] {
                 0 => RopeMode::Normal,

@@ -38,6 +38,9 @@ pub struct Capture {
     pub n_ctx: u64,
     /// The token ids decoded.
     pub tokens: Vec<i64>,
+    /// The greedy continuation llama.cpp decoded after them (`--greedy N`;
+    /// empty when not asked): each token the argmax of the previous logits.
+    pub greedy: Vec<i64>,
     /// Every tensor the graph reaches, sources first.
     pub tensors: Vec<CapturedTensor>,
     /// Node ids in the order the scheduler computed them.

@@ -24,6 +24,7 @@ const TOP_KEYS: &[&str] = &[
     "splits",
     "copies",
     "reserve",
+    "greedy",
 ];
 const TENSOR_KEYS: &[&str] = &[
     "id",
@@ -82,6 +83,12 @@ pub fn read_capture(path: &Path) -> Result<Capture, CaptureError> {
         tokens: (r.array(top, "tokens", "")?.iter().enumerate())
             .map(|(i, t)| r.as_i64(t, &format!("tokens[{i}]")))
             .collect::<Result<_, _>>()?,
+        greedy: match top.get("greedy") {
+            None => Vec::new(),
+            Some(_) => (r.array(top, "greedy", "")?.iter().enumerate())
+                .map(|(i, t)| r.as_i64(t, &format!("greedy[{i}]")))
+                .collect::<Result<_, _>>()?,
+        },
         nodes: r.ids(top, "nodes", "", tensors.len())?,
         splits: (r.array(top, "splits", "")?.iter().enumerate())
             .map(|(i, s)| r.split(i, s, tensors.len()))
@@ -284,7 +291,16 @@ impl Reader<'_> {
             op_params[k] = i32::try_from(*w)
                 .map_err(|_| self.bad(&format!("{at}op_params[{k}]"), "is not a 32-bit word"))?;
         }
-        let src = self.ids(o, "src", &at, i)?;
+        // Sources are earlier tensors, but ggml_cast's CPY names itself as
+        // its destination (src[1]); the import refuses that by name.
+        let src = self.ids(o, "src", &at, i + 1)?;
+        let op = self.str(o, "op", &at)?;
+        if let Some(j) = (0..src.len()).find(|&j| src[j] == i && (op, j) != ("CPY", 1)) {
+            return Err(self.bad(
+                &format!("{at}src[{j}]"),
+                format!("is the tensor itself ({i})"),
+            ));
+        }
         let view = match o.get("view_src") {
             None => None,
             Some(v) => {

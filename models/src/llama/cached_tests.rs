@@ -24,6 +24,8 @@ fn small(n_tokens: i64) -> LlamaConfig {
         output_dtype: DType::F32,
         tied_output: false,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Gguf,
     }
 }
@@ -135,6 +137,8 @@ fn unsupported_caches_are_refused_by_name() {
 fn qkv_biases_follow_their_projections() {
     let cfg = LlamaConfig {
         qkv_bias: true,
+        rope_factors: false,
+        head_norms: false,
         rope: RopeParams::plain(RopeMode::Neox, 8, 1e6),
         ..small(2)
     };

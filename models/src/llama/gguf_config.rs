@@ -3,13 +3,16 @@
 //!
 //! Invariants:
 //! - architectures: llama and mistral (llama's graph), qwen2 (NeoX rope, q/k/v
-//!   biases); anything else is refused, naming the architecture;
+//!   biases), qwen3 (NeoX rope, q/k head norms); anything else is refused,
+//!   naming the architecture;
 //! - hyperparameters come from `{arch}.*` metadata keys; dtypes, the vocabulary
 //!   size, tied output and biases come from the tensor infos, and every weight
 //!   the graph declares is checked against the file (name, dtype, shape), so a
 //!   returned config always binds (block matrices may differ in dtype, as in
 //!   llama.cpp's Q4_K_M files: each takes its own, `LlamaConfig::matrix_dtypes`);
-//! - a tensor of the file the graph does not use (Llama 3's `rope_freqs.weight`),
+//! - Llama 3's `rope_freqs.weight`, when the file has it, divides each rope
+//!   pair's angle (checked like every weight: F32 of `[n_rot / 2]`);
+//! - a tensor of the file the graph does not use (an expert matrix, a bias of `attn_output`),
 //!   an `{arch}.*` key it does not read (`rope.scaling.factor`, a sliding
 //!   window, ...) and a nonzero `{arch}.expert_count` are refused by name,
 //!   never ignored;
@@ -25,13 +28,15 @@ use ir::files::gguf::GgufFile;
 use ir::{RopeMode, RopeParams};
 
 /// The architectures [`LlamaConfig::from_gguf`] accepts.
-const SUPPORTED: &str = "llama, mistral, qwen2";
+const SUPPORTED: &str = "llama, mistral, qwen2, qwen3";
 
 impl LlamaConfig {
-    /// Reads the config of a llama, mistral or qwen2 GGUF file for batches of
-    /// `n_tokens` tokens. Weight names are [`LlamaNames::Gguf`]; the output is
-    /// tied to the token embedding when the file has no `output.weight`; q/k/v
-    /// biases are used when the file has `blk.0.attn_q.bias`.
+    /// Reads the config of a llama, mistral, qwen2 or qwen3 GGUF file for
+    /// batches of `n_tokens` tokens. Weight names are [`LlamaNames::Gguf`];
+    /// the output is tied to the token embedding when the file has no
+    /// `output.weight`; q/k/v biases are used when the file has
+    /// `blk.0.attn_q.bias`, head norms when it has `blk.0.attn_q_norm.weight`,
+    /// rope frequency factors when it has `rope_freqs.weight`.
     ///
     /// Every weight of the resulting graph is checked against the file: a
     /// missing tensor is [`Error::MissingTensor`], one of another shape or
@@ -43,7 +48,7 @@ impl LlamaConfig {
         // (NeoX) and adds q/k/v biases, which are read from the tensors.
         let rope_mode = match arch {
             "llama" | "mistral" => RopeMode::Normal,
-            "qwen2" => RopeMode::Neox,
+            "qwen2" | "qwen3" => RopeMode::Neox,
             other => {
                 return Err(Error::UnsupportedArchitecture {
                     file: meta.path().to_path_buf(),
@@ -194,6 +199,8 @@ impl LlamaConfig {
             output_dtype: output.map_or(embd.dtype, |t| t.dtype),
             tied_output: output.is_none(),
             qkv_bias: file.tensor_info(&names.bias(0, BlockWeight::Wq)).is_some(),
+            rope_factors: file.tensor_info(&names.rope_factors()).is_some(),
+            head_norms: file.tensor_info(&names.head_norm(0, false)).is_some(),
             names,
         };
         let first = cfg.names.block(0, BlockWeight::Wq);

@@ -1,4 +1,4 @@
-//! Llama-family decoders (llama, mistral, qwen2) at a fixed shape.
+//! Llama-family decoders (llama, mistral, qwen2, qwen3) at a fixed shape.
 //!
 //! Two kinds of graph:
 //! - [`build_prefill`]: the prefill of `n_tokens` tokens from position 0, as
@@ -10,8 +10,11 @@
 //!   [`step_inputs`] computes its per-step inputs.
 //!
 //! Both add the q/k/v biases (`{p}.q_bias`, `{p}.k_bias`, `{p}.v_bias`, after
-//! each projection) when `qkv_bias` is set (qwen2); without them the nodes below
-//! are unchanged.
+//! each projection) when `qkv_bias` is set (qwen2), an RMS norm of every
+//! query and key head before rope (`{p}.q_norm`, `{p}.k_norm`, each with its
+//! `.rms`) when `head_norms` is set (qwen3), and rope's frequency factors as
+//! its third source when `rope_factors` is set (Llama 3); without them the
+//! nodes below are unchanged.
 //!
 //! Invariants of [`build_prefill`]'s graph:
 //! - leafs, in this order: `tokens` (I32 input `[n_tokens]`), `pos` (I32
@@ -95,6 +98,13 @@ pub struct LlamaConfig {
     /// q, k and v projections add an F32 bias (qwen2): weights
     /// [`LlamaNames::bias`] of `[n_head * head_dim]` / `[n_head_kv * head_dim]`.
     pub qkv_bias: bool,
+    /// q and k's rope divides each pair's angle by an F32 factor (Llama 3.x's
+    /// long-context scaling): the weight [`LlamaNames::rope_factors`] of
+    /// `[rope.n_dims / 2]`, shared by every block.
+    pub rope_factors: bool,
+    /// Every query and key head is RMS-normed (width `head_dim`, weights
+    /// [`LlamaNames::head_norm`]) before rope (qwen3).
+    pub head_norms: bool,
     /// How weights are named.
     pub names: LlamaNames,
 }
@@ -104,6 +114,10 @@ struct BlockWeights {
     ids: [TensorId; BlockWeight::ALL.len()],
     /// Biases of wq, wk, wv, when the config has them.
     bias: [Option<TensorId>; 3],
+    /// Rope's frequency factors, when the config has them (one weight for all blocks).
+    rope_factors: Option<TensorId>,
+    /// The query and key head norms' weights, when the config has them.
+    head_norms: Option<[TensorId; 2]>,
 }
 
 impl BlockWeights {
@@ -138,9 +152,18 @@ fn declare_weights(b: &mut GraphBuilder, cfg: &LlamaConfig) -> Result<ModelWeigh
         cfg.embd_dtype,
         [cfg.n_embd, cfg.n_vocab, 1, 1],
     )?;
-    let layers = (0..cfg.n_layer)
+    let mut layers = (0..cfg.n_layer)
         .map(|il| declare_block_weights(b, cfg, il))
         .collect::<Result<Vec<_>, _>>()?;
+    let rope_factors = (cfg.rope_factors)
+        .then(|| {
+            let n = i64::from(cfg.rope.n_dims / 2);
+            b.weight(names.rope_factors(), DType::F32, [n, 1, 1, 1])
+        })
+        .transpose()?;
+    for l in &mut layers {
+        l.rope_factors = rope_factors;
+    }
     let output_norm = b.weight(names.output_norm(), DType::F32, [cfg.n_embd, 1, 1, 1])?;
     let output = if cfg.tied_output {
         tok_embd
@@ -243,7 +266,21 @@ fn declare_block_weights(
             bias[i] = Some(b.weight(cfg.names.bias(il, w), DType::F32, [ne1, 1, 1, 1])?);
         }
     }
-    Ok(BlockWeights { ids, bias })
+    let head_norms = (cfg.head_norms)
+        .then(|| -> Result<[TensorId; 2], Error> {
+            let hd = [cfg.head_dim, 1, 1, 1];
+            Ok([
+                b.weight(cfg.names.head_norm(il, false), DType::F32, hd)?,
+                b.weight(cfg.names.head_norm(il, true), DType::F32, hd)?,
+            ])
+        })
+        .transpose()?;
+    Ok(BlockWeights {
+        ids,
+        bias,
+        rope_factors: None,
+        head_norms,
+    })
 }
 
 /// The projection `{p}.{name} = w × cur`, plus its bias (`{p}.{name}_bias`) when the block has one.
@@ -259,6 +296,21 @@ fn project(
     match w.bias(which) {
         Some(bias) => b.add(format!("{p}.{name}_bias"), y, bias),
         None => Ok(y),
+    }
+}
+
+/// `cfg`'s rope of `x` at `pos`, with the block's frequency factors if it has them.
+fn rope(
+    b: &mut GraphBuilder,
+    name: String,
+    x: TensorId,
+    pos: TensorId,
+    cfg: &LlamaConfig,
+    w: &BlockWeights,
+) -> Result<TensorId, Error> {
+    match w.rope_factors {
+        Some(f) => b.rope_with_factors(name, x, pos, f, cfg.rope),
+        None => b.rope(name, x, pos, cfg.rope),
     }
 }
 
@@ -296,14 +348,22 @@ fn build_block(
     };
     let k = project(b, &p, "k", w, BlockWeight::Wk, cur)?;
     let k = split_heads(b, format!("{p}.k3"), k, hd, cfg.n_head_kv)?;
-    let k = b.rope(format!("{p}.k_rope"), k, pos, cfg.rope)?;
+    let k = match w.head_norms {
+        Some([_, norm]) => rms_norm_mul(b, &format!("{p}.k_norm"), k, norm, cfg.rms_eps)?,
+        None => k,
+    };
+    let k = rope(b, format!("{p}.k_rope"), k, pos, cfg, w)?;
     let (k, v_t) = match cache {
         None => (heads_major(b, format!("{p}.k_perm"), k)?, values),
         Some(c) => c.store_and_view(b, &p, k, values)?,
     };
     let q = project(b, &p, "q", w, BlockWeight::Wq, cur)?;
     let q = split_heads(b, format!("{p}.q3"), q, hd, cfg.n_head)?;
-    let q = b.rope(format!("{p}.q_rope"), q, pos, cfg.rope)?;
+    let q = match w.head_norms {
+        Some([norm, _]) => rms_norm_mul(b, &format!("{p}.q_norm"), q, norm, cfg.rms_eps)?,
+        None => q,
+    };
+    let q = rope(b, format!("{p}.q_rope"), q, pos, cfg, w)?;
     let q = heads_major(b, format!("{p}.q_perm"), q)?;
     let scale = 1.0 / (hd as f32).sqrt();
     let attn = attend(b, &p, k, q, v_t, Some(mask), scale)?;

@@ -71,6 +71,15 @@ impl LlamaNames {
         }
     }
 
+    /// Rope's frequency factors (Llama 3.x): `rope_freqs.weight` (GGUF) or
+    /// `rope_freqs` (example).
+    pub fn rope_factors(self) -> String {
+        match self {
+            LlamaNames::Gguf => "rope_freqs.weight".into(),
+            LlamaNames::Example => "rope_freqs".into(),
+        }
+    }
+
     /// The block weight `w` of layer `il`.
     pub fn block(self, il: usize, w: BlockWeight) -> String {
         match self {
@@ -102,6 +111,16 @@ impl LlamaNames {
                 };
                 format!("l{il}.{stem}")
             }
+        }
+    }
+
+    /// The RMS-norm weight of each query (`k: false`) or key head of layer
+    /// `il` (Qwen 3): `blk.{il}.attn_q_norm.weight` (GGUF) or `l{il}.q_norm`.
+    pub fn head_norm(self, il: usize, k: bool) -> String {
+        let which = if k { 'k' } else { 'q' };
+        match self {
+            LlamaNames::Gguf => format!("blk.{il}.attn_{which}_norm.weight"),
+            LlamaNames::Example => format!("l{il}.{which}_norm"),
         }
     }
 

@@ -20,6 +20,8 @@ fn smollm2_like(n_tokens: i64) -> LlamaConfig {
         output_dtype: DType::Q8_0,
         tied_output: true,
         qkv_bias: false,
+        rope_factors: false,
+        head_norms: false,
         names: LlamaNames::Gguf,
     }
 }

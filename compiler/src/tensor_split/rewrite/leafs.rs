@@ -49,7 +49,7 @@ impl Rewriter<'_> {
             }
             let mut ne = t.ne();
             ne[axis] = e;
-            let part_name = format!("{name}#{d}");
+            let part_name = self.fresh_name(Some(id), format!("{name}#{d}"));
             let new = match t.role {
                 Role::Weight => {
                     let shard = WeightShard {
@@ -121,13 +121,9 @@ impl Rewriter<'_> {
         if let Some(&m) = self.mirrors.get(&(t, d)) {
             return Ok(m);
         }
-        let (name, dtype, ne, role, init) = (
-            format!("{}.mirror#{d}", tt.name),
-            tt.dtype(),
-            tt.ne(),
-            tt.role,
-            tt.init.clone(),
-        );
+        let mirror_name = self.fresh_name(None, format!("{}.mirror#{d}", tt.name));
+        let (name, dtype, ne, role, init) =
+            (mirror_name, tt.dtype(), tt.ne(), tt.role, tt.init.clone());
         let of = tt.name.clone();
         let m = match role {
             Role::Weight => {

@@ -7,6 +7,9 @@
 //! `NAME`; an all-reduce's results are `NAME.sum#d`, an all-gather's
 //! `NAME.gather#d`; views slicing a whole operand `NAME.slice{axis}_{start}`;
 //! whole weights and constants mirrored onto another device `NAME.mirror#d`.
+//! A made name another tensor of the graph already has (an imported graph
+//! names llama.cpp's repeats `NAME#k`) takes the first free `~k` suffix;
+//! the original tensors keep theirs.
 //!
 //! Code map: this file holds the states, the walk and the helpers every rule
 //! uses (per-part nodes, slices, packing, checked split results);
@@ -213,11 +216,28 @@ impl Rewriter<'_> {
         d: usize,
         why: String,
     ) -> R<TensorId> {
+        let name = self.fresh_name(Some(old), name);
         let t = self
             .b
             .node(name, op, srcs, declared)
             .map_err(|e| self.internal(old, e))?;
         Ok(self.placed(t, d, why))
+    }
+
+    /// `name` for a tensor made from original `old` (if any), or `name~k`
+    /// (the smallest free k) when another original tensor has that name or a
+    /// made one took it.
+    fn fresh_name(&self, old: Option<TensorId>, name: String) -> String {
+        let free = |n: &str| {
+            !self.b.has_name(n) && self.old.find(n).is_none_or(|other| Some(other) == old)
+        };
+        if free(&name) {
+            return name;
+        }
+        (1..)
+            .map(|k| format!("{name}~{k}"))
+            .find(|n| free(n))
+            .expect("some suffix is free")
     }
 
     fn node(&mut self, id: TensorId, op: Op) -> R<Value> {

@@ -263,6 +263,11 @@ impl Rewriter<'_> {
                     return Ok(None);
                 }
                 let second = second.cloned();
+                // Rope's frequency factors (src2) are read whole on every device.
+                let third = vals.get(2).cloned();
+                if third.as_ref().is_some_and(|v| !whole(v)) {
+                    return Ok(None);
+                }
                 let how = match &second {
                     None => None,
                     Some(v) if !whole(v) => return Ok(None),
@@ -278,6 +283,9 @@ impl Rewriter<'_> {
                             Other::Slice => rw.slice(v, axis, &extents, d)?,
                             _ => rw.on(v, d)?,
                         });
+                    }
+                    if let Some(v) = &third {
+                        s.push(rw.on(v, d)?);
                     }
                     Ok((s, None))
                 })?;

@@ -143,3 +143,26 @@ fn rope_yarn_by_hand() {
     let t1 = 0.0075f64;
     assert_close(&y.data, &[t0.cos(), t0.sin(), -t1.sin(), t1.cos()], 1e-13);
 }
+
+#[test]
+fn rope_divides_each_pairs_angle_by_its_frequency_factor() {
+    // Llama 3's rope_freqs: pair 0 at factor 1 keeps its 1 rad at position 1,
+    // pair 1 at factor 4 turns by 0.01 / 4; elements past n_dims pass through.
+    let a = dense([6, 1, 1, 1], &[1., 2., 3., 4., 5., 6.]);
+    let factors = dense([2, 1, 1, 1], &[1.0, 4.0]);
+    let y = run_same(
+        Op::Rope(RopeParams::plain(RopeMode::Normal, 4, 10000.0)),
+        &[&a, &positions(&[1.0]), &factors],
+    );
+    let (c1, s1) = (1f64.cos(), 1f64.sin());
+    let (c2, s2) = (0.0025f64.cos(), 0.0025f64.sin());
+    let want = [
+        c1 - 2. * s1,
+        s1 + 2. * c1,
+        3. * c2 - 4. * s2,
+        3. * s2 + 4. * c2,
+        5.,
+        6.,
+    ];
+    assert_close(&y.data, &want, 1e-14);
+}

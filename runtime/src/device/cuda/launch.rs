@@ -230,6 +230,19 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
                 RopeMode::Neox => 1,
             };
             a.i[1] = p.n_dims as i32;
+            if let Some(f) = srcs.get(2) {
+                require(
+                    name,
+                    f.dtype == DType::F32 && f.ne[0] >= i64::from(p.n_dims / 2),
+                    || {
+                        format!(
+                            "frequency factors {} [{}] must be F32 with n_dims / 2 elements",
+                            f.dtype, f.ne[0]
+                        )
+                    },
+                )?;
+            }
+            a.i[2] = i32::from(srcs.len() > 2);
             a.f[..6].copy_from_slice(&[
                 p.freq_base,
                 p.freq_scale,
@@ -420,5 +433,9 @@ mod tests {
         let l = op(&Op::Rope(p), x, &[x, pos]).expect("rope");
         assert_eq!((l.grid[0], l.args.i[0], l.args.i[1]), (45, 1, 64));
         assert_eq!(l.args.f[0], 10000.0);
+        assert_eq!(l.args.i[2], 0, "no frequency factors");
+        let factors = t(DType::F32, [32, 1, 1, 1]);
+        let l = op(&Op::Rope(p), x, &[x, pos, factors]).expect("rope with factors");
+        assert_eq!((l.args.i[2], l.args.t[3].ne[0]), (1, 32));
     }
 }

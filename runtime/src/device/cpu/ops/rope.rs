@@ -6,6 +6,10 @@
 //! (rows of one token are consecutive, so a thread recomputes only when the
 //! token changes), then rotates each row in f32. f64 angles keep large
 //! positions exact enough for the 1e-7 NMSE bound.
+//!
+//! The optional frequency factors (src2, Llama 3's `rope_freqs`) divide each
+//! pair's frequency. They are read when the kernel runs, not at prepare: a
+//! weight's bytes are bound after the plan is loaded.
 
 use super::rows::{RowIo, scratch_row};
 use super::{dtypes, need, read_i32, shape, unit_kernel};
@@ -14,7 +18,7 @@ use crate::device::cpu::{CpuKernel, RawTensor};
 use ir::{DType, Op, RopeMode, RopeParams};
 use kernels::reference::rope_yarn_corr_dims;
 
-/// Prepares rope of `srcs = [x, positions]` into `dst`.
+/// Prepares rope of `srcs = [x, positions, factors?]` into `dst`.
 pub(super) fn prepare(
     op: &Op,
     p: &RopeParams,
@@ -50,6 +54,21 @@ pub(super) fn prepare(
             )
         },
     )?;
+    let factors = srcs.get(2).copied();
+    if let Some(f) = factors {
+        need(
+            op,
+            f.dtype == DType::F32 && f.ne[0] as usize >= n_dims / 2,
+            || {
+                format!(
+                    "frequency factors {} {} must be F32 with at least n_dims / 2 = {} elements",
+                    f.dtype,
+                    shape(&f),
+                    n_dims / 2
+                )
+            },
+        )?;
+    }
     let angles = Angles::new(p);
     let (ai, di) = (RowIo::new(&a), RowIo::new(&dst));
     let ne0 = a.ne[0] as usize;
@@ -58,6 +77,7 @@ pub(super) fn prepare(
     Ok(unit_kernel(name, a.n_rows(), move |rows| {
         let half = n_dims / 2;
         let (mut cos, mut sin) = (vec![0f32; half], vec![0f32; half]);
+        let freq = angles.freq_with(factors);
         let mut token = usize::MAX;
         let mut x_buf = scratch_row(true, ne0);
         let mut y_buf = scratch_row(!di.direct(), ne0);
@@ -67,7 +87,7 @@ pub(super) fn prepare(
                 token = i2;
                 // SAFETY: i2 < pos.ne0 (checked), so the element is inside pos.
                 let at = unsafe { read_i32(pos.row_ptr(0, 0, 0).add(i2 * pos.nb[0] as usize)) };
-                angles.table(f64::from(at), &mut cos, &mut sin);
+                angles.table(&freq, f64::from(at), &mut cos, &mut sin);
             }
             // SAFETY: (i1, i2, i3) is a row of both x and dst (same extents); the
             // dst row is this thread's; `view` copies x when it overlaps it.
@@ -145,10 +165,31 @@ impl Angles {
         }
     }
 
-    /// `mscale * (cos, sin)` of every pair's angle at `pos`.
-    fn table(&self, pos: f64, cos: &mut [f32], sin: &mut [f32]) {
+    /// Each pair's frequency divided by its factor (read from `factors` now).
+    fn freq_with(&self, factors: Option<RawTensor>) -> Vec<f64> {
+        let Some(f) = factors else {
+            return self.freq.clone();
+        };
+        (self.freq.iter().enumerate())
+            .map(|(i, &freq)| {
+                // SAFETY: i < n_dims / 2 <= f.ne0 (checked at prepare), so the
+                // element is inside the factors' row.
+                let factor = unsafe {
+                    f.row_ptr(0, 0, 0)
+                        .add(i * f.nb[0] as usize)
+                        .cast::<f32>()
+                        .read_unaligned()
+                };
+                freq / f64::from(factor)
+            })
+            .collect()
+    }
+
+    /// `mscale * (cos, sin)` of every pair's angle at `pos`, with the pairs'
+    /// frequencies `freq` (from [`Angles::freq_with`]).
+    fn table(&self, freq: &[f64], pos: f64, cos: &mut [f32], sin: &mut [f32]) {
         for (i, (c, s)) in cos.iter_mut().zip(sin.iter_mut()).enumerate() {
-            let extrap = pos * self.freq[i];
+            let extrap = pos * freq[i];
             let interp = self.freq_scale * extrap;
             let theta = match self.mix.get(i) {
                 Some(&m) => interp * (1.0 - m) + extrap * m,

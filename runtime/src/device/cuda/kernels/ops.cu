@@ -233,13 +233,14 @@ extern "C" __global__ void soft_max(const Args a) {
 
 // rope: t0 = dst, t1 = src [head_dim, n_head, n_tokens, 1], t2 = I32
 // positions [n_tokens]; i[0] = mode (0 normal: pairs (2i, 2i+1); 1 neox:
-// (i, i + n_dims/2)), i[1] = n_dims; f[0..6] = freq_base, freq_scale,
+// (i, i + n_dims/2)), i[1] = n_dims; i[2] = 1 when t3 holds the F32
+// frequency factors (one per pair, dividing its angle); f[0..6] = freq_base, freq_scale,
 // ext_factor, attn_factor, YaRN corr low, corr high. Angles in f64 as the
 // reference computes them. Each pair is read before it is written by the same
 // thread, so dst may be src. grid = rows, block 64.
 extern "C" __global__ void rope(const Args a) {
   const T &D = a.t[0], &X = a.t[1], &P = a.t[2];
-  const int mode = a.i[0], n_dims = a.i[1];
+  const int mode = a.i[0], n_dims = a.i[1], has_factors = a.i[2];
   const double freq_base = a.f[0], freq_scale = a.f[1], ext_factor = a.f[2];
   const double attn_factor = a.f[3], low = a.f[4], high = a.f[5];
   long long i1, i2, i3;
@@ -247,7 +248,8 @@ extern "C" __global__ void rope(const Args a) {
   const double pos = (double)(*(const int *)at(P, i2, 0, 0, 0));
   const int half = n_dims / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double theta_extrap = pos * pow(freq_base, -2.0 * i / (double)n_dims);
+    const double factor = has_factors ? (double)*(const float *)at(a.t[3], i, 0, 0, 0) : 1.0;
+    const double theta_extrap = pos * pow(freq_base, -2.0 * i / (double)n_dims) / factor;
     const double theta_interp = freq_scale * theta_extrap;
     double mscale = attn_factor, theta = theta_interp;
     if (ext_factor != 0.0) {

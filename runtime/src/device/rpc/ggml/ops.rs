@@ -13,7 +13,7 @@ use ir::{DType, GluKind, Op, RopeMode};
 /// as our reference kernels do.
 ///
 /// Parameters as ggml's constructors store them (floats by their bits):
-/// - `rope`: `[0 (n_past), n_dims, mode, 0 (n_ctx), n_ctx_orig, freq_base,
+/// - `rope` (src2, when present, the frequency factors): `[0 (n_past), n_dims, mode, 0 (n_ctx), n_ctx_orig, freq_base,
 ///   freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, 0, 0, 0, 0
 ///   (sections), 0 (n_offs)]`;
 /// - `soft_max`: `[scale, max_bias]`; `scale`: `[scale, bias]`;
@@ -174,6 +174,11 @@ pub fn node_op(op: &Op, srcs: &[&PlanTensor]) -> Result<(u32, [i32; MAX_OP_PARAM
             c.rows_packed(0, "src0")?;
             c.dtype(1, "positions (src1)", &[DType::I32])?;
             c.rows_packed(1, "positions (src1)")?;
+            if srcs.len() > 2 {
+                // ggml reads the frequency factors as src[2], F32, one per pair.
+                c.dtype(2, "frequency factors (src2)", &[DType::F32])?;
+                c.rows_packed(2, "frequency factors (src2)")?;
+            }
             let int = |v: u32, what: &str| {
                 i32::try_from(v).map_err(|_| c.no(format!("{what} {v} exceeds ggml's i32")))
             };

@@ -289,6 +289,15 @@ fn rope_parameters_are_ggmls_rope_ext_layout() {
     let normal = Op::Rope(RopeParams::plain(RopeMode::Normal, 8, 500000.0));
     let (_, p) = node_op(&normal, &[&x, &pos]).unwrap();
     assert_eq!((p[1], p[2], p[5]), (8, 0, bits(500000.0)));
+    // Llama 3's frequency factors travel as src[2], F32 only.
+    let factors = tensor("rope_freqs.weight", DType::F32, [4, 1, 1, 1]);
+    assert_eq!(node_op(&normal, &[&x, &pos, &factors]).unwrap().1, p);
+    let half = tensor("rope_freqs.weight", DType::F16, [4, 1, 1, 1]);
+    let err = node_op(&normal, &[&x, &pos, &half]).unwrap_err();
+    assert!(
+        format!("{err}").contains("frequency factors (src2)"),
+        "{err}"
+    );
 }
 
 #[test]

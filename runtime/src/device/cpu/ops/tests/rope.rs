@@ -97,3 +97,26 @@ fn rope_many_tokens_strided_and_in_place() {
         );
     }
 }
+
+/// Llama 3's frequency factors (src2, one per pair, a few to spare), plain and
+/// with YaRN, at an odd row length.
+#[test]
+fn rope_with_frequency_factors() {
+    let mut rng = Rng::new(12);
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        for p in [RopeParams::plain(mode, 42, 500_000.0), yarn(mode, 42)] {
+            let ne = [46, 3, 19, 1];
+            let a = filled(&mut rng, DType::F32, ne);
+            let pos = positions(&mut rng, ne[2]);
+            let factors = dense(DType::F32, &random(&mut rng, [23, 1, 1, 1], 1.0, 8.0));
+            let dst = poisoned(DType::F32, ne);
+            check(
+                &format!("rope {mode:?} with factors"),
+                Op::Rope(p),
+                vec![a, pos, factors],
+                Dst::Own(dst),
+                Expect::Nmse,
+            );
+        }
+    }
+}
