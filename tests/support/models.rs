@@ -1,5 +1,6 @@
-//! Where the real-model files are: SmolLM2-135M's GGUF and all-MiniLM-L6-v2's
-//! Hugging Face folder, installed by `scripts/setup.sh` under `.models/`.
+//! Where the real-model files are: SmolLM2-135M's GGUF, all-MiniLM-L6-v2's
+//! Hugging Face folder and Gemma 3 270M's GGUF, installed by
+//! `scripts/setup.sh` under `.models/`.
 //!
 //! Each path comes from its environment variable when set, else from the
 //! `NAME=PATH` lines of `.models/paths.env` in the workspace root (which
@@ -17,6 +18,9 @@ pub const SMOLLM2_GGUF: &str = "GGPLAN_SMOLLM2_GGUF";
 /// (config.json, model.safetensors, tokenizer.json).
 pub const MINILM_DIR: &str = "GGPLAN_MINILM_DIR";
 
+/// Variable (and `paths.env` key) naming Gemma 3 270M's Q4_K_M GGUF file.
+pub const GEMMA3_GGUF: &str = "GGPLAN_GEMMA3_GGUF";
+
 /// The variable that turns a missing model into a test failure.
 pub const REQUIRE_MODELS: &str = "GGPLAN_REQUIRE_MODELS";
 
@@ -24,6 +28,12 @@ pub const REQUIRE_MODELS: &str = "GGPLAN_REQUIRE_MODELS";
 /// [`REQUIRE_MODELS`]).
 pub fn smollm2_gguf() -> Option<PathBuf> {
     required(SMOLLM2_GGUF, locate(SMOLLM2_GGUF).filter(|p| p.is_file()))
+}
+
+/// Gemma 3 270M's GGUF file, when installed (see the module doc for
+/// [`REQUIRE_MODELS`]).
+pub fn gemma3_gguf() -> Option<PathBuf> {
+    required(GEMMA3_GGUF, locate(GEMMA3_GGUF).filter(|p| p.is_file()))
 }
 
 /// all-MiniLM-L6-v2's model folder, when installed (see the module doc for

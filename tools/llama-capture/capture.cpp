@@ -104,41 +104,59 @@ struct Capture {
     std::vector<int> nodes;                  // ids, in compute order
     std::vector<char> is_node;
     std::map<int, std::string> input_bytes;  // graph inputs' values, by id
-    std::map<std::string, int> last_by_name; // for copies' originals
     // Originals no node reads (graph inputs reached only through their
-    // copies): name and one copy; ids follow `tensors`.
-    std::vector<std::pair<std::string, const ggml_tensor *>> reconstructed;
+    // copies): name, one copy, the backends with a copy; ids follow `tensors`.
+    struct Reconstructed {
+        std::string name;
+        const ggml_tensor * copy;
+        std::set<std::string> backends;
+    };
+    std::vector<Reconstructed> reconstructed;
+    std::map<int, int> original_of;          // copy id -> original id
     bool closed = false;                     // the captured decode is over
     std::set<const ggml_tensor *> visiting;  // id_of's walk, to refuse a cycle
 
-    // The id of the tensor a copy of `name` copies.
-    int original_of(const std::string & name) const {
-        auto found = last_by_name.find(name);
-        if (found != last_by_name.end()) {
-            return found->second;
-        }
-        for (size_t k = 0; k < reconstructed.size(); k++) {
-            if (reconstructed[k].first == name) {
-                return (int) (tensors.size() + k);
-            }
-        }
-        throw std::logic_error("no original for copy of " + name);
-    }
-
-    // Adds an entry for every copy's original that the graph does not reach.
-    void reconstruct_originals() {
-        for (const ggml_tensor * t : tensors) {
-            std::string backend, original;
-            if (!split_copy_name(t->name, backend, original)) {
+    // Maps every scheduler copy (BACKEND#NAME#K) to the tensor it copies.
+    // A computed original is the last tensor of that name before the copy.
+    // A graph input no node reads directly gets an entry of its own; names
+    // repeat (Gemma 3's window and global masks), so copies share an
+    // original only if their values are equal and their backends differ
+    // (the scheduler copies an original once per backend).
+    void map_copies() {
+        static const std::string none;
+        auto bytes_of = [&](int id) -> const std::string & {
+            auto found = input_bytes.find(id);
+            return found == input_bytes.end() ? none : found->second;
+        };
+        for (size_t id = 0; id < tensors.size(); id++) {
+            std::string backend, name;
+            if (!split_copy_name(tensors[id]->name, backend, name)) {
                 continue;
             }
-            bool known = last_by_name.count(original) != 0;
-            for (const auto & r : reconstructed) {
-                known |= r.first == original;
+            int computed = -1;
+            for (size_t j = 0; j < id; j++) {
+                std::string b, n;
+                if (tensors[j]->name == name && !split_copy_name(tensors[j]->name, b, n)) {
+                    computed = (int) j;
+                }
             }
-            if (!known) {
-                reconstructed.emplace_back(original, t);
+            if (computed >= 0) {
+                original_of[(int) id] = computed;
+                continue;
             }
+            const std::string & bytes = bytes_of((int) id);
+            size_t k = 0;
+            for (; k < reconstructed.size(); k++) {
+                const Reconstructed & r = reconstructed[k];
+                if (r.name == name && bytes_of(ids.at(r.copy)) == bytes && r.backends.count(backend) == 0) {
+                    break;
+                }
+            }
+            if (k == reconstructed.size()) {
+                reconstructed.push_back({name, tensors[id], {}});
+            }
+            reconstructed[k].backends.insert(backend);
+            original_of[(int) id] = (int) (tensors.size() + k);
         }
     }
 
@@ -166,9 +184,6 @@ struct Capture {
         ids[t] = id;
         tensors.push_back(t);
         is_node.push_back(0);
-        if (std::strchr(t->name, '#') == nullptr) {
-            last_by_name[t->name] = id;
-        }
         return id;
     }
 };
@@ -474,7 +489,7 @@ std::string tensor_json(const Capture & c, int id) {
     o << ",\"buffer\":" << json_string(buffer_of(t)) << ",\"node\":" << (c.is_node[id] ? "true" : "false");
     std::string backend, original;
     if (split_copy_name(t->name, backend, original)) {
-        o << ",\"copy_of\":" << c.original_of(original);
+        o << ",\"copy_of\":" << c.original_of.at(id);
     }
     o << data_field(c, id) << "}";
     return o.str();
@@ -484,7 +499,8 @@ std::string tensor_json(const Capture & c, int id) {
 // and copied it to the device that reads it): an entry of the copy's type
 // and shape, its buffer unknown, marked as reconstructed.
 std::string reconstructed_json(const Capture & c, size_t k) {
-    const auto & [name, copy] = c.reconstructed[k];
+    const std::string & name = c.reconstructed[k].name;
+    const ggml_tensor * copy = c.reconstructed[k].copy;
     std::ostringstream o;
     o << "{\"id\":" << c.tensors.size() + k << ",\"name\":" << json_string(name)
       << ",\"op\":\"NONE\",\"desc\":\"NONE\",\"type\":" << json_string(ggml_type_name(copy->type))
@@ -647,7 +663,7 @@ int run(int argc, char ** argv) {
         const float * row = llama_get_logits_ith(ctx, (int32_t) i);
         logits.insert(logits.end(), row, row + n_vocab);
     }
-    capture.reconstruct_originals();
+    capture.map_copies();
     std::string json = capture_json(opt, capture, tokens, log, arch, n_vocab, llama_n_ctx(ctx));
     capture.closed = true;
     std::vector<llama_token> greedy;

@@ -2,6 +2,8 @@
 //! reading what it printed, example paths, scratch folders.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod llama_cpp;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,0 +1,116 @@
+//! llama.cpp as the referee of an end-to-end test: random GGUFs written by
+//! gguf-py, llama.cpp's decode captured, the capture imported, compiled and
+//! run by `ggplan`, logits compared.
+
+use super::ggplan_ok;
+use ggplan_tests::references::read_npy_f64;
+use ggplan_tests::workspace_root;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The prompt every capture decodes (the references' SmolLM2 prompt).
+pub const PROMPT: &str = "Once upon a time, in a small village by the sea, there lived a";
+
+/// A path as an argument.
+pub fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Writes the random `arch` GGUF (`tests/support/random_gguf.py`: `llama3`,
+/// `qwen3` or `gemma3`, seed 1) into `dir`, with `tokenizer`'s vocabulary.
+pub fn random_gguf(arch: &str, dir: &Path, tokenizer: &Path) -> PathBuf {
+    let out = dir.join(format!("{arch}.gguf"));
+    let run = Command::new(workspace_root().join(".models/venv/bin/python"))
+        .arg(workspace_root().join("tests/support/random_gguf.py"))
+        .args([
+            arch,
+            &s(&out),
+            "--tokenizer-from",
+            &s(tokenizer),
+            "--seed",
+            "1",
+        ])
+        .output()
+        .expect("python runs (scripts/setup.sh installs .models/venv)");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
+/// llama.cpp's decode of [`PROMPT`] with `flags` (2 threads, `-fa off`
+/// before them), into `out` and `out.logits.npy`.
+pub fn capture(gguf: &Path, out: &Path, flags: &[&str]) {
+    let run = Command::new(workspace_root().join(".rpc/bin/llama-capture"))
+        .arg(gguf)
+        .arg(out)
+        .args(["--prompt", PROMPT, "-t", "2", "-fa", "off"])
+        .args(flags)
+        .output()
+        .expect("llama-capture runs (scripts/llama-capture.sh build)");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+/// sum((a - b)^2) / sum(b^2), of two equally long lists.
+pub fn nmse(ours: &[f64], reference: &[f64]) -> f64 {
+    assert_eq!(ours.len(), reference.len(), "logits of another shape");
+    let err: f64 = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum();
+    err / reference.iter().map(|b| b * b).sum::<f64>()
+}
+
+/// `--input NAME=PATH` for every `.npy` file `import --inputs` wrote in `dir`.
+pub fn input_args(dir: &Path) -> Vec<String> {
+    let mut files: Vec<PathBuf> = (std::fs::read_dir(dir).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|path| {
+            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+            ["--input".to_string(), format!("{stem}={}", s(path))]
+        })
+        .collect()
+}
+
+/// Imports `cap` (beside it: `NAME.graph.ron` and the inputs in
+/// `NAME.inputs/`), compiles it with `compile_args` and runs it on `gguf`
+/// with `run_args` (in exact precision unless they name one): the logits
+/// (`result_output`).
+pub fn import_compile_run(
+    cap: &Path,
+    gguf: &Path,
+    name: &str,
+    compile_args: &[&str],
+    run_args: &[String],
+) -> Vec<f64> {
+    let dir = cap.parent().unwrap();
+    let graph = dir.join(format!("{name}.graph.ron"));
+    let inputs = dir.join(format!("{name}.inputs"));
+    let plan = dir.join(format!("{name}.plan.ron"));
+    let out = dir.join(format!("{name}.out"));
+    ggplan_ok(&["import", &s(cap), "-o", &s(&graph), "--inputs", &s(&inputs)]);
+    let mut compile = vec!["compile".to_string(), s(&graph)];
+    compile.extend(compile_args.iter().map(|a| a.to_string()));
+    compile.extend(["-o".into(), s(&plan)]);
+    ggplan_ok(&compile.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut run = vec!["run".into(), s(&plan), "--weights".into(), s(gguf)];
+    run.extend(input_args(&inputs));
+    run.extend(run_args.iter().cloned());
+    if !run_args.iter().any(|a| a == "--precision") {
+        run.extend(["--precision".into(), "exact".into()]);
+    }
+    run.extend(["--save".into(), s(&out)]);
+    ggplan_ok(&run.iter().map(String::as_str).collect::<Vec<_>>());
+    read_npy_f64(&out.join("result_output.npy")).1
+}
