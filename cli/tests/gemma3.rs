@@ -8,7 +8,9 @@
 //!   sixth global, a window of 4 tokens, F32) with an F32 cache: imported and
 //!   compiled for `cpu` and for `cpu0+cpu1` by layers and by rows, within NMSE
 //!   1e-6 of llama.cpp's logits (its CPU GELU reads an f16 table: 1.3e-7
-//!   measured) with its top-1 at every position;
+//!   measured) with its top-1 at every position; on two RPC servers
+//!   `--policy ggml` makes llama.cpp's decisions and every step the servers
+//!   compute agrees in isolation with ggplan's reference (`--check=all`);
 //! - Gemma 3 270M (Q4_K_M, `scripts/setup.sh`) as llama.cpp runs it by
 //!   default (F16 cache): within NMSE 1e-7 of ggplan's f64 reference
 //!   evaluator on the same graph and weights, within NMSE 1e-2 of llama.cpp,
@@ -25,6 +27,31 @@ use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::{gemma3_gguf, smollm2_gguf};
 use ggplan_tests::references::read_npy_f64;
 use ggplan_tests::rpc_server::RpcServer;
+
+/// `--policy ggml` for llama.cpp's `-ngl 99 -ts 1,1` over two servers.
+const RPC_GGML: [&str; 8] = [
+    "--target",
+    "cpu+rpc0+rpc1",
+    "--split-mode",
+    "layer",
+    "--tensor-split",
+    "1,1,0",
+    "--policy",
+    "ggml",
+];
+
+/// `show --against`: the plan `DIR/rpc.plan.ron` made llama.cpp's splits
+/// and copies (no row marked as differing); what it printed.
+fn assert_same_decisions(dir: &std::path::Path, cap: &std::path::Path) -> String {
+    let plan = s(&dir.join("rpc.plan.ron"));
+    let shown = ggplan_ok(&["show", &plan, "--against", &s(cap)]);
+    assert!(
+        shown.contains("splits                 3                          3")
+            && !shown.contains("(differs)"),
+        "{shown}"
+    );
+    shown
+}
 
 fn argmax(row: &[f64]) -> usize {
     (0..row.len())
@@ -57,6 +84,24 @@ fn a_random_gemma3_imports_and_agrees_with_llama_cpp_on_every_split() {
             assert_eq!(argmax(a), argmax(b), "gemma3 {name}: top-1 at {p}");
         }
     }
+    // On two RPC servers: llama.cpp's decisions, and every step the servers'
+    // ggml kernels compute (GEGLU, scale, the head norms, ...) in isolation
+    // against ggplan's reference (`--check=all`; GEGLU 9e-8 of 1e-7).
+    let servers: Vec<RpcServer> = (0..2).map(|_| RpcServer::start(1).unwrap()).collect();
+    let endpoints = format!("{},{}", servers[0].endpoint(), servers[1].endpoint());
+    let cap_rpc = dir.join("rpc.json");
+    let flags = ["-ctk", "f32", "-ctv", "f32", "--rpc", &endpoints];
+    capture(
+        &gguf,
+        &cap_rpc,
+        &[&flags[..], &["-ngl", "99", "-ts", "1,1"]].concat(),
+    );
+    let run = ["--rpc", &endpoints, "--check=all"].map(String::from);
+    let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &RPC_GGML, &run);
+    let (_, llama_rpc) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
+    let e = nmse(&ours, &llama_rpc);
+    assert!(e <= 1e-9, "gemma3 on the RPC servers: NMSE {e:e}");
+    assert_same_decisions(&dir, &cap_rpc);
     // Both masks were written, the window's and the global one.
     let inputs = dir.join("cpu.inputs");
     assert!(inputs.join("attn_inp_kq_mask.npy").is_file());
@@ -102,34 +147,16 @@ fn gemma3_270m_imported_runs_as_the_reference_evaluator_and_near_llama_cpp() {
         &cap_rpc,
         &["--rpc", &endpoints, "-ngl", "99", "-ts", "1,1"],
     );
-    let compile = [
-        "--target",
-        "cpu+rpc0+rpc1",
-        "--split-mode",
-        "layer",
-        "--tensor-split",
-        "1,1,0",
-        "--policy",
-        "ggml",
-    ];
     // Fast precision: the servers' ggml kernels with 8-bit activations, as llama.cpp's.
     let run = ["--rpc", &endpoints, "--precision", "fast"].map(String::from);
-    let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &compile, &run);
+    let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &RPC_GGML, &run);
     let (_, llama_rpc) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
     let e = nmse(&ours, &llama_rpc);
     assert!(
         e <= 1e-9,
         "on the RPC servers: NMSE {e:e} against llama.cpp's"
     );
-    let shown = ggplan_ok(&[
-        "show",
-        &s(&dir.join("rpc.plan.ron")),
-        "--against",
-        &s(&cap_rpc),
-    ]);
-    assert!(
-        shown.contains("copies                 17,") && !shown.contains("(differs)"),
-        "{shown}"
-    );
+    let shown = assert_same_decisions(&dir, &cap_rpc);
+    assert!(shown.contains("copies                 17,"), "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
 }

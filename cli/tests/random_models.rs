@@ -10,7 +10,10 @@
 //!   and by rows, gives llama.cpp's logits within NMSE 1e-9;
 //! - on two loopback RPC servers (`-ts 1,2`, which puts one block on each
 //!   and makes llama.cpp hold Llama 3's factors twice), `--policy ggml` makes
-//!   llama.cpp's splits and copies and its plan gives llama.cpp's logits.
+//!   llama.cpp's splits and copies, its plan gives llama.cpp's logits, and
+//!   every step the servers' ggml kernels compute agrees in isolation with
+//!   ggplan's reference kernels (`run --check=all`: op by op against ggml's
+//!   CPU backend, on the model's own shapes).
 
 mod common;
 
@@ -106,7 +109,9 @@ fn agrees_with_llama_cpp(arch: &str) {
         "--policy",
         "ggml",
     ];
-    let run = ["--rpc".to_string(), endpoints.clone()];
+    // --check=all: every step the servers' ggml kernels computed (rope with
+    // factors, the head norms, ...) in isolation against ggplan's reference.
+    let run = ["--rpc", &endpoints, "--check=all"].map(String::from);
     let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &compile, &run);
     let (_, llama_rpc) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
     let e = nmse(&ours, &llama_rpc);

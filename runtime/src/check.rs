@@ -2,7 +2,8 @@
 //!
 //! - [`check_steps`]: every step in isolation, as ggml's test-backend-ops
 //!   does: the reference kernel runs on the very inputs the fast kernel read,
-//!   under the step's own NMSE threshold. A result stored as F16 or a
+//!   under the step's own NMSE threshold (a GELU on a remote ggml device:
+//!   1e-6, for ggml's f16 table). A result stored as F16 or a
 //!   quantized type is compared after rounding the reference the same way.
 //!   Steps that promise exact bits are held to them (NMSE 0 or infinite):
 //!   copies and `all_gather` move bytes; `all_reduce_sum` is the f32 sum of
@@ -18,6 +19,29 @@ use crate::{Flow, Observer, Runtime, RuntimeError, StepInfo, Weights};
 use ir::{Op, Role};
 use kernels::reference::{Dense, compute, gather, scatter};
 use kernels::testing::{nmse, nmse_threshold};
+
+/// ggml's CPU backend (what an RPC server runs) computes GELU from a table
+/// indexed by each input rounded to f16 (`GGML_GELU_FP16`): an NMSE near
+/// 1e-7 against the exact function, measured 0.9e-7 to 1.1e-7 on Gemma 3's
+/// GEGLU. Such steps get soft_max's 1e-6 instead of DESIGN.md's 1e-7.
+const GGML_GELU_TABLE_NMSE: f64 = 1e-6;
+
+/// The NMSE a step of `op` on plan device `device` must stay under.
+fn step_threshold(plan: &ir::plan::Plan, device: usize, op: &Op) -> f64 {
+    let table_gelu = matches!(
+        op,
+        Op::Gelu
+            | Op::Glu {
+                kind: ir::GluKind::GeGlu,
+                ..
+            }
+    );
+    if table_gelu && plan.devices[device].kind.is_remote() {
+        GGML_GELU_TABLE_NMSE
+    } else {
+        nmse_threshold(op.name())
+    }
+}
 use std::collections::BTreeMap;
 
 /// One comparison.
@@ -123,7 +147,7 @@ impl Observer for StepChecker<'_> {
             }
             (Some(op), _) => (
                 compute(&op, &refs, &layout),
-                nmse_threshold(op.name()),
+                step_threshold(plan, s.device, &op),
                 false,
             ),
             (None, Some(k)) => {
