@@ -12,7 +12,9 @@
 //!   `--policy ggml` makes llama.cpp's decisions and every step the servers
 //!   compute agrees in isolation with ggplan's reference (`--check=all`);
 //! - Gemma 3 270M (Q4_K_M, `scripts/setup.sh`) as llama.cpp runs it by
-//!   default (F16 cache): within NMSE 1e-7 of ggplan's f64 reference
+//!   default (F16 cache), compiled for `cpu` and for `cpu0+cpu1` by layers
+//!   and by rows (one KV head: the attention stays whole, the products are
+//!   cut): within NMSE 1e-7 of ggplan's f64 reference
 //!   evaluator on the same graph and weights, within NMSE 1e-2 of llama.cpp,
 //!   which quantizes activations to 8 bits (1.9e-3 measured), and llama.cpp's
 //!   top-1 wherever llama.cpp's leads by more than 0.5; on two loopback RPC
@@ -128,6 +130,16 @@ fn gemma3_270m_imported_runs_as_the_reference_evaluator_and_near_llama_cpp() {
     assert_eq!(n_vocab, 262144);
     let e = nmse(&ours, &reference);
     assert!(e <= 1e-7, "against the reference evaluator: NMSE {e:e}");
+    // The same graph split over two core groups, by layers and by rows.
+    for (name, mode) in [("layer", "layer"), ("row", "row")] {
+        let args = ["--target", "cpu0+cpu1", "--split-mode", mode];
+        let split = import_compile_run(&cap, &gguf, name, &args, &[]);
+        let e = nmse(&split, &reference);
+        assert!(
+            e <= 1e-7,
+            "cpu0+cpu1 by {mode}: NMSE {e:e} against the reference"
+        );
+    }
     let (_, llama) = read_npy_f64(&dir.join("g.json.logits.npy"));
     let e = nmse(&ours, &llama);
     assert!(e <= 1e-2, "against llama.cpp: NMSE {e:e}");

@@ -24,9 +24,24 @@ ARCH is one of:
           before attention; no final logit softcapping. Norm weights are
           stored as the factor llama.cpp multiplies by (its converter adds
           Gemma's +1 when writing a GGUF), like every other arch here.
+  qwen3moe architecture `qwen3moe`: qwen3's attention (q/k norms, NEOX
+          rope, freq_base 1e6) with a mixture-of-experts FFN in place of the
+          dense one: `qwen3moe.expert_count` 8 experts,
+          `qwen3moe.expert_used_count` 2 per token,
+          `qwen3moe.expert_feed_forward_length` 32. Per layer a router
+          `ffn_gate_inp` (ggml ne [n_embd, n_expert]) and the stacked experts
+          `ffn_gate_exps`/`ffn_up_exps` (ne [n_embd, n_ff_exp, n_expert]) and
+          `ffn_down_exps` (ne [n_ff_exp, n_embd, n_expert]). llama.cpp
+          takes the softmax of the router logits, picks the top 2 experts,
+          renormalizes their two probabilities to sum 1, and sums the SwiGLU
+          experts' outputs weighted by them. The router is drawn with gain
+          MOE_ROUTER_GAIN so its logits spread by a few units: different
+          tokens pick different experts, and the 2nd and 3rd best are rarely
+          close enough for rounding to swap them.
 All: n_embd 64, n_head 4, n_head_kv 2 (GQA), head_dim 16, n_layer 2 (gemma3:
-6), n_ff 128, context length 256, rms eps 1e-6, a separate (untied)
-`output.weight`, and every tensor F32 so that results can be compared closely.
+6), n_ff 128 (qwen3moe: written but unused), context length 256, rms eps
+1e-6, a separate (untied) `output.weight`, and every tensor F32 so that
+results can be compared closely.
 
 The weights are drawn from numpy's default_rng(--seed), scaled so that
 activations stay near unit size and the logits have a spread of a few units.
@@ -46,10 +61,14 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
 
 N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM = 64, 4, 2, 16
 N_FF, N_CTX, RMS_EPS = 128, 256, 1e-6
+# qwen3moe only: experts per layer, experts used per token, each expert's FFN
+# width, and the router's gain (its logits' std for a unit-size input).
+N_EXPERT, N_EXPERT_USED, N_FF_EXP, MOE_ROUTER_GAIN = 8, 2, 32, 2.0
 ARCHS = {  # ARCH -> (gguf architecture, rope freq_base, n_layer)
     "llama3": ("llama", 500000.0, 2),
     "qwen3": ("qwen3", 1000000.0, 2),
     "gemma3": ("gemma3", 1000000.0, 6),
+    "qwen3moe": ("qwen3moe", 1000000.0, 2),
 }
 # gemma3 only: every GEMMA3_SWA_PATTERN-th layer (the last of each group) is
 # global, the others attend to the last GEMMA3_SWA_WINDOW positions (the
@@ -114,6 +133,10 @@ def main() -> None:
         writer.add_uint32(f"{arch}.attention.sliding_window_pattern",
                           GEMMA3_SWA_PATTERN)
         writer.add_float32(f"{arch}.rope.freq_base_swa", GEMMA3_FREQ_BASE_SWA)
+    if args.arch == "qwen3moe":
+        writer.add_expert_count(N_EXPERT)
+        writer.add_expert_used_count(N_EXPERT_USED)
+        writer.add_expert_feed_forward_length(N_FF_EXP)
     n_vocab = copy_tokenizer(writer, args.tokenizer_from)
 
     def normal(shape: tuple[int, ...], std: float) -> np.ndarray:
@@ -142,16 +165,28 @@ def main() -> None:
         tensors[blk + "attn_q.weight"] = matrix(q_dim, N_EMBD)
         tensors[blk + "attn_k.weight"] = matrix(kv_dim, N_EMBD)
         tensors[blk + "attn_v.weight"] = matrix(kv_dim, N_EMBD)
-        if args.arch in ("qwen3", "gemma3"):
+        if args.arch in ("qwen3", "gemma3", "qwen3moe"):
             tensors[blk + "attn_q_norm.weight"] = norm(HEAD_DIM)
             tensors[blk + "attn_k_norm.weight"] = norm(HEAD_DIM)
         tensors[blk + "attn_output.weight"] = matrix(N_EMBD, q_dim)
         if args.arch == "gemma3":
             tensors[blk + "post_attention_norm.weight"] = norm(N_EMBD)
         tensors[blk + "ffn_norm.weight"] = norm(N_EMBD)
-        tensors[blk + "ffn_gate.weight"] = matrix(N_FF, N_EMBD)
-        tensors[blk + "ffn_up.weight"] = matrix(N_FF, N_EMBD)
-        tensors[blk + "ffn_down.weight"] = matrix(N_EMBD, N_FF)
+        if args.arch == "qwen3moe":
+            # numpy (n_expert, n_out, n_in) is ggml ne [n_in, n_out, n_expert]:
+            # one (n_out, n_in) projection per expert.
+            tensors[blk + "ffn_gate_inp.weight"] = matrix(
+                N_EXPERT, N_EMBD, MOE_ROUTER_GAIN)
+            tensors[blk + "ffn_gate_exps.weight"] = normal(
+                (N_EXPERT, N_FF_EXP, N_EMBD), 1.0 / np.sqrt(N_EMBD))
+            tensors[blk + "ffn_up_exps.weight"] = normal(
+                (N_EXPERT, N_FF_EXP, N_EMBD), 1.0 / np.sqrt(N_EMBD))
+            tensors[blk + "ffn_down_exps.weight"] = normal(
+                (N_EXPERT, N_EMBD, N_FF_EXP), 1.0 / np.sqrt(N_FF_EXP))
+        else:
+            tensors[blk + "ffn_gate.weight"] = matrix(N_FF, N_EMBD)
+            tensors[blk + "ffn_up.weight"] = matrix(N_FF, N_EMBD)
+            tensors[blk + "ffn_down.weight"] = matrix(N_EMBD, N_FF)
         if args.arch == "gemma3":
             tensors[blk + "post_ffw_norm.weight"] = norm(N_EMBD)
     tensors["output_norm.weight"] = norm(N_EMBD)

@@ -193,10 +193,9 @@ fn heads_of(graph: &Graph, users: &[Vec<TensorId>], w: TensorId) -> Option<(i64,
                 let ut = graph.tensor(u);
                 match ut.op {
                     // A head is more than one value (the V cache's `[1, C, t]`
-                    // view is not a head layout).
-                    Some(Op::Reshape)
-                        if ut.ne()[0] * ut.ne()[1] == rows && ut.ne()[0] > 1 && ut.ne()[1] > 1 =>
-                    {
+                    // view is not a head layout); one head is a layout
+                    // (Gemma 3 270M's single KV head: `[256, 1, t]`).
+                    Some(Op::Reshape) if ut.ne()[0] * ut.ne()[1] == rows && ut.ne()[0] > 1 => {
                         return Some((ut.ne()[0], ut.ne()[1]));
                     }
                     Some(Op::Add) => next.push(u),
