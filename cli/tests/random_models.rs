@@ -143,3 +143,32 @@ fn llama3_with_rope_frequency_factors_agrees_with_llama_cpp() {
 fn qwen3_with_head_norms_agrees_with_llama_cpp() {
     agrees_with_llama_cpp("qwen3");
 }
+
+/// Qwen 3 MoE (8 experts, 2 per token): llama.cpp's graph routes each token
+/// through `MUL_MAT_ID`, picks experts with `ARGSORT` and clamps the weights'
+/// sum with `CLAMP`, none of which ggplan has yet: the import refuses it,
+/// listing every missing op with its count, and writes nothing; the GGUF
+/// builder refuses the architecture by name.
+#[test]
+fn a_qwen3_moe_capture_is_refused_listing_every_missing_op() {
+    let Some(smollm2) = smollm2_gguf() else {
+        return;
+    };
+    let dir = scratch_dir("random-qwen3moe");
+    let gguf = random_gguf("qwen3moe", &dir, &smollm2);
+    let cap = dir.join("moe.json");
+    capture(&gguf, &cap, &[]);
+    let graph = dir.join("moe.graph.ron");
+    let printed = common::ggplan_error(&["import", &s(&cap), "-o", &s(&graph)]);
+    assert!(
+        printed.contains("MUL_MAT_ID (6 tensors), ARGSORT (2 tensors), CLAMP (2 tensors)"),
+        "{printed}"
+    );
+    assert!(!graph.exists());
+    let printed = common::ggplan_error(&["generate", "--gguf", &s(&gguf), "--prompt", "a"]);
+    assert!(
+        printed.contains("architecture 'qwen3moe' is not supported"),
+        "{printed}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
