@@ -262,3 +262,28 @@ fn bad_weights_and_inputs_are_refused_naming_the_tensor() {
     rt.set_input_i32("ids", &[1, 0]).unwrap();
     rt.run().unwrap();
 }
+
+/// A mixture of experts' ids given as an input are checked against the
+/// experts' count (ggml's mul_mat_id would read past the experts' tensor).
+#[test]
+fn expert_ids_out_of_range_are_refused_naming_the_experts() {
+    let mut b = GraphBuilder::new("moe");
+    let experts = b.weight("exps", DType::F32, [4, 3, 5, 1]).unwrap();
+    let x = b.input("x", DType::F32, [4, 1, 2, 1]).unwrap();
+    let ids = b.input("ids", DType::I32, [2, 2, 1, 1]).unwrap();
+    let y = b.mul_mat_id("y", experts, x, ids).unwrap();
+    b.mark_output(y).unwrap();
+    let plan = cpu_plan(&b.finish().unwrap());
+    let mut rt = load(plan, Weights::Random { seed: 0 }, 2).unwrap();
+    let e = rt
+        .set_input_i32("ids", &[0, 4, 5, 1])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'ids' element 2 is 5") && e.contains("outside 0..5") && e.contains("'exps'"),
+        "{e}"
+    );
+    rt.set_input_i32("ids", &[0, 4, 2, 1]).unwrap();
+    rt.set_input_f32("x", &[0.5; 8]).unwrap();
+    rt.run().unwrap();
+}

@@ -1,11 +1,12 @@
-//! Llama 3 and Qwen 3 against llama.cpp, on tiny random GGUFs that gguf-py
+//! Llama 3, Qwen 3 and Qwen 3 MoE against llama.cpp, on tiny random GGUFs that gguf-py
 //! writes (`tests/support/random_gguf.py`: 2 blocks, 64 wide, F32, SmolLM2's
 //! vocabulary) and llama.cpp decodes through the capture tool with an F32
 //! KV cache:
 //!
 //! - Llama 3 (`rope_freqs.weight`, rope's frequency factors) and Qwen 3 (q/k
 //!   head norms, NeoX rope): `ggplan generate` from the GGUF gives llama.cpp's
-//!   32 greedy tokens in exact precision and its prompt logits within NMSE 1e-9;
+//!   32 greedy tokens in exact precision and its prompt logits within NMSE 1e-9
+//!   (Qwen 3 MoE has no builder yet: `generate` names the architecture);
 //! - the imported capture, compiled for `cpu` and for `cpu0+cpu1` by layers
 //!   and by rows, gives llama.cpp's logits within NMSE 1e-9;
 //! - on two loopback RPC servers (`-ts 1,2`, which puts one block on each
@@ -13,7 +14,8 @@
 //!   llama.cpp's splits and copies, its plan gives llama.cpp's logits, and
 //!   every step the servers' ggml kernels compute agrees in isolation with
 //!   ggplan's reference kernels (`run --check=all`: op by op against ggml's
-//!   CPU backend, on the model's own shapes).
+//!   CPU backend, on the model's own shapes: MoE's `mul_mat_id`, `argsort`
+//!   and `clamp` among them).
 
 mod common;
 
@@ -33,23 +35,15 @@ fn capture_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Everything the module doc lists, for one architecture.
-fn agrees_with_llama_cpp(arch: &str) {
-    let Some(smollm2) = smollm2_gguf() else {
-        return;
-    };
-    let dir = scratch_dir(&format!("random-{arch}"));
-    let gguf = random_gguf(arch, &dir, &smollm2);
-    let cap = dir.join("one.json");
-    capture(&gguf, &cap, &F32_GREEDY);
-    let (_, llama) = read_npy_f64(&dir.join("one.json.logits.npy"));
-
-    // The builder, from the GGUF.
+/// `ggplan generate` from the GGUF (the builder's graphs): llama.cpp's prompt
+/// tokens, its 32 greedy tokens and its prompt logits.
+fn builder_agrees(arch: &str, gguf: &Path, cap: &Path, llama: &[f64]) {
+    let dir = cap.parent().unwrap();
     let dump = dir.join("prompt_logits.npy");
     let printed = ggplan_ok(&[
         "generate",
         "--gguf",
-        &s(&gguf),
+        &s(gguf),
         "--prompt",
         PROMPT,
         "--max-tokens",
@@ -66,15 +60,38 @@ fn agrees_with_llama_cpp(arch: &str) {
     ]);
     let json_line = printed.lines().find(|l| l.starts_with('{')).unwrap();
     let got: serde_json::Value = serde_json::from_str(json_line).unwrap();
-    let want = capture_json(&cap);
+    let want = capture_json(cap);
     assert_eq!(got["prompt_ids"], want["tokens"], "{arch}: prompt tokens");
     assert_eq!(
         got["generated_ids"], want["greedy"],
         "{arch}: greedy tokens"
     );
     let (_, ours) = read_npy_f64(&dump);
-    let e = nmse(&ours, &llama);
+    let e = nmse(&ours, llama);
     assert!(e <= MAX_NMSE, "{arch} generate: prompt logits NMSE {e:e}");
+}
+
+/// Everything the module doc lists, for one architecture.
+fn agrees_with_llama_cpp(arch: &str) {
+    let Some(smollm2) = smollm2_gguf() else {
+        return;
+    };
+    let dir = scratch_dir(&format!("random-{arch}"));
+    let gguf = random_gguf(arch, &dir, &smollm2);
+    let cap = dir.join("one.json");
+    capture(&gguf, &cap, &F32_GREEDY);
+    let (_, llama) = read_npy_f64(&dir.join("one.json.logits.npy"));
+
+    if arch == "qwen3moe" {
+        // No builder for a mixture of experts yet: the architecture is named.
+        let printed = common::ggplan_error(&["generate", "--gguf", &s(&gguf), "--prompt", "a"]);
+        assert!(
+            printed.contains("architecture 'qwen3moe' is not supported"),
+            "{printed}"
+        );
+    } else {
+        builder_agrees(arch, &gguf, &cap, &llama);
+    }
 
     // The import, on one device and split over two core groups.
     for (name, args) in [
@@ -144,31 +161,10 @@ fn qwen3_with_head_norms_agrees_with_llama_cpp() {
     agrees_with_llama_cpp("qwen3");
 }
 
-/// Qwen 3 MoE (8 experts, 2 per token): llama.cpp's graph routes each token
-/// through `MUL_MAT_ID`, picks experts with `ARGSORT` and clamps the weights'
-/// sum with `CLAMP`, none of which ggplan has yet: the import refuses it,
-/// listing every missing op with its count, and writes nothing; the GGUF
-/// builder refuses the architecture by name.
+/// Qwen 3 MoE (8 experts, 2 per token): each token's experts chosen by
+/// `argsort` of the router's soft_max, their weights' sum clamped, the
+/// experts' products by `mul_mat_id` (the import; no builder yet).
 #[test]
-fn a_qwen3_moe_capture_is_refused_listing_every_missing_op() {
-    let Some(smollm2) = smollm2_gguf() else {
-        return;
-    };
-    let dir = scratch_dir("random-qwen3moe");
-    let gguf = random_gguf("qwen3moe", &dir, &smollm2);
-    let cap = dir.join("moe.json");
-    capture(&gguf, &cap, &[]);
-    let graph = dir.join("moe.graph.ron");
-    let printed = common::ggplan_error(&["import", &s(&cap), "-o", &s(&graph)]);
-    assert!(
-        printed.contains("MUL_MAT_ID (6 tensors), ARGSORT (2 tensors), CLAMP (2 tensors)"),
-        "{printed}"
-    );
-    assert!(!graph.exists());
-    let printed = common::ggplan_error(&["generate", "--gguf", &s(&gguf), "--prompt", "a"]);
-    assert!(
-        printed.contains("architecture 'qwen3moe' is not supported"),
-        "{printed}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+fn qwen3_moe_agrees_with_llama_cpp() {
+    agrees_with_llama_cpp("qwen3moe");
 }

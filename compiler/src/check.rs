@@ -98,6 +98,7 @@ fn op_kind(expr: &Expr) -> Option<OpKind> {
             UnaryFn::Gelu => OpKind::Gelu,
             UnaryFn::GeluErf => OpKind::GeluErf,
             UnaryFn::Relu => OpKind::Relu,
+            UnaryFn::Clamp { .. } => OpKind::Clamp,
             UnaryFn::Tanh => OpKind::Tanh,
         },
         Expr::Binary(f, _, _) => match f {

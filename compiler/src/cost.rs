@@ -82,7 +82,8 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
     // Exhaustive on purpose: a new op must say how it moves bytes.
     match op {
         Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => Work::None,
-        Op::MulMat => {
+        // Every token's slots are products with one expert's matrix each.
+        Op::MulMat | Op::MulMatId => {
             let src0 = tensor.srcs.first().map(|&s| graph.tensor(s));
             let k = src0.map_or(0, |s| s.layout.ne[0].max(0)) as f64;
             let flops = 2.0 * k * tensor.layout.n_elements() as f64;
@@ -127,6 +128,7 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
         | Op::SumRows
         | Op::Mean
         | Op::Argmax
+        | Op::Argsort { .. }
         | Op::DiagMaskInf { .. } => Work::Bytes(all_srcs + written),
         // A participant reads every part (some on other devices) and writes its result.
         Op::AllReduceSum { .. } | Op::AllGather { .. } => Work::Bytes(all_srcs + written),

@@ -145,7 +145,10 @@ pub fn in_place_operand(op: &Op, n_srcs: usize) -> Option<usize> {
         Op::RmsNorm { .. } | Op::Norm { .. } | Op::SoftMax { .. } | Op::Rope(_) => Some(0),
         Op::Glu { .. } => (n_srcs == 2).then_some(0),
         Op::Cont => Some(0),
+        // A sort writes indices while it reads values: its own memory.
         Op::MulMat
+        | Op::MulMatId
+        | Op::Argsort { .. }
         | Op::GetRows
         | Op::GetRowsPart { .. }
         | Op::Concat { .. }

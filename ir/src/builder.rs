@@ -340,6 +340,25 @@ impl GraphBuilder {
     ) -> R {
         self.node(name, Op::Rope(params), &[a, pos, factors], None)
     }
+    /// A mixture of experts' product: `experts` `[k, n, n_expert]` picked by
+    /// the I32 `ids` `[n_used, t]` for activations `b` `[k, 1 or n_used, t]`.
+    pub fn mul_mat_id(
+        &mut self,
+        name: impl Into<String>,
+        experts: TensorId,
+        b: TensorId,
+        ids: TensorId,
+    ) -> R {
+        self.node(name, Op::MulMatId, &[experts, b, ids], None)
+    }
+    /// The I32 indices sorting each row of `a`.
+    pub fn argsort(&mut self, name: impl Into<String>, a: TensorId, descending: bool) -> R {
+        self.node(name, Op::Argsort { descending }, &[a], None)
+    }
+    /// `a` clamped to `[min, max]`.
+    pub fn clamp(&mut self, name: impl Into<String>, a: TensorId, min: f32, max: f32) -> R {
+        self.node(name, Op::Clamp { min, max }, &[a], None)
+    }
     /// Copies `a` into `dst`'s memory; the result is a view of `dst`.
     pub fn cpy(&mut self, name: impl Into<String>, a: TensorId, dst: TensorId) -> R {
         self.node(name, Op::Cpy, &[a, dst], None)

@@ -22,6 +22,7 @@ macro_rules! unary_op {
             | $crate::Op::GeluErf
             | $crate::Op::Relu
             | $crate::Op::Tanh
+            | $crate::Op::Clamp { .. }
     };
 }
 
@@ -245,6 +246,26 @@ pub enum Op {
         /// The full table's row that src0's first row is.
         start: i64,
     },
+    /// min(max(x, min), max), elementwise.
+    Clamp {
+        /// Lower bound.
+        min: f32,
+        /// Upper bound.
+        max: f32,
+    },
+    /// The indices (I32) that sort each row of src0: ascending, or descending
+    /// when `descending` (ggml's argsort; equal values keep index order). The
+    /// first k of a descending row are a top-k selection.
+    Argsort {
+        /// Largest first.
+        descending: bool,
+    },
+    /// A mixture of experts' product (ggml's `mul_mat_id`): src0 holds one
+    /// matrix per expert `[k, n, n_expert]`, src1 the activations `[k, b1, t]`
+    /// (b1 is 1 or the number of experts used per token), src2 the I32 expert
+    /// ids `[n_used, t]`. Result `[n, n_used, t]`: slot `e` of token `t` is
+    /// expert `ids[e, t]`'s matrix times src1 row `e % b1` of token `t`.
+    MulMatId,
 }
 
 /// Who takes part in a collective, as [`Op::collective`] reports it.

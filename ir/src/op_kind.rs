@@ -48,11 +48,14 @@ pub enum OpKind {
     AllGather,
     ReduceScatterSum,
     GetRowsPart,
+    Clamp,
+    Argsort,
+    MulMatId,
 }
 
 impl OpKind {
     /// Every kind, in `Op` declaration order.
-    pub const ALL: [OpKind; 35] = [
+    pub const ALL: [OpKind; 38] = [
         OpKind::GetRows,
         OpKind::Add,
         OpKind::Sub,
@@ -88,6 +91,9 @@ impl OpKind {
         OpKind::AllGather,
         OpKind::ReduceScatterSum,
         OpKind::GetRowsPart,
+        OpKind::Clamp,
+        OpKind::Argsort,
+        OpKind::MulMatId,
     ];
 
     /// The kind of `op`.
@@ -128,6 +134,9 @@ impl OpKind {
             Op::AllGather { .. } => OpKind::AllGather,
             Op::ReduceScatterSum { .. } => OpKind::ReduceScatterSum,
             Op::GetRowsPart { .. } => OpKind::GetRowsPart,
+            Op::Clamp { .. } => OpKind::Clamp,
+            Op::Argsort { .. } => OpKind::Argsort,
+            Op::MulMatId => OpKind::MulMatId,
         }
     }
 
@@ -169,6 +178,9 @@ impl OpKind {
             OpKind::AllGather => "all_gather",
             OpKind::ReduceScatterSum => "reduce_scatter_sum",
             OpKind::GetRowsPart => "get_rows_part",
+            OpKind::Clamp => "clamp",
+            OpKind::Argsort => "argsort",
+            OpKind::MulMatId => "mul_mat_id",
         }
     }
 
@@ -269,6 +281,9 @@ mod tests {
                 ranks: 1,
             },
             Op::GetRowsPart { start: 0 },
+            Op::Clamp { min: 0.0, max: 1.0 },
+            Op::Argsort { descending: true },
+            Op::MulMatId,
         ]
     }
 

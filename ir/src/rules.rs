@@ -104,6 +104,11 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
         }
         Op::Glu { kind, .. } => derive_glu(*kind, srcs).and_then(|(d, ne)| packed(d, ne)),
         Op::MulMat => derive_mul_mat(s(0), s(1)).and_then(|ne| packed(DType::F32, ne)),
+        Op::MulMatId => derive_mul_mat_id(s(0), s(1), s(2)).and_then(|ne| packed(DType::F32, ne)),
+        Op::Argsort { .. } => {
+            need_dtype(s(0), "src0", &[DType::F32])?;
+            packed(DType::I32, s(0).ne)
+        }
         Op::SoftMax { .. } => {
             let a = s(0);
             need_float(a, "src0")?;
@@ -408,6 +413,7 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::SumRows
         | Op::Mean
         | Op::Argmax
+        | Op::Argsort { .. }
         | Op::DiagMaskInf { .. } => 1..=1,
         Op::Glu { .. } | Op::SoftMax { .. } => 1..=2,
         Op::GetRows
@@ -421,7 +427,7 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::GetRowsPart { .. } => 2..=2,
         // Rope's optional third source: the frequency factors (Llama 3's `rope_freqs`).
         Op::Rope(_) => 2..=3,
-        Op::SetRows => 3..=3,
+        Op::SetRows | Op::MulMatId => 3..=3,
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             1..=MAX_PARTS
         }
@@ -502,6 +508,36 @@ fn derive_mul_mat(a: &Layout, b: &Layout) -> Result<[i64; 4], String> {
         ));
     }
     Ok([a.ne[1], b.ne[1], b.ne[2], b.ne[3]])
+}
+
+/// `mul_mat_id`'s result extents: experts `[k, n, n_expert]` (one matrix per
+/// expert, rows packed), activations `[k, b1, t]` with b1 = 1 or n_used,
+/// ids I32 `[n_used, t]`; result `[n, n_used, t]`.
+fn derive_mul_mat_id(a: &Layout, b: &Layout, ids: &Layout) -> Result<[i64; 4], String> {
+    // Each expert's matrix as mul_mat's src0 against one token's rows.
+    let one_expert = |l: &Layout| Layout {
+        ne: [l.ne[0], l.ne[1], 1, 1],
+        ..*l
+    };
+    derive_mul_mat(&one_expert(a), &one_expert(b))?;
+    need_dtype(ids, "expert ids (src2)", &[DType::I32])?;
+    if a.ne[3] != 1 || b.ne[3] != 1 || ids.ne[2] != 1 || ids.ne[3] != 1 {
+        return Err(format!(
+            "experts {}, activations {} and ids {} must be at most 3-D, 3-D and 2-D",
+            fmt_ne(&a.ne),
+            fmt_ne(&b.ne),
+            fmt_ne(&ids.ne)
+        ));
+    }
+    if ids.ne[1] != b.ne[2] || (b.ne[1] != 1 && b.ne[1] != ids.ne[0]) {
+        return Err(format!(
+            "ids {} must be [n_used, {}] with activations {} of 1 or n_used rows per token",
+            fmt_ne(&ids.ne),
+            b.ne[2],
+            fmt_ne(&b.ne)
+        ));
+    }
+    Ok([a.ne[1], ids.ne[0], ids.ne[1], 1])
 }
 
 /// Where an operand's bytes start: its own root and offset, or itself at 0.

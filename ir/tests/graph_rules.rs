@@ -240,3 +240,33 @@ fn verify_reports_every_broken_invariant_of_hand_made_graphs() {
         "{text:?}"
     );
 }
+
+#[test]
+fn mixture_of_experts_ops() {
+    let mut b = GraphBuilder::new("g");
+    let experts = b.weight("exps", DType::Q8_0, [64, 24, 8, 1]).unwrap();
+    let x = f32s(&mut b, "x", [64, 1, 5, 1]);
+    let logits = f32s(&mut b, "logits", [8, 5, 1, 1]);
+    let order = b.argsort("order", logits, true).unwrap();
+    assert_eq!(b.tensor(order).dtype(), DType::I32);
+    assert_eq!(b.tensor(order).ne(), [8, 5, 1, 1]);
+    let ids = b.input("ids", DType::I32, [2, 5, 1, 1]).unwrap();
+    let y = b.mul_mat_id("y", experts, x, ids).unwrap();
+    assert_eq!(b.tensor(y).ne(), [24, 2, 5, 1]);
+    let c = b.clamp("c", logits, 0.0, 1.0).unwrap();
+    assert_eq!(b.tensor(c).ne(), [8, 5, 1, 1]);
+    // ids for another token count, activations of 3 rows for 2 slots,
+    // float ids, an argsort of integers.
+    let ids4 = b.input("ids4", DType::I32, [2, 4, 1, 1]).unwrap();
+    let msg = op_error(b.mul_mat_id("bad_t", experts, x, ids4).unwrap_err());
+    assert!(
+        msg.contains("[2, 4, 1, 1]") && msg.contains("mul_mat_id 'bad_t'"),
+        "{msg}"
+    );
+    let x3 = f32s(&mut b, "x3", [64, 3, 5, 1]);
+    op_error(b.mul_mat_id("bad_rows", experts, x3, ids).unwrap_err());
+    let fids = f32s(&mut b, "fids", [2, 5, 1, 1]);
+    let msg = op_error(b.mul_mat_id("bad_ids", experts, x, fids).unwrap_err());
+    assert!(msg.contains("expert ids (src2)"), "{msg}");
+    op_error(b.argsort("bad_sort", ids, false).unwrap_err());
+}

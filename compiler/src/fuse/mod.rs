@@ -116,6 +116,8 @@ impl Member {
             | Op::GetRows
             | Op::GetRowsPart { .. }
             | Op::MulMat
+            | Op::MulMatId
+            | Op::Argsort { .. }
             | Op::SoftMax { .. }
             | Op::Rope(_)
             | Op::Cpy

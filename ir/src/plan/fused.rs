@@ -36,6 +36,13 @@ pub enum UnaryFn {
     Relu,
     /// tanh(x).
     Tanh,
+    /// min(max(x, min), max).
+    Clamp {
+        /// Lower bound.
+        min: f32,
+        /// Upper bound.
+        max: f32,
+    },
 }
 
 /// A two-argument elementwise function.
@@ -105,6 +112,7 @@ impl Op {
             Op::GeluErf => UnaryFn::GeluErf,
             Op::Relu => UnaryFn::Relu,
             Op::Tanh => UnaryFn::Tanh,
+            Op::Clamp { min, max } => UnaryFn::Clamp { min, max },
             _ => return None,
         })
     }

@@ -47,7 +47,8 @@ impl Plan {
     }
 
     /// Every graph tensor used as row indices by `get_rows` (`get_rows_part`:
-    /// the full table's rows) or `set_rows`
+    /// the full table's rows) or `set_rows`, or as expert ids by `mul_mat_id`
+    /// (the experts' count)
     /// (directly, through a view or through a copy), with the fewest rows
     /// among the tables it indexes and that table.
     pub fn index_tables(&self) -> BTreeMap<u32, (i64, u32)> {
@@ -55,6 +56,8 @@ impl Plan {
         for step in self.splits.iter().flat_map(|s| &s.steps) {
             // `part`: a part of a row-cut table takes any row of the full
             // table (its shard's extent); the others give zeros there.
+            // `experts`: mul_mat_id's ids pick matrices along the table's dim 2.
+            let mut experts = false;
             let (index, table, part) = match step {
                 Step::Op {
                     op: op @ (Op::GetRows | Op::GetRowsPart { .. }),
@@ -70,6 +73,14 @@ impl Plan {
                     srcs,
                     ..
                 } => (srcs.get(2), srcs.first(), false),
+                Step::Op {
+                    op: Op::MulMatId,
+                    srcs,
+                    ..
+                } => {
+                    experts = true;
+                    (srcs.get(2), srcs.first(), false)
+                }
                 _ => continue,
             };
             let (Some(&index), Some(&table)) = (index, table) else {
@@ -77,6 +88,7 @@ impl Plan {
             };
             let Some(rows) = self.tensors.get(table as usize).map(|t| match &t.shard {
                 Some(s) if part => s.full_ne[1],
+                _ if experts => t.ne[2],
                 _ => t.ne[1],
             }) else {
                 continue;

@@ -42,6 +42,7 @@ pub fn apply_unary(f: UnaryFn, x: f64) -> f64 {
             }
         }
         UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Clamp { min, max } => x.max(f64::from(min)).min(f64::from(max)),
     }
 }
 

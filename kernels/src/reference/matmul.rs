@@ -57,3 +57,29 @@ fn dot4(xs: [&[f64]; 4], y: &[f64]) -> [f64; 4] {
     }
     acc
 }
+
+/// ggml's mul_mat_id: experts `a` `[k, n, n_expert]`, activations `b`
+/// `[k, b1, t]`, I32 expert ids `[n_used, t]`; result `[n, n_used, t]` whose
+/// slot `e` of token `t` is expert `ids[e, t]`'s matrix times `b` row
+/// `e % b1` of token `t`, each sum in order of k.
+pub(crate) fn mul_mat_id(a: &Dense, b: &Dense, ids: &Dense) -> Dense {
+    let (n, n_used, t) = (a.ne[1], ids.ne[0], ids.ne[1]);
+    let mut out = Dense::zeros([n, n_used, t, 1]);
+    for tok in 0..t {
+        for e in 0..n_used {
+            let v = ids.get([e, tok, 0, 0]);
+            let expert = v as i64;
+            assert!(
+                expert as f64 == v && (0..a.ne[2]).contains(&expert),
+                "mul_mat_id: expert id {v} is outside 0..{}",
+                a.ne[2]
+            );
+            let b_row = b.row(e % b.ne[1], tok, 0);
+            let dst = out.row_mut(e, tok, 0);
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = dot(a.row(i as i64, expert, 0), b_row);
+            }
+        }
+    }
+    out
+}

@@ -38,3 +38,18 @@ pub(crate) fn argmax(a: &Dense) -> Dense {
         .collect();
     Dense::new([a.ne[1], 1, 1, 1], data)
 }
+
+/// The I32 indices sorting each row of `a` (ascending, or descending), equal
+/// values in index order.
+pub(crate) fn argsort(a: &Dense, descending: bool) -> Dense {
+    let mut data = Vec::with_capacity(a.data.len());
+    for row in a.rows() {
+        let mut idx: Vec<usize> = (0..row.len()).collect();
+        idx.sort_by(|&i, &j| {
+            let order = row[i].total_cmp(&row[j]);
+            if descending { order.reverse() } else { order }
+        });
+        data.extend(idx.into_iter().map(|i| i as f64));
+    }
+    Dense::new(a.ne, data)
+}

@@ -410,6 +410,16 @@ fn node_op(capture: &Capture, t: &CapturedTensor) -> Result<Op, String> {
                 beta_slow: p(10),
             })
         }
+        "MUL_MAT_ID" => Op::MulMatId,
+        "ARGSORT" => match t.op_params[0] {
+            0 => Op::Argsort { descending: false },
+            1 => Op::Argsort { descending: true },
+            o => return Err(format!("ARGSORT order {o}")),
+        },
+        "CLAMP" => Op::Clamp {
+            min: p(0),
+            max: p(1),
+        },
         "CPY" => Op::Cpy,
         "CONT" => Op::Cont,
         "SET_ROWS" if n_src == 3 || (n_src == 2 && t.view.is_some()) => Op::SetRows,

@@ -141,3 +141,16 @@ fn compute_checks_the_result_extents() {
     let a = dense([2, 2, 1, 1], &[0.; 4]);
     run(Op::Sqr, &[&a], DType::F32, [3, 1, 1, 1]);
 }
+
+#[test]
+fn argsort_both_orders_by_hand_ties_in_index_order() {
+    let inf = f64::INFINITY;
+    let a = dense(
+        [5, 2, 1, 1],
+        &[3., 1., 2., 1., -inf, 0.5, 0.5, 0.25, 9., 0.5],
+    );
+    let up = run(Op::Argsort { descending: false }, &[&a], DType::I32, a.ne);
+    assert_eq!(up.data, [4., 1., 3., 2., 0., 2., 0., 1., 4., 3.]);
+    let down = run(Op::Argsort { descending: true }, &[&a], DType::I32, a.ne);
+    assert_eq!(down.data, [0., 2., 1., 3., 4., 3., 0., 1., 4., 2.]);
+}

@@ -158,3 +158,16 @@ fn glu_one_source_equals_two_sources() {
         assert_eq!(y1.data, y2.data, "{kind:?}");
     }
 }
+
+#[test]
+fn clamp_by_hand() {
+    let a = dense([5, 1, 1, 1], &[-2., 0.25, 0.5, 3., f64::INFINITY]);
+    let y = run_same(
+        Op::Clamp {
+            min: 0.25,
+            max: 2.0,
+        },
+        &[&a],
+    );
+    assert_eq!(y.data, [0.25, 0.25, 0.5, 2., 2.]);
+}

@@ -36,3 +36,33 @@ fn mul_mat_broadcasts_src0_over_batch_dims() {
     });
     assert_eq!(y.data, want.data, "bit-identical to sums in order of k");
 }
+
+#[test]
+fn mul_mat_id_by_hand() {
+    // Three experts of [k 2, n 2]: expert x's rows [x, 1], [0, x].
+    let a = dense(
+        [2, 2, 3, 1],
+        &[0., 1., 0., 0., 1., 1., 0., 1., 2., 1., 0., 2.],
+    );
+    // Two tokens, one activation row each (b1 = 1): [1, 10] and [2, 20].
+    let b = dense([2, 1, 2, 1], &[1., 10., 2., 20.]);
+    // Token 0 uses experts 2 then 0; token 1 experts 1 then 1.
+    let ids = dense([2, 2, 1, 1], &[2., 0., 1., 1.]);
+    let y = run(Op::MulMatId, &[&a, &b, &ids], DType::F32, [2, 2, 2, 1]);
+    // Expert x on [p, q]: [x p + q, x q].
+    assert_eq!(y.data, [12., 20., 10., 0., 22., 20., 22., 20.]);
+    // b1 = n_used: slot e reads row e of its token.
+    let b2 = dense([2, 2, 1, 1], &[1., 10., 2., 20.]);
+    let ids1 = dense([2, 1, 1, 1], &[0., 2.]);
+    let y = run(Op::MulMatId, &[&a, &b2, &ids1], DType::F32, [2, 2, 1, 1]);
+    assert_eq!(y.data, [10., 0., 24., 40.]);
+}
+
+#[test]
+#[should_panic(expected = "expert id 3 is outside 0..3")]
+fn mul_mat_id_refuses_an_expert_out_of_range() {
+    let a = dense([2, 2, 3, 1], &[0.; 12]);
+    let b = dense([2, 1, 1, 1], &[1., 1.]);
+    let ids = dense([1, 1, 1, 1], &[3.]);
+    run(Op::MulMatId, &[&a, &b, &ids], DType::F32, [2, 1, 1, 1]);
+}

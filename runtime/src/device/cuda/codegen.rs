@@ -78,6 +78,9 @@ pub fn fused_kernel(body: &[Expr]) -> Generated {
                     UnaryFn::GeluErf => format!("gg_gelu_erf({x})"),
                     UnaryFn::Relu => format!("({x} > 0.0f ? {x} : 0.0f)"),
                     UnaryFn::Tanh => format!("tanhf({x})"),
+                    UnaryFn::Clamp { min, max } => {
+                        format!("fminf(fmaxf({x}, {}), {})", float(min), float(max))
+                    }
                 }
             }
             Expr::Binary(f, x, y) => {

@@ -258,6 +258,11 @@ impl<'ctx> Gen<'_, 'ctx> {
                     self.select(self.cmp(FloatPredicate::OGT, x, zero)?, x, zero)
                 }
                 UnaryFn::Tanh => self.tanh(x),
+                UnaryFn::Clamp { min, max } => {
+                    let (lo, hi) = (self.cf(min, w), self.cf(max, w));
+                    let up = self.select(self.cmp(FloatPredicate::OLT, x, lo)?, lo, x)?;
+                    self.select(self.cmp(FloatPredicate::OGT, up, hi)?, hi, up)
+                }
             },
         }
     }

@@ -20,16 +20,19 @@
 //!   a source row overlapping the row being written is copied first.
 //!
 //! Code map: `rows` (row I/O and conversions), `copy` (cpy, cont), `get_rows`,
-//! `set_rows`, `concat`, `rope`, `reduce` (sum_rows, mean, argmax), `mask`
+//! `set_rows`, `concat`, `rope`, `reduce` (sum_rows, mean, argmax), `argsort`,
+//! `mul_mat_id` (a mixture of experts' product, row by row), `mask`
 //! (diag_mask_inf, soft_max), `unary`, `binary` (add..div, glu), `norm`,
 //! `collective` (all_reduce_sum, all_gather over parts on other CPU devices).
 
+mod argsort;
 mod binary;
 mod collective;
 mod concat;
 mod copy;
 mod get_rows;
 mod mask;
+mod mul_mat_id;
 mod norm;
 mod reduce;
 mod rope;
@@ -79,6 +82,8 @@ pub fn prepare_op(
         Op::Concat { dim } => concat::prepare(op, dst, srcs, usize::from(dim)),
         Op::Rope(ref p) => rope::prepare(op, p, dst, srcs),
         Op::SumRows | Op::Mean | Op::Argmax => reduce::prepare(op, dst, srcs[0]),
+        Op::Argsort { descending } => argsort::prepare(op, descending, dst, srcs[0]),
+        Op::MulMatId => mul_mat_id::prepare(op, dst, srcs),
         Op::DiagMaskInf { n_past } => mask::prepare_diag(op, n_past, dst, srcs[0]),
         Op::SoftMax { scale, max_bias } => mask::prepare_soft_max(op, scale, max_bias, dst, srcs),
         ir::unary_op!() => unary::prepare(op, dst, srcs[0]),

@@ -49,6 +49,7 @@ fn apply(f: UnaryFn, x: &[f32], out: &mut [f32]) {
         UnaryFn::GeluErf => map(x, out, gelu_erf),
         UnaryFn::Relu => map(x, out, |v| if v > 0.0 { v } else { 0.0 }),
         UnaryFn::Tanh => map(x, out, f32::tanh),
+        UnaryFn::Clamp { min, max } => map(x, out, |v| v.max(min).min(max)),
     }
 }
 

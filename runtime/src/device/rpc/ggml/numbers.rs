@@ -30,6 +30,12 @@ pub const GGML_OP_NORM: u32 = 24;
 pub const GGML_OP_RMS_NORM: u32 = 25;
 /// `GGML_OP_MUL_MAT`.
 pub const GGML_OP_MUL_MAT: u32 = 29;
+/// `GGML_OP_MUL_MAT_ID` (sources: experts, activations, ids).
+pub const GGML_OP_MUL_MAT_ID: u32 = 30;
+/// `GGML_OP_CLAMP` (params: min, max).
+pub const GGML_OP_CLAMP: u32 = 50;
+/// `GGML_OP_ARGSORT` (params: order, 1 descending).
+pub const GGML_OP_ARGSORT: u32 = 69;
 /// `GGML_OP_SCALE` (params: scale, bias).
 pub const GGML_OP_SCALE: u32 = 32;
 /// `GGML_OP_CPY` (sources: value, destination).

@@ -279,6 +279,30 @@ pub fn node_op(op: &Op, srcs: &[&PlanTensor]) -> Result<(u32, [i32; MAX_OP_PARAM
             }
             GGML_OP_ARGMAX
         }
+        Op::Clamp { min, max } => {
+            c.dtype(0, "src0", &[DType::F32, DType::F16])?;
+            c.contiguous(0, "src0", 0)?;
+            p[0] = f32_param(min);
+            p[1] = f32_param(max);
+            GGML_OP_CLAMP
+        }
+        Op::Argsort { descending } => {
+            c.dtype(0, "src0", &[DType::F32])?;
+            c.rows_packed(0, "src0")?;
+            p[0] = i32::from(descending); // GGML_SORT_ORDER_DESC = 1
+            GGML_OP_ARGSORT
+        }
+        Op::MulMatId => {
+            let a = c.src(0)?;
+            c.rows_packed(0, "experts (src0)")?;
+            c.dtype(1, "activations (src1)", &[DType::F32])?;
+            c.rows_packed(1, "activations (src1)")?;
+            c.dtype(2, "expert ids (src2)", &[DType::I32])?;
+            if a.nb[0] > a.nb[1] {
+                return Err(c.no(format!("experts '{}' are transposed", a.name)));
+            }
+            GGML_OP_MUL_MAT_ID
+        }
         Op::DiagMaskInf { n_past } => {
             c.dtype(0, "src0", &[DType::F32])?;
             c.contiguous(0, "src0", 0)?;
@@ -480,6 +504,11 @@ pub(super) fn check_result(
         }
         Op::SumRows | Op::Mean => (a.dtype, Some([1, a.ne[1], a.ne[2], a.ne[3]])),
         Op::Argmax => (DType::I32, Some([a.ne[1], 1, 1, 1])),
+        Op::Argsort { .. } => (DType::I32, Some(a.ne)),
+        Op::MulMatId => {
+            let ids = src(2)?;
+            (DType::F32, Some([a.ne[1], ids.ne[0], ids.ne[1], 1]))
+        }
         Op::Cont => (a.dtype, None),
         _ => (a.dtype, Some(a.ne)),
     };

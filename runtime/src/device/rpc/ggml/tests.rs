@@ -129,6 +129,9 @@ fn op_numbers_match_the_servers_enum() {
         ("NORM", GGML_OP_NORM),
         ("RMS_NORM", GGML_OP_RMS_NORM),
         ("MUL_MAT", GGML_OP_MUL_MAT),
+        ("MUL_MAT_ID", GGML_OP_MUL_MAT_ID),
+        ("CLAMP", GGML_OP_CLAMP),
+        ("ARGSORT", GGML_OP_ARGSORT),
         ("SCALE", GGML_OP_SCALE),
         ("CPY", GGML_OP_CPY),
         ("CONT", GGML_OP_CONT),
@@ -576,4 +579,32 @@ fn quantized_copies_are_checked_against_the_result() {
     assert!(step_records(&p2, 0, &Op::Cpy, 3, &[0, 1], &at).is_err());
     let g = step_records(&p2, 0, &Op::Cpy, 3, &[2, 1], &at).unwrap();
     assert_eq!(g.node.unwrap().src[1], g.leafs[1].id);
+}
+
+#[test]
+fn mixture_of_experts_ops_are_ggmls() {
+    let experts = tensor("exps", DType::Q4_K, [256, 24, 8, 1]);
+    let x = tensor("x", DType::F32, [256, 1, 5, 1]);
+    let ids = tensor("ids", DType::I32, [2, 5, 1, 1]);
+    let (number, p) = node_op(&Op::MulMatId, &[&experts, &x, &ids]).unwrap();
+    assert_eq!((number, p), (GGML_OP_MUL_MAT_ID, [0; 16]));
+    let f_ids = tensor("ids", DType::F32, [2, 5, 1, 1]);
+    let err = node_op(&Op::MulMatId, &[&experts, &x, &f_ids]).unwrap_err();
+    assert!(format!("{err}").contains("expert ids (src2)"), "{err}");
+
+    let probs = tensor("probs", DType::F32, [8, 5, 1, 1]);
+    let (number, p) = node_op(&Op::Argsort { descending: true }, &[&probs]).unwrap();
+    assert_eq!((number, p[0]), (GGML_OP_ARGSORT, 1));
+    let (_, p) = node_op(&Op::Argsort { descending: false }, &[&probs]).unwrap();
+    assert_eq!(p[0], 0);
+
+    let clamp = Op::Clamp {
+        min: 6.1035156e-5,
+        max: f32::INFINITY,
+    };
+    let (number, p) = node_op(&clamp, &[&probs]).unwrap();
+    assert_eq!(
+        (number, p[0], p[1]),
+        (GGML_OP_CLAMP, 0x3880_0000, 0x7f80_0000)
+    );
 }

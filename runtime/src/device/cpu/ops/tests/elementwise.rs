@@ -4,7 +4,7 @@ use super::harness::*;
 use ir::{DType, GluKind, Op};
 use kernels::testing::Rng;
 
-const UNARY: [Op; 8] = [
+const UNARY: [Op; 9] = [
     Op::Scale {
         scale: 1.5,
         bias: -0.25,
@@ -16,6 +16,10 @@ const UNARY: [Op; 8] = [
     Op::GeluErf,
     Op::Relu,
     Op::Tanh,
+    Op::Clamp {
+        min: -0.5,
+        max: 1.25,
+    },
 ];
 
 #[test]

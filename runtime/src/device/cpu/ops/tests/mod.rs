@@ -7,5 +7,6 @@ mod collective;
 mod data;
 mod elementwise;
 mod errors;
+mod moe;
 mod rope;
 mod rowwise;
