@@ -341,9 +341,9 @@ fn captures_ggplan_cannot_import_are_refused_naming_why() {
     refuse(
         &file(
             "op.json",
-            &valid.replace("\"op\":\"MUL_MAT\"", "\"op\":\"MUL_MAT_ID\""),
+            &valid.replace("\"op\":\"MUL_MAT\"", "\"op\":\"IM2COL\""),
         ),
-        "MUL_MAT_ID (1 tensor)",
+        "IM2COL (1 tensor)",
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

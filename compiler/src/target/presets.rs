@@ -219,11 +219,7 @@ pub fn cuda(ordinal: u32) -> Device {
             OpSupport {
                 // No CUDA kernel yet for a mixture of experts' product and
                 // its expert choice: those run on a CPU device.
-                ops: OpSet::Only(
-                    (OpKind::ALL.into_iter())
-                        .filter(|k| !matches!(k, OpKind::MulMatId | OpKind::Argsort))
-                        .collect(),
-                ),
+                ops: OpSet::AllBut(vec![OpKind::MulMatId, OpKind::Argsort]),
                 src0: DTypeSet::Only(vec![DType::F32, DType::F16, DType::BF16]),
             },
             OpSupport {

@@ -12,13 +12,17 @@ use ir::DType;
 pub use ir::OpKind;
 use serde::{Deserialize, Serialize};
 
-/// A set of ops: every op of this build, or the listed ones.
+/// A set of ops: every op of this build, every op but the listed ones, or
+/// the listed ones.
 ///
-/// `All` means every op this build of ggplan knows, including ops added later.
+/// `All` and `AllBut` mean every op this build of ggplan knows (but those
+/// listed), including ops added later.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpSet {
     /// Every op.
     All,
+    /// Every op but these.
+    AllBut(Vec<OpKind>),
     /// Only these ops.
     Only(Vec<OpKind>),
 }
@@ -28,6 +32,7 @@ impl OpSet {
     pub fn contains(&self, kind: OpKind) -> bool {
         match self {
             OpSet::All => true,
+            OpSet::AllBut(kinds) => !kinds.contains(&kind),
             OpSet::Only(kinds) => kinds.contains(&kind),
         }
     }
