@@ -336,7 +336,8 @@ fn npy_files() -> Vec<(String, Vec<u8>)> {
 
 /// Captures of llama.cpp's decode as `scripts/llama-capture.sh` writes them,
 /// small: a product; a cache write through `set_rows` with I64 indices read
-/// through a scheduler copy, then a view of the cache.
+/// through a scheduler copy, then a view of the cache; flash attention; a
+/// mixture of experts' routing and products.
 fn captures() -> Vec<(&'static str, String)> {
     let tensor =
         |id: usize, name: &str, op: &str, ty: &str, ne: [i64; 4], flags: u32, src: &[usize]| {
@@ -426,9 +427,34 @@ fn captures() -> Vec<(&'static str, String)> {
         ],
         &[4],
     );
+    // A mixture of experts' routing: the top 2 of 4 experts per token
+    // (argsort, then a strided view of its first two columns), their
+    // products (mul_mat_id) and a clamp.
+    let mut order = tensor(3, "order", "ARGSORT", "i32", [4, 2, 1, 1], 0, &[2]);
+    order["op_params"][0] = 1.into();
+    let mut topk = tensor(4, "topk", "VIEW", "i32", [2, 2, 1, 1], 0, &[3]);
+    topk["nb"] = serde_json::json!([4, 16, 32, 32]);
+    topk["view_src"] = 3.into();
+    topk["view_offs"] = 0.into();
+    let mut clamp = tensor(6, "c", "CLAMP", "f32", [3, 2, 2, 1], 2, &[5]);
+    clamp["op_params"][0] = i32::from_le_bytes(6.1035156e-5f32.to_le_bytes()).into();
+    clamp["op_params"][1] = i32::from_le_bytes(f32::INFINITY.to_le_bytes()).into();
+    let moe = file(
+        vec![
+            tensor(0, "exps", "NONE", "f32", [4, 3, 4, 1], 0, &[]),
+            tensor(1, "x", "NONE", "f32", [4, 1, 2, 1], 1, &[]),
+            tensor(2, "logits", "NONE", "f32", [4, 2, 1, 1], 1, &[]),
+            order,
+            topk,
+            tensor(5, "y", "MUL_MAT_ID", "f32", [3, 2, 2, 1], 0, &[0, 1, 4]),
+            clamp,
+        ],
+        &[3, 4, 5, 6],
+    );
     vec![
         ("product", product),
         ("cache-write", cache_write),
         ("flash-attn", flash_attn),
+        ("moe", moe),
     ]
 }
