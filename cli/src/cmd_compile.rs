@@ -60,6 +60,14 @@ pub struct CompileArgs {
     /// Pin weights whose name matches REGEX to DEVICE (first match wins).
     #[arg(long = "pin", value_name = "REGEX=DEVICE")]
     pins: Vec<String>,
+    /// Keep every block's expert tensors (`ffn_{up,down,gate}_exps`) on the
+    /// host CPU (llama.cpp's --cpu-moe), after the --pin rules.
+    #[arg(long, conflicts_with = "n_cpu_moe")]
+    cpu_moe: bool,
+    /// Keep the expert tensors of the first N blocks on the host CPU
+    /// (llama.cpp's --n-cpu-moe N), after the --pin rules.
+    #[arg(long, value_name = "N")]
+    n_cpu_moe: Option<u32>,
     /// Put the last N blocks' weights and the output head on the first accelerator.
     #[arg(long, value_name = "N")]
     offload_layers: Option<u32>,
@@ -160,11 +168,17 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         }
         ggplan::target::add_remote_devices(&mut target, &args.rpc, &mut |n| eprintln!("{n}"))?;
     }
-    let pins = args
+    let mut pins = args
         .pins
         .iter()
         .map(|p| PinRule::parse(p, &target))
         .collect::<Result<Vec<_>, _>>()?;
+    pins.extend(compiler::placement::moe_pins(
+        &graph,
+        &target,
+        args.cpu_moe,
+        args.n_cpu_moe,
+    )?);
     let (layer_split, tensor_split) = split_options(
         args.split_mode,
         &args.splits,

@@ -168,3 +168,89 @@ fn qwen3_with_head_norms_agrees_with_llama_cpp() {
 fn qwen3_moe_agrees_with_llama_cpp() {
     agrees_with_llama_cpp("qwen3moe");
 }
+
+/// llama.cpp's `--cpu-moe` (`-ot exps=CPU`) on one RPC server: ggplan's
+/// `--cpu-moe` under `--policy ggml` makes llama.cpp's 6 splits (the expert
+/// products back on the CPU in every block) and its copies per link, and the
+/// plan gives llama.cpp's logits; `--n-cpu-moe N` pins the first N blocks'
+/// experts; N above the block count and a graph without experts are refused.
+#[test]
+fn cpu_moe_keeps_the_experts_on_the_cpu_as_llama_cpp_does() {
+    let Some(smollm2) = smollm2_gguf() else {
+        return;
+    };
+    let dir = scratch_dir("random-cpu-moe");
+    let gguf = random_gguf("qwen3moe", &dir, &smollm2);
+    let server = RpcServer::start(1).unwrap();
+    let cap = dir.join("moe.json");
+    let mut flags = F32_GREEDY.to_vec();
+    flags.extend(["--rpc", server.endpoint(), "-ngl", "99", "-ot", "exps=CPU"]);
+    capture(&gguf, &cap, &flags);
+    let compile = [
+        "--target",
+        "cpu+rpc0",
+        "--split-mode",
+        "layer",
+        "--tensor-split",
+        "1,0",
+        "--policy",
+        "ggml",
+    ];
+    let with_flag = [&compile[..], &["--cpu-moe"]].concat();
+    let run = ["--rpc".to_string(), server.endpoint().to_string()];
+    let ours = import_compile_run(&cap, &gguf, "moe", &with_flag, &run);
+    let (_, llama) = read_npy_f64(&dir.join("moe.json.logits.npy"));
+    let e = nmse(&ours, &llama);
+    assert!(e <= MAX_NMSE, "--cpu-moe on the server: NMSE {e:e}");
+    let plan = s(&dir.join("moe.plan.ron"));
+    let shown = ggplan_ok(&["show", &plan, "--against", &s(&cap)]);
+    assert!(
+        shown.contains("splits                 6                          6")
+            && !shown.contains("(differs)"),
+        "{shown}"
+    );
+
+    // The first block's experts only; then the refusals.
+    let graph = s(&dir.join("moe.graph.ron"));
+    let one = s(&dir.join("one.plan.ron"));
+    let mut args = vec!["compile", &graph];
+    args.extend(compile);
+    args.extend(["--n-cpu-moe", "1", "-o", &one]);
+    ggplan_ok(&args);
+    let text = std::fs::read_to_string(&one).unwrap();
+    let pinned_to_cpu = |name: &str| {
+        let at = text.find(&format!("name: \"{name}\"")).unwrap();
+        let line = &text[at..at + text[at..].find('\n').unwrap()];
+        line.contains("pinned to cpu")
+    };
+    assert!(
+        pinned_to_cpu("blk.0.ffn_up_exps.weight"),
+        "block 0's experts"
+    );
+    assert!(!pinned_to_cpu("blk.1.ffn_up_exps.weight"), "block 1's");
+    let out = s(&dir.join("bad.plan.ron"));
+    let mut args = vec!["compile", &graph, "--target", "cpu+rpc0"];
+    args.extend(["--n-cpu-moe", "3", "-o", &out]);
+    let printed = common::ggplan_error(&args);
+    assert!(
+        printed.contains("--n-cpu-moe 3") && printed.contains("1..=2"),
+        "{printed}"
+    );
+    let llama3 = random_gguf("llama3", &dir, &smollm2);
+    let cap3 = dir.join("llama3.json");
+    capture(&llama3, &cap3, &[]);
+    let graph3 = dir.join("llama3.graph.ron");
+    ggplan_ok(&["import", &s(&cap3), "-o", &s(&graph3)]);
+    let printed = common::ggplan_error(&[
+        "compile",
+        &s(&graph3),
+        "--target",
+        "cpu+rpc0",
+        "--cpu-moe",
+        "-o",
+        &out,
+    ]);
+    assert!(printed.contains("has no expert tensors"), "{printed}");
+    assert!(!dir.join("bad.plan.ron").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,7 +14,8 @@
 //                       nb, op_params (16 int32 words), flags, sources,
 //                       view source and offset, the buffer type it lives in,
 //                       a graph input's values (bytes in hex, as llama.cpp
-//                       set them: tokens, positions, mask, cache rows),
+//                       set them: tokens, positions, mask, cache rows; a
+//                       scheduler copy's as it was copied),
 //                       and for a scheduler input copy ("BACKEND#name#k")
 //                       the tensor it copies (a graph input only its copies
 //                       reach gets an entry of its own, "reconstructed")
@@ -194,7 +195,12 @@ struct Capture {
 void read_inputs(Capture & c, const ggml_tensor * t) {
     for (int j = 0; j < GGML_MAX_SRC; j++) {
         const ggml_tensor * src = t->src[j];
-        if (!src || !(src->flags & GGML_TENSOR_FLAG_INPUT) || src->view_src || !src->buffer) {
+        // A packed scheduler copy is read too: with buffer overrides (-ot)
+        // llama.cpp may leave the copies of its inputs unflagged, and a copy
+        // is then where an input's values are seen.
+        std::string backend, original;
+        const bool copy = src && ggml_is_contiguous(src) && split_copy_name(src->name, backend, original);
+        if (!src || !((src->flags & GGML_TENSOR_FLAG_INPUT) || copy) || src->view_src || !src->buffer) {
             continue;
         }
         int id = c.id_of(src);
@@ -232,7 +238,8 @@ std::string hex(const std::string & bytes) {
     return out;
 }
 
-// `,"data_hex":"..."` for a graph input whose values were read (empty else).
+// `,"data_hex":"..."` for a graph input or scheduler copy whose values were
+// read (empty else).
 std::string data_field(const Capture & c, int id) {
     auto found = c.input_bytes.find(id);
     return found == c.input_bytes.end() ? "" : ",\"data_hex\":\"" + hex(found->second) + "\"";
