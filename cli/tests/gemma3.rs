@@ -24,36 +24,14 @@
 
 mod common;
 
-use common::llama_cpp::{capture, import_compile_run, input_args, nmse, random_gguf, s};
+use common::llama_cpp::{
+    assert_same_decisions, capture, ggml_on_two_servers, import_compile_run, input_args, nmse,
+    random_gguf, s,
+};
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::{gemma3_gguf, smollm2_gguf};
 use ggplan_tests::references::read_npy_f64;
 use ggplan_tests::rpc_server::RpcServer;
-
-/// `--policy ggml` for llama.cpp's `-ngl 99 -ts 1,1` over two servers.
-const RPC_GGML: [&str; 8] = [
-    "--target",
-    "cpu+rpc0+rpc1",
-    "--split-mode",
-    "layer",
-    "--tensor-split",
-    "1,1,0",
-    "--policy",
-    "ggml",
-];
-
-/// `show --against`: the plan `DIR/rpc.plan.ron` made llama.cpp's splits
-/// and copies (no row marked as differing); what it printed.
-fn assert_same_decisions(dir: &std::path::Path, cap: &std::path::Path) -> String {
-    let plan = s(&dir.join("rpc.plan.ron"));
-    let shown = ggplan_ok(&["show", &plan, "--against", &s(cap)]);
-    assert!(
-        shown.contains("splits                 3                          3")
-            && !shown.contains("(differs)"),
-        "{shown}"
-    );
-    shown
-}
 
 fn argmax(row: &[f64]) -> usize {
     (0..row.len())
@@ -99,11 +77,11 @@ fn a_random_gemma3_imports_and_agrees_with_llama_cpp_on_every_split() {
         &[&flags[..], &["-ngl", "99", "-ts", "1,1"]].concat(),
     );
     let run = ["--rpc", &endpoints, "--check=all"].map(String::from);
-    let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &RPC_GGML, &run);
+    let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &ggml_on_two_servers("1,1,0"), &run);
     let (_, llama_rpc) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
     let e = nmse(&ours, &llama_rpc);
     assert!(e <= 1e-9, "gemma3 on the RPC servers: NMSE {e:e}");
-    assert_same_decisions(&dir, &cap_rpc);
+    assert_same_decisions(&dir.join("rpc.plan.ron"), &cap_rpc, 3);
     // Both masks were written, the window's and the global one.
     let inputs = dir.join("cpu.inputs");
     assert!(inputs.join("attn_inp_kq_mask.npy").is_file());
@@ -161,14 +139,14 @@ fn gemma3_270m_imported_runs_as_the_reference_evaluator_and_near_llama_cpp() {
     );
     // Fast precision: the servers' ggml kernels with 8-bit activations, as llama.cpp's.
     let run = ["--rpc", &endpoints, "--precision", "fast"].map(String::from);
-    let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &RPC_GGML, &run);
+    let ours = import_compile_run(&cap_rpc, &gguf, "rpc", &ggml_on_two_servers("1,1,0"), &run);
     let (_, llama_rpc) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
     let e = nmse(&ours, &llama_rpc);
     assert!(
         e <= 1e-9,
         "on the RPC servers: NMSE {e:e} against llama.cpp's"
     );
-    let shown = assert_same_decisions(&dir, &cap_rpc);
+    let shown = assert_same_decisions(&dir.join("rpc.plan.ron"), &cap_rpc, 3);
     assert!(shown.contains("copies                 17,"), "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,38 +18,19 @@
 
 mod common;
 
+use common::llama_cpp::{self, s};
 use common::{ggplan_error, ggplan_ok, scratch_dir};
 use ggplan_tests::models::smollm2_gguf;
 use ggplan_tests::references::{read_npy_f64, references};
 use ggplan_tests::rpc_server::RpcServer;
-use ggplan_tests::workspace_root;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const PROMPT: &str = "Once upon a time, in a small village by the sea, there lived a";
-
-/// Captures SmolLM2's decode of the reference prompt into `dir/NAME.json`.
+/// Captures SmolLM2's decode of the reference prompt into `dir/NAME.json`
+/// (`flags` after the capture's own `-fa off` may turn flash attention on).
 fn capture(gguf: &Path, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let tool = workspace_root().join(".rpc/bin/llama-capture");
-    assert!(tool.is_file(), "run scripts/llama-capture.sh build");
     let out = dir.join(format!("{name}.json"));
-    let run = Command::new(tool)
-        .arg(gguf)
-        .arg(&out)
-        .args(["--prompt", PROMPT, "-t", "2"])
-        .args(flags)
-        .output()
-        .expect("llama-capture runs");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    llama_cpp::capture(gguf, &out, flags);
     out
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
 }
 
 /// Captures SmolLM2 with `flags`, imports it with its inputs, compiles it for

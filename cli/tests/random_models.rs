@@ -19,7 +19,10 @@
 
 mod common;
 
-use common::llama_cpp::{PROMPT, capture, import_compile_run, nmse, random_gguf, s};
+use common::llama_cpp::{
+    PROMPT, assert_same_decisions, capture, ggml_on_two_servers, import_compile_run, nmse,
+    random_gguf, s,
+};
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::smollm2_gguf;
 use ggplan_tests::references::read_npy_f64;
@@ -116,16 +119,7 @@ fn agrees_with_llama_cpp(arch: &str) {
         &cap_rpc,
         &["--rpc", &endpoints, "-ngl", "99", "-ts", "1,2"],
     );
-    let compile = [
-        "--target",
-        "cpu+rpc0+rpc1",
-        "--split-mode",
-        "layer",
-        "--tensor-split",
-        "1,2,0",
-        "--policy",
-        "ggml",
-    ];
+    let compile = ggml_on_two_servers("1,2,0");
     // --check=all: every step the servers' ggml kernels computed (rope with
     // factors, the head norms, ...) in isolation against ggplan's reference.
     let run = ["--rpc", &endpoints, "--check=all"].map(String::from);
@@ -133,17 +127,7 @@ fn agrees_with_llama_cpp(arch: &str) {
     let (_, llama_rpc) = read_npy_f64(&dir.join("rpc.json.logits.npy"));
     let e = nmse(&ours, &llama_rpc);
     assert!(e <= MAX_NMSE, "{arch} on RPC servers: NMSE {e:e}");
-    let shown = ggplan_ok(&[
-        "show",
-        &s(&dir.join("rpc.plan.ron")),
-        "--against",
-        &s(&cap_rpc),
-    ]);
-    assert!(
-        shown.contains("splits                 3                          3")
-            && !shown.contains("(differs)"),
-        "{arch}: {shown}"
-    );
+    assert_same_decisions(&dir.join("rpc.plan.ron"), &cap_rpc, 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -202,13 +186,7 @@ fn cpu_moe_keeps_the_experts_on_the_cpu_as_llama_cpp_does() {
     let (_, llama) = read_npy_f64(&dir.join("moe.json.logits.npy"));
     let e = nmse(&ours, &llama);
     assert!(e <= MAX_NMSE, "--cpu-moe on the server: NMSE {e:e}");
-    let plan = s(&dir.join("moe.plan.ron"));
-    let shown = ggplan_ok(&["show", &plan, "--against", &s(&cap)]);
-    assert!(
-        shown.contains("splits                 6                          6")
-            && !shown.contains("(differs)"),
-        "{shown}"
-    );
+    assert_same_decisions(&dir.join("moe.plan.ron"), &cap, 6);
 
     // The first block's experts only; then the refusals.
     let graph = s(&dir.join("moe.graph.ron"));

@@ -114,3 +114,31 @@ pub fn import_compile_run(
     ggplan_ok(&run.iter().map(String::as_str).collect::<Vec<_>>());
     read_npy_f64(&out.join("result_output.npy")).1
 }
+
+/// The compile flags of `--policy ggml` for llama.cpp's `-ngl 99 -ts
+/// SHARES` over two RPC servers (`shares` with a last 0 for the CPU).
+pub fn ggml_on_two_servers(shares: &'static str) -> [&'static str; 8] {
+    [
+        "--target",
+        "cpu+rpc0+rpc1",
+        "--split-mode",
+        "layer",
+        "--tensor-split",
+        shares,
+        "--policy",
+        "ggml",
+    ]
+}
+
+/// `show PLAN --against CAPTURE`: `splits` splits on both sides and no row
+/// marked as differing; what it printed.
+pub fn assert_same_decisions(plan: &Path, cap: &Path, splits: usize) -> String {
+    let shown = ggplan_ok(&["show", &s(plan), "--against", &s(cap)]);
+    let counts: Vec<String> = (shown.lines())
+        .map(str::split_whitespace)
+        .find_map(|mut w| (w.next() == Some("splits")).then(|| w.map(String::from).collect()))
+        .unwrap_or_default();
+    assert_eq!(counts, [splits.to_string(), splits.to_string()], "{shown}");
+    assert!(!shown.contains("(differs)"), "{shown}");
+    shown
+}
