@@ -77,6 +77,16 @@ impl FastKernels {
                 );
             },
             Op::MulMat => return prepare_mul_mat_with(dst, srcs[0], srcs[1], self.precision),
+            // SAFETY: as for MulMat: a repack cache only for a weight's
+            // bytes, bound before preparation and never written.
+            Op::MulMatId => unsafe {
+                return crate::device::cpu::ops::mul_mat_id_grouped::prepare_mul_mat_id(
+                    dst,
+                    srcs,
+                    self.precision,
+                    src0_is_weight.then_some(&self.repack),
+                );
+            },
             Op::SoftMax { scale, max_bias } => {
                 self.jit
                     .prepare_soft_max(*scale, *max_bias, dst, srcs[0], srcs.get(1).copied())

@@ -21,9 +21,11 @@
 //!
 //! Code map: `rows` (row I/O and conversions), `copy` (cpy, cont), `get_rows`,
 //! `set_rows`, `concat`, `rope`, `reduce` (sum_rows, mean, argmax), `argsort`,
-//! `mul_mat_id` (a mixture of experts' product, row by row), `mask`
-//! (diag_mask_inf, soft_max), `unary`, `binary` (add..div, glu), `norm`,
-//! `collective` (all_reduce_sum, all_gather over parts on other CPU devices).
+//! `mul_mat_id` (a mixture of experts' product, row by row: the reference
+//! route; `mul_mat_id_grouped`, tokens grouped by expert on mul_mat's tiles,
+//! is the runtime's), `mask` (diag_mask_inf, soft_max), `unary`, `binary`
+//! (add..div, glu), `norm`, `collective` (all_reduce_sum, all_gather over
+//! parts on other CPU devices).
 
 mod argsort;
 mod binary;
@@ -33,6 +35,7 @@ mod copy;
 mod get_rows;
 mod mask;
 mod mul_mat_id;
+pub mod mul_mat_id_grouped;
 mod norm;
 mod reduce;
 mod rope;
