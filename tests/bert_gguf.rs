@@ -261,9 +261,9 @@ fn tiny_gguf_errors_name_what_is_wrong() {
         "{err}"
     );
 
-    let err = tiny_error("spm-vocab", set("tokenizer.ggml.model", Meta::Str("llama")));
+    let err = tiny_error("rwkv-vocab", set("tokenizer.ggml.model", Meta::Str("rwkv")));
     assert!(
-        err.contains("tokenizer.ggml.model is \"llama\"") && err.contains("\"bert\" (WordPiece)"),
+        err.contains("tokenizer.ggml.model is \"rwkv\"") && err.contains("\"bert\" (WordPiece)"),
         "{err}"
     );
 

@@ -11,7 +11,7 @@
 //!   `scripts/llama-capture.sh`, imported;
 //! - [`quantize`]: a GGUF file requantized to another format (Q4_0 ... Q6_K,
 //!   llama.cpp's Q4_K_M mix);
-//! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE and
+//! - [`tokenizer`]: text to token ids and back (GGUF byte-level BPE, SentencePiece and
 //!   WordPiece, Hugging Face `tokenizer.json`), with streaming decoding for
 //!   generation.
 //!

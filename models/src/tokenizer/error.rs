@@ -26,9 +26,9 @@ pub enum TokenizerError {
         problem: String,
     },
     /// `tokenizer.ggml.model` names a tokenizer kind other than byte-level
-    /// BPE and WordPiece.
+    /// BPE, WordPiece and SentencePiece BPE.
     #[error(
-        "{}: tokenizer.ggml.model is {model:?}; supported: \"gpt2\" (byte-level BPE), \"bert\" (WordPiece)",
+        "{}: tokenizer.ggml.model is {model:?}; supported: \"gpt2\" (byte-level BPE), \"bert\" (WordPiece), \"llama\" (SentencePiece BPE)",
         file.display()
     )]
     UnsupportedModel {

@@ -22,7 +22,7 @@ use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 
 use super::gguf_meta::{TokenizerMeta, add_typed_tokens};
-use super::{Tokenizer, TokenizerError, pre};
+use super::{Backend, Tokenizer, TokenizerError, pre};
 
 /// Reads the byte-level BPE tokenizer of `file` (see the module doc).
 pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
@@ -86,9 +86,11 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     add_typed_tokens(&mut inner, &tokens, &types);
 
     Ok(Tokenizer {
-        inner,
+        backend: Backend::Hf {
+            inner: Box::new(inner),
+            add_special_tokens: false,
+        },
         source: path,
-        add_special_tokens: false,
         bos: bos.filter(|_| add_bos),
         eos,
         vocab_size: tokens.len(),

@@ -1,5 +1,5 @@
 //! [`TokenizerMeta`]: typed access to the `tokenizer.ggml.*` keys of a GGUF
-//! file, shared by the BPE and WordPiece readers.
+//! file, shared by the BPE, WordPiece and SentencePiece readers.
 //!
 //! Invariant: every error is [`TokenizerError::Metadata`], naming the file,
 //! the key and what is wrong with it (missing, wrong type, out of range).
@@ -11,10 +11,15 @@ use super::TokenizerError;
 
 /// GGUF token type of ordinary tokens.
 pub(super) const TOKEN_TYPE_NORMAL: i64 = 1;
+/// GGUF token type of the unknown token (`<unk>`).
+pub(super) const TOKEN_TYPE_UNKNOWN: i64 = 2;
 /// GGUF token type of control tokens (`<|endoftext|>`, `[CLS]`, ...).
 pub(super) const TOKEN_TYPE_CONTROL: i64 = 3;
 /// GGUF token type of user-defined tokens (added words matched verbatim).
 pub(super) const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+/// GGUF token type of byte tokens (`<0x41>`: one byte, SentencePiece's
+/// fallback for characters outside the vocabulary).
+pub(super) const TOKEN_TYPE_BYTE: i64 = 6;
 
 /// Registers the file's control tokens as special tokens and its user-defined
 /// tokens as added tokens (`types[i]` is token i's GGUF type), so that each
@@ -120,6 +125,42 @@ impl<'a> TokenizerMeta<'a> {
             ));
         }
         Ok(types)
+    }
+
+    /// `tokenizer.ggml.scores`, one number per token (f32 or integer
+    /// elements, as llama.cpp accepts), none NaN. A `-0.0` is read as `0.0`,
+    /// so that scores compare as llama.cpp compares them.
+    pub(super) fn scores(&self, n_tokens: usize) -> Result<Vec<f32>, TokenizerError> {
+        const KEY: &str = "tokenizer.ggml.scores";
+        if self.file.get(KEY).is_none() {
+            return Err(self.problem(
+                KEY,
+                "missing; a SentencePiece vocabulary needs one score per token (its merges are \
+                 ranked by them)"
+                    .into(),
+            ));
+        }
+        let scores = self
+            .array(KEY)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v.as_f64() {
+                Some(x) if x.is_nan() => Err(self.problem(KEY, format!("element {i} is NaN"))),
+                // `+ 0.0` turns -0.0 into 0.0 and leaves every other value.
+                Some(x) => Ok(x as f32 + 0.0),
+                None => Err(self.problem(
+                    KEY,
+                    format!("element {i} is a {}, not a number", v.type_name()),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if scores.len() != n_tokens {
+            return Err(self.problem(
+                KEY,
+                format!("{} entries for {n_tokens} tokens", scores.len()),
+            ));
+        }
+        Ok(scores)
     }
 
     /// An optional token id, which must be inside the vocabulary.

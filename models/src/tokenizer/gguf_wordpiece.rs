@@ -41,7 +41,7 @@ use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
 
 use super::gguf_meta::{TOKEN_TYPE_CONTROL, TokenizerMeta, add_typed_tokens};
-use super::{Tokenizer, TokenizerError};
+use super::{Backend, Tokenizer, TokenizerError};
 
 /// The word-start marker of llama.cpp's phantom-space vocabularies (U+2581).
 const PHANTOM_SPACE: &str = "\u{2581}";
@@ -119,9 +119,11 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     add_typed_tokens(&mut inner, &tokens, &types);
 
     Ok(Tokenizer {
-        inner,
+        backend: Backend::Hf {
+            inner: Box::new(inner),
+            add_special_tokens: true,
+        },
         source: path,
-        add_special_tokens: true,
         bos: None,
         eos,
         vocab_size: n,

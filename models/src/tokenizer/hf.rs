@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use super::{Tokenizer, TokenizerError};
+use super::{Backend, Tokenizer, TokenizerError};
 
 /// Loads `path` (see the module doc).
 pub(super) fn from_hf_file(path: &Path) -> Result<Tokenizer, TokenizerError> {
@@ -28,9 +28,11 @@ pub(super) fn from_hf_file(path: &Path) -> Result<Tokenizer, TokenizerError> {
     };
     let vocab_size = inner.get_vocab_size(true);
     Ok(Tokenizer {
-        inner,
+        backend: Backend::Hf {
+            inner: Box::new(inner),
+            add_special_tokens: true,
+        },
         source: path.to_path_buf(),
-        add_special_tokens: true,
         bos: None,
         eos,
         vocab_size,

@@ -1,14 +1,20 @@
 //! Tokenizers: text to token ids and back, for the models in this crate.
 //!
-//! Two sources, one [`Tokenizer`] type, both built on Hugging Face's
-//! `tokenizers` crate (pure Rust: its `fancy-regex` engine, not onig's C):
+//! Three sources, one [`Tokenizer`] type:
 //! - [`Tokenizer::from_hf_file`]: a `tokenizer.json` as it is (BERT WordPiece
 //!   for all-MiniLM-L6-v2), less its padding and truncation;
 //! - [`Tokenizer::from_gguf`]: the vocabulary in a GGUF file's metadata,
 //!   by `tokenizer.ggml.model`: `gpt2`, a byte-level BPE with the split rules
 //!   its `tokenizer.ggml.pre` names (`smollm`, `starcoder`, `gpt-2`,
-//!   `llama-bpe`, `qwen2`; `gguf_bpe.rs`), or `bert`, a WordPiece stored in
-//!   llama.cpp's phantom-space form (`gguf_wordpiece.rs`).
+//!   `llama-bpe`, `qwen2`; `gguf_bpe.rs`), `bert`, a WordPiece stored in
+//!   llama.cpp's phantom-space form (`gguf_wordpiece.rs`), or `llama`, a
+//!   SentencePiece BPE ranked by `tokenizer.ggml.scores` (Gemma 3;
+//!   `gguf_spm.rs`).
+//!
+//! The first two run on Hugging Face's `tokenizers` crate (pure Rust: its
+//! `fancy-regex` engine, not onig's C); SentencePiece runs on `spm.rs`, the
+//! bigram merge of llama.cpp's `llm_tokenizer_spm` written out, because the
+//! crate's BPE cannot reproduce it exactly (its module doc says where).
 //!
 //! [`StreamDecoder`] turns ids into text one at a time for generation, holding
 //! back bytes until they form whole characters.
@@ -16,17 +22,26 @@
 //! Invariants: `encode` adds only the special tokens its source asks for
 //! (`[CLS]`/`[SEP]` by a `tokenizer.json`'s template and for every GGUF
 //! WordPiece; BOS only when a GGUF BPE's `tokenizer.ggml.add_bos_token` is
-//! true); special tokens written in the input
-//! text are recognised as such; `decode` rejects ids outside the vocabulary
-//! and leaves special tokens out of its text; for byte-level BPE without
-//! special tokens in the text, `decode(encode(s)) == s`.
+//! true; for SentencePiece, BOS unless `add_bos_token` is false and EOS when
+//! `add_eos_token` is true, llama.cpp's defaults); special tokens written in
+//! the input text are recognised as such; `decode` rejects ids outside the
+//! vocabulary and leaves special tokens out of its text; for byte-level BPE
+//! and SentencePiece without special tokens in the text,
+//! `decode(encode(s)) == s` (SentencePiece: when `s` has no `▁` and every
+//! byte has a byte token, as in Gemma 3).
 
 mod error;
 mod gguf_bpe;
 mod gguf_meta;
+mod gguf_spm;
 mod gguf_wordpiece;
 mod hf;
 mod pre;
+mod spm;
+#[cfg(test)]
+mod spm_gemma3_tests;
+#[cfg(test)]
+mod spm_tests;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -40,15 +55,26 @@ pub use stream::StreamDecoder;
 
 /// A loaded tokenizer (see the module doc).
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    backend: Backend,
     /// The file it was read from, for messages.
     source: PathBuf,
-    /// Whether the inner pipeline's post-processor adds special tokens.
-    add_special_tokens: bool,
     /// Prepended by `encode` (GGUF files that ask for BOS).
     bos: Option<u32>,
     eos: Option<u32>,
     vocab_size: usize,
+}
+
+/// What encodes and decodes, by source.
+enum Backend {
+    /// A `tokenizers` pipeline (`tokenizer.json`, GGUF BPE and WordPiece).
+    Hf {
+        /// Boxed: it is over a kilobyte.
+        inner: Box<tokenizers::Tokenizer>,
+        /// Whether its post-processor adds special tokens.
+        add_special_tokens: bool,
+    },
+    /// A GGUF SentencePiece vocabulary.
+    Spm(spm::Spm),
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -72,13 +98,14 @@ impl Tokenizer {
 
     /// The tokenizer in a GGUF file's metadata: `tokenizer.ggml.model` must be
     /// `"gpt2"` (byte-level BPE, whose `tokenizer.ggml.pre` must be a known
-    /// pre-tokenizer: `smollm`, `gpt-2`, `llama-bpe`, `qwen2`, `starcoder`) or
-    /// `"bert"` (WordPiece); anything else is an error naming the file and
-    /// the value.
+    /// pre-tokenizer: `smollm`, `gpt-2`, `llama-bpe`, `qwen2`, `starcoder`),
+    /// `"bert"` (WordPiece) or `"llama"` (SentencePiece BPE with scores);
+    /// anything else is an error naming the file and the value.
     pub fn from_gguf(file: &ir::files::gguf::GgufFile) -> Result<Tokenizer, TokenizerError> {
         match gguf_meta::TokenizerMeta::new(file).str("tokenizer.ggml.model")? {
             "gpt2" => gguf_bpe::from_gguf(file),
             "bert" => gguf_wordpiece::from_gguf(file),
+            "llama" => gguf_spm::from_gguf(file),
             other => Err(TokenizerError::UnsupportedModel {
                 file: ir::files::TensorSource::path(file).to_path_buf(),
                 model: other.to_owned(),
@@ -88,16 +115,24 @@ impl Tokenizer {
 
     /// The ids of `text`, with the special tokens the source adds.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let encoding = self
-            .inner
-            .encode(text, self.add_special_tokens)
-            .map_err(|e| TokenizerError::Encode {
-                text_start: text.chars().take(40).collect(),
-                message: e.to_string(),
-            })?;
-        let mut ids = Vec::with_capacity(encoding.len() + 1);
+        let error = |message: String| TokenizerError::Encode {
+            text_start: text.chars().take(40).collect(),
+            message,
+        };
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         ids.extend(self.bos);
-        ids.extend_from_slice(encoding.get_ids());
+        match &self.backend {
+            Backend::Hf {
+                inner,
+                add_special_tokens,
+            } => {
+                let encoding = inner
+                    .encode(text, *add_special_tokens)
+                    .map_err(|e| error(e.to_string()))?;
+                ids.extend_from_slice(encoding.get_ids());
+            }
+            Backend::Spm(spm) => spm.encode(text, &mut ids),
+        }
         Ok(ids)
     }
 
@@ -107,11 +142,14 @@ impl Tokenizer {
         for &id in ids {
             self.check_id(id)?;
         }
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| TokenizerError::Decode {
-                message: e.to_string(),
-            })
+        match &self.backend {
+            Backend::Hf { inner, .. } => {
+                inner.decode(ids, true).map_err(|e| TokenizerError::Decode {
+                    message: e.to_string(),
+                })
+            }
+            Backend::Spm(spm) => Ok(spm.decode(ids)),
+        }
     }
 
     /// The end-of-sequence id, when the source names one.

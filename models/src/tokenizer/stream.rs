@@ -8,10 +8,12 @@
 //! not end in U+FFFD (the mark of an incomplete character).
 //!
 //! Invariants: nothing returned ends in an incomplete character; for
-//! byte-level BPE (whose decoding concatenates the tokens' bytes) everything
-//! `push` returned, then `finish`, concatenates to `Tokenizer::decode` of all
-//! ids pushed. Other decoders see each token with the previous one, which is
-//! what WordPiece's spacing depends on.
+//! byte-level BPE and SentencePiece, whose decoding concatenates the tokens'
+//! bytes, everything `push` returned, then `finish`, concatenates to
+//! `Tokenizer::decode` of all ids pushed (for SentencePiece with
+//! `add_space_prefix`, whose decoding drops the first token's leading space,
+//! as long as BOS, if pushed, comes first). Other decoders see each token
+//! with the previous one, which is what WordPiece's spacing depends on.
 
 use super::{Tokenizer, TokenizerError};
 

@@ -280,15 +280,15 @@ fn set(kvs: &mut [(&'static str, GgufValue)], key: &str, value: GgufValue) {
 
 #[test]
 fn load_errors_name_the_file_key_and_value() {
-    let err = load_error("spm", |kvs| {
+    let err = load_error("rwkv", |kvs| {
         set(
             kvs,
             "tokenizer.ggml.model",
-            GgufValue::String("llama".into()),
+            GgufValue::String("rwkv".into()),
         )
     });
     assert!(
-        err.contains("tokenizer.ggml.model is \"llama\"") && err.contains("\"bert\" (WordPiece)"),
+        err.contains("tokenizer.ggml.model is \"rwkv\"") && err.contains("\"bert\" (WordPiece)"),
         "{err}"
     );
 
