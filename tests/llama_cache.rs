@@ -54,6 +54,8 @@ fn small() -> LlamaConfig {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     }
 }
@@ -65,6 +67,8 @@ fn qwen2_like() -> LlamaConfig {
         qkv_bias: true,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         tied_output: true,
         ..small()
     }

@@ -28,6 +28,8 @@ fn config(weight_dtype: DType, tied_output: bool) -> LlamaConfig {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     }
 }

@@ -81,6 +81,8 @@ fn smollm2_prefill_logits_match_torch_fp64() {
             qkv_bias: false,
             rope_factors: false,
             head_norms: false,
+            gemma3: None,
+            last_logits_only: false,
             names: LlamaNames::Gguf,
         },
         "SmolLM2's hyperparameters (see ../shared/references/README.md)"
@@ -254,6 +256,8 @@ fn llama_config_from_gguf_reads_defaults_and_names_missing_keys() {
             qkv_bias: false,
             rope_factors: false,
             head_norms: false,
+            gemma3: None,
+            last_logits_only: false,
             names: LlamaNames::Gguf,
         }
     );

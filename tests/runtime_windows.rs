@@ -46,6 +46,8 @@ fn config(n_tokens: i64, weight_dtype: DType) -> LlamaConfig {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     }
 }

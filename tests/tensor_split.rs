@@ -447,6 +447,8 @@ fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     };
     let graph = build_prefill(&config).unwrap();
@@ -629,6 +631,8 @@ fn rope_frequency_factors_are_read_whole_by_every_part() {
         qkv_bias: false,
         rope_factors: true,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     };
     let graph = build_prefill(&config).unwrap();

@@ -59,6 +59,8 @@ pub fn llama7b_shape() -> LlamaConfig {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     }
 }

@@ -22,7 +22,7 @@ use std::process::ExitCode;
     ggplan generate --gguf model.gguf --prompt \"Hello\" --target cpu0+cpu1 --split-mode row"
 )]
 pub struct GenerateArgs {
-    /// A llama-family GGUF file (llama, mistral, qwen2).
+    /// A llama-family GGUF file (llama, mistral, qwen2, qwen3, gemma3).
     #[arg(long, value_name = "FILE")]
     pub(crate) gguf: PathBuf,
     /// The prompt.
@@ -129,6 +129,8 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
             compile
         },
         rpc: args.rpc.clone(),
+        // Every position's logits only when they are dumped.
+        all_prompt_logits: args.dump_logits.is_some(),
     };
     let mut generator = Generator::open(&args.gguf, options)?;
     let threads = generator.threads();

@@ -16,7 +16,7 @@ use std::process::ExitCode;
     ggplan graph --gguf all-MiniLM-L6-v2.F16.gguf --tokens 16 -o minilm.ron"
 )]
 pub struct GraphArgs {
-    /// A GGUF file: a llama-family decoder (llama, mistral, qwen2) or a BERT
+    /// A GGUF file: a llama-family decoder (llama, mistral, qwen2, qwen3, gemma3) or a BERT
     /// encoder (bert), by its general.architecture.
     #[arg(
         long,
@@ -44,6 +44,10 @@ pub struct GraphArgs {
     /// F16 KV cache instead of F32.
     #[arg(long)]
     kv_f16: bool,
+    /// Logits of the last token only (llama only), as llama.cpp computes a
+    /// prefill: the output head runs on one row.
+    #[arg(long)]
+    last_logits: bool,
     /// Where to write the graph (.ron).
     #[arg(short, long, value_name = "GRAPH.ron")]
     output: PathBuf,
@@ -57,13 +61,14 @@ pub fn run(args: GraphArgs) -> Result<ExitCode> {
         decode: args.decode,
         attend: args.attend,
         kv_f16: args.kv_f16,
+        last_logits: args.last_logits,
     };
     let graph = match (&args.gguf, &args.hf) {
         (Some(path), _) => ggplan::graph::from_gguf(path, &shape)?,
         (None, Some(dir)) => {
             if shape != ModelShape::tokens(args.tokens) {
                 bail!(
-                    "--ctx, --attend, --decode and --kv-f16 apply to llama-family decoders, not BERT encoders"
+                    "--ctx, --attend, --decode, --kv-f16 and --last-logits apply to llama-family decoders, not BERT encoders"
                 );
             }
             ggplan::graph::from_hf(dir, args.tokens)?

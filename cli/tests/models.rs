@@ -344,7 +344,7 @@ fn bad_gguf_files_are_named_errors() {
         let err = ggplan_error(args);
         assert!(
             err.contains("t5.gguf: architecture 't5' is not supported")
-                && err.contains("llama, mistral, qwen2 (decoders), bert (encoders)"),
+                && err.contains("llama, mistral, qwen2, qwen3, gemma3 (decoders), bert (encoders)"),
             "{args:?}: {err}"
         );
     }
@@ -358,14 +358,14 @@ fn bad_gguf_files_are_named_errors() {
     let err = ggplan_error(&["embed", "--gguf", &llama, "a"]);
     assert!(err.contains("is a decoder"), "{err}");
 
-    let spm = bert_gguf(
+    let rwkv = bert_gguf(
         &scratch,
-        "spm.gguf",
+        "rwkv.gguf",
         &tiny,
-        &set("tokenizer.ggml.model", Meta::Str("llama")),
+        &set("tokenizer.ggml.model", Meta::Str("rwkv")),
     );
-    let err = ggplan_error(&["embed", "--gguf", &spm, "a"]);
-    assert!(err.contains("tokenizer.ggml.model is \"llama\""), "{err}");
+    let err = ggplan_error(&["embed", "--gguf", &rwkv, "a"]);
+    assert!(err.contains("tokenizer.ggml.model is \"rwkv\""), "{err}");
 
     let missing = bert_gguf(
         &scratch,

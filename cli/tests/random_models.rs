@@ -20,60 +20,16 @@
 mod common;
 
 use common::llama_cpp::{
-    PROMPT, assert_same_decisions, capture, ggml_on_two_servers, import_compile_run, nmse,
-    random_gguf, s,
+    F32_GREEDY, assert_same_decisions, capture, generate_agrees, ggml_on_two_servers,
+    import_compile_run, nmse, random_gguf, s,
 };
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::smollm2_gguf;
 use ggplan_tests::references::read_npy_f64;
 use ggplan_tests::rpc_server::RpcServer;
-use std::path::Path;
 
 /// Exact precision against llama.cpp's F32 graph: only summation order differs.
 const MAX_NMSE: f64 = 1e-9;
-/// llama.cpp's flags beside the placement: an F32 cache, 32 greedy tokens.
-const F32_GREEDY: [&str; 6] = ["-ctk", "f32", "-ctv", "f32", "--greedy", "32"];
-
-fn capture_json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// `ggplan generate` from the GGUF (the builder's graphs): llama.cpp's prompt
-/// tokens, its 32 greedy tokens and its prompt logits.
-fn builder_agrees(arch: &str, gguf: &Path, cap: &Path, llama: &[f64]) {
-    let dir = cap.parent().unwrap();
-    let dump = dir.join("prompt_logits.npy");
-    let printed = ggplan_ok(&[
-        "generate",
-        "--gguf",
-        &s(gguf),
-        "--prompt",
-        PROMPT,
-        "--max-tokens",
-        "32",
-        "--ctx",
-        "64",
-        "--precision",
-        "exact",
-        "--kv",
-        "f32",
-        "--json",
-        "--dump-logits",
-        &s(&dump),
-    ]);
-    let json_line = printed.lines().find(|l| l.starts_with('{')).unwrap();
-    let got: serde_json::Value = serde_json::from_str(json_line).unwrap();
-    let want = capture_json(cap);
-    assert_eq!(got["prompt_ids"], want["tokens"], "{arch}: prompt tokens");
-    assert_eq!(
-        got["generated_ids"], want["greedy"],
-        "{arch}: greedy tokens"
-    );
-    let (_, ours) = read_npy_f64(&dump);
-    let e = nmse(&ours, llama);
-    assert!(e <= MAX_NMSE, "{arch} generate: prompt logits NMSE {e:e}");
-}
-
 /// Everything the module doc lists, for one architecture.
 fn agrees_with_llama_cpp(arch: &str) {
     let Some(smollm2) = smollm2_gguf() else {
@@ -93,7 +49,7 @@ fn agrees_with_llama_cpp(arch: &str) {
             "{printed}"
         );
     } else {
-        builder_agrees(arch, &gguf, &cap, &llama);
+        generate_agrees(arch, &gguf, &cap, &llama, MAX_NMSE);
     }
 
     // The import, on one device and split over two core groups.

@@ -91,6 +91,8 @@ pub fn llama2l_config() -> LlamaConfig {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Example,
     }
 }

@@ -31,6 +31,9 @@ pub struct ModelShape {
     pub attend: Option<i64>,
     /// Decoders: keep the KV cache in f16 instead of f32.
     pub kv_f16: bool,
+    /// Decoders: the last token's logits only, as llama.cpp computes a
+    /// prefill (`LlamaConfig::last_logits_only`).
+    pub last_logits: bool,
 }
 
 impl ModelShape {
@@ -42,6 +45,7 @@ impl ModelShape {
             decode: false,
             attend: None,
             kv_f16: false,
+            last_logits: false,
         }
     }
 
@@ -53,11 +57,17 @@ impl ModelShape {
             decode: true,
             attend: None,
             kv_f16: false,
+            last_logits: false,
         }
     }
 
     fn wants_cache(&self) -> bool {
         self.ctx.is_some() || self.decode || self.attend.is_some()
+    }
+
+    /// Anything only a decoder has (a cache, last-token logits).
+    fn decoder_only(&self) -> bool {
+        self.wants_cache() || self.last_logits
     }
 }
 
@@ -136,7 +146,8 @@ pub fn from_hf(dir: impl AsRef<Path>, tokens: i64) -> Result<Graph> {
 /// The prefill graph, or with a cache the generation graph, of a llama-family file.
 fn llama_graph(file: &GgufFile, shape: &ModelShape) -> Result<Graph> {
     let tokens = if shape.decode { 1 } else { shape.tokens };
-    let cfg = LlamaConfig::from_gguf(file, tokens)?;
+    let mut cfg = LlamaConfig::from_gguf(file, tokens)?;
+    cfg.last_logits_only = shape.last_logits;
     if !shape.wants_cache() {
         return Ok(llama::build_prefill(&cfg)?);
     }
@@ -153,9 +164,9 @@ fn llama_graph(file: &GgufFile, shape: &ModelShape) -> Result<Graph> {
 
 /// A KV cache belongs to decoders.
 fn refuse_cache(shape: &ModelShape) -> Result<()> {
-    if shape.wants_cache() {
+    if shape.decoder_only() {
         return Err(crate::Error::Usage(
-            "a context, decode or attend window applies to llama-family decoders, not BERT encoders"
+            "a context, decode or attend window, or last-token logits, apply to llama-family decoders, not BERT encoders"
                 .to_string(),
         ));
     }

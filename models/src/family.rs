@@ -9,12 +9,13 @@ use crate::gguf_meta::GgufMeta;
 use ir::files::gguf::GgufFile;
 
 /// Every architecture a GGUF front-end reads, for messages.
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, mistral, qwen2 (decoders), bert (encoders)";
+pub const SUPPORTED_ARCHITECTURES: &str =
+    "llama, mistral, qwen2, qwen3, gemma3 (decoders), bert (encoders)";
 
 /// The builders, by model family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
-    /// Llama-family decoders (`llama`, `mistral`, `qwen2`):
+    /// Llama-family decoders (`llama`, `mistral`, `qwen2`, `qwen3`, `gemma3`):
     /// [`crate::llama::LlamaConfig::from_gguf`].
     Llama,
     /// BERT encoders (`bert`): [`crate::bert::BertConfig::from_gguf`].
@@ -26,7 +27,7 @@ impl Family {
     pub fn of(file: &GgufFile) -> Result<Family, Error> {
         let meta = GgufMeta::new(file);
         match meta.str("general.architecture")? {
-            "llama" | "mistral" | "qwen2" => Ok(Family::Llama),
+            "llama" | "mistral" | "qwen2" | "qwen3" | "gemma3" => Ok(Family::Llama),
             "bert" => Ok(Family::Bert),
             other => Err(Error::UnsupportedArchitecture {
                 file: meta.path().to_path_buf(),

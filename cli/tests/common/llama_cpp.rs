@@ -57,6 +57,48 @@ pub fn capture(gguf: &Path, out: &Path, flags: &[&str]) {
     );
 }
 
+/// llama.cpp's flags beside the placement: an F32 cache, 32 greedy tokens.
+pub const F32_GREEDY: [&str; 6] = ["-ctk", "f32", "-ctv", "f32", "--greedy", "32"];
+
+/// `ggplan generate` from the GGUF (the builder's graphs, exact precision,
+/// F32 cache) against a capture made with [`F32_GREEDY`]: llama.cpp's prompt
+/// tokens, its 32 greedy tokens, and its prompt logits `llama` within
+/// `max_nmse`.
+pub fn generate_agrees(arch: &str, gguf: &Path, cap: &Path, llama: &[f64], max_nmse: f64) {
+    let dir = cap.parent().unwrap();
+    let dump = dir.join("prompt_logits.npy");
+    let printed = ggplan_ok(&[
+        "generate",
+        "--gguf",
+        &s(gguf),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "32",
+        "--ctx",
+        "64",
+        "--precision",
+        "exact",
+        "--kv",
+        "f32",
+        "--json",
+        "--dump-logits",
+        &s(&dump),
+    ]);
+    let json_line = printed.lines().find(|l| l.starts_with('{')).unwrap();
+    let got: serde_json::Value = serde_json::from_str(json_line).unwrap();
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cap).unwrap()).unwrap();
+    assert_eq!(got["prompt_ids"], want["tokens"], "{arch}: prompt tokens");
+    assert_eq!(
+        got["generated_ids"], want["greedy"],
+        "{arch}: greedy tokens"
+    );
+    let (_, ours) = read_npy_f64(&dump);
+    let e = nmse(&ours, llama);
+    assert!(e <= max_nmse, "{arch} generate: prompt logits NMSE {e:e}");
+}
+
 /// sum((a - b)^2) / sum(b^2), of two equally long lists.
 pub fn nmse(ours: &[f64], reference: &[f64]) -> f64 {
     assert_eq!(ours.len(), reference.len(), "logits of another shape");

@@ -48,6 +48,10 @@ pub struct GenerateOptions {
     /// ggml RPC servers for the target's remote devices (`rpc0`, ...), in
     /// order; with the `host` target they are added to it as devices.
     pub rpc: Vec<String>,
+    /// Compute every prompt position's logits (`--dump-logits`); otherwise
+    /// only the last one's, as llama.cpp does (the prefill skips the output
+    /// head for the other positions).
+    pub all_prompt_logits: bool,
 }
 
 impl Default for GenerateOptions {
@@ -62,6 +66,7 @@ impl Default for GenerateOptions {
             target: None,
             compile: crate::CompileOptions::default(),
             rpc: Vec::new(),
+            all_prompt_logits: false,
         }
     }
 }
@@ -93,7 +98,8 @@ pub struct Generation {
     pub generated_ids: Vec<u32>,
     /// The generated text.
     pub text: String,
-    /// The prefill's logits, `[prompt tokens, vocab]` row-major.
+    /// The prefill's logits, `[prompt tokens, vocab]` row-major with
+    /// [`GenerateOptions::all_prompt_logits`], else the last token's `[vocab]`.
     pub prompt_logits: Vec<f32>,
     /// Vocabulary size.
     pub n_vocab: usize,
@@ -233,7 +239,8 @@ impl Generator {
             kv_dtype: self.options.kv,
         };
         let load_start = Instant::now();
-        let cfg = LlamaConfig::from_gguf(&GgufFile::open(&self.path)?, n_prompt)?;
+        let mut cfg = LlamaConfig::from_gguf(&GgufFile::open(&self.path)?, n_prompt)?;
+        cfg.last_logits_only = !self.options.all_prompt_logits;
         let prefill_graph = llama::build_cached(&cfg, &cache)?;
         let mut prefill =
             self.session
@@ -248,13 +255,20 @@ impl Generator {
 
         let n_vocab = cfg.n_vocab as usize;
         let t = Instant::now();
-        feed(&mut prefill, &prompt_ids, 0, n_ctx, n_ctx)?;
+        feed(
+            &mut prefill,
+            &prompt_ids,
+            0,
+            (n_ctx, n_ctx),
+            cfg.local_window(),
+        )?;
         prefill.run()?;
         let prompt_logits = prefill.output_f32(llama::LOGITS)?;
         let prefill_seconds = t.elapsed().as_secs_f64();
         // Its arenas are not needed again (the cache lives in the shared store).
         drop(prefill);
-        let mut next = argmax(&prompt_logits[(n_prompt as usize - 1) * n_vocab..]);
+        // The last row: the only one unless every position's was asked for.
+        let mut next = argmax(&prompt_logits[prompt_logits.len() - n_vocab..]);
 
         on(GenerateEvent::Text(prompt));
         let mut stream = StreamDecoder::new(tokenizer);
@@ -280,7 +294,13 @@ impl Generator {
                 break;
             }
             let (runtime, attend) = decode.for_step(n_past)?;
-            feed(runtime, &[next], n_past, n_ctx, attend)?;
+            feed(
+                runtime,
+                &[next],
+                n_past,
+                (n_ctx, attend),
+                cfg.local_window(),
+            )?;
             runtime.run()?;
             decode_read_bytes += runtime.memory_read_bytes();
             decode_steps += 1;
@@ -317,8 +337,15 @@ pub fn argmax(row: &[f32]) -> u32 {
 }
 
 /// Sets a cached graph's per-step inputs for `ids` at position `n_past`, the
-/// graph attending over the first `attend` of `n_ctx` cache rows.
-fn feed(rt: &mut Runtime, ids: &[u32], n_past: i64, n_ctx: i64, attend: i64) -> Result<()> {
+/// graph attending over the first `attend` of `n_ctx` cache rows (and its
+/// local layers over the last `window` positions, when it has them).
+fn feed(
+    rt: &mut Runtime,
+    ids: &[u32],
+    n_past: i64,
+    (n_ctx, attend): (i64, i64),
+    window: Option<i64>,
+) -> Result<()> {
     let step = step_inputs(n_past, ids.len() as i64, n_ctx, attend)
         .map_err(|e| Error::Usage(format!("decode step at position {n_past}: {e}")))?;
     let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
@@ -326,5 +353,9 @@ fn feed(rt: &mut Runtime, ids: &[u32], n_past: i64, n_ctx: i64, attend: i64) -> 
     rt.set_input_i32(llama::POSITIONS, &step.pos)?;
     rt.set_input_i32(llama::KV_IDX, &step.kv_idx)?;
     rt.set_input_f32(llama::KQ_MASK, &step.kq_mask)?;
+    if let Some(window) = window {
+        let mask = llama::sliding_window_mask(n_past, ids.len() as i64, attend, window);
+        rt.set_input_f32(llama::KQ_MASK_SWA, &mask)?;
+    }
     Ok(())
 }

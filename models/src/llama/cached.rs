@@ -14,7 +14,8 @@
 //! - inputs `tokens` I32 `[t]`, `pos` I32 `[t]` (rope positions), `kv_idx` I32
 //!   `[t]` (the cache row each token's K and V go to), `kq_mask` F32
 //!   `[a, t]` (additive: 0 = attend, -inf = hidden); [`super::step_inputs`]
-//!   computes the last three;
+//!   computes the last three; with sliding-window layers (Gemma 3) also
+//!   `kq_mask_swa` F32 `[a, t]`, from [`super::sliding_window_mask`];
 //! - state per layer: `l{i}.cache_k` `[C, n_ctx]` (one row per cache slot, the
 //!   heads of a slot contiguous) and `l{i}.cache_v` `[n_ctx, C]` (transposed:
 //!   one row per value channel), whatever `attend` is;
@@ -52,7 +53,10 @@
 //! - the cache dtype is F32 (exact) or F16 (half the memory and bandwidth; K
 //!   and V are rounded to f16 when stored).
 
-use super::{KQ_MASK, KV_IDX, LlamaConfig, POSITIONS, TOKENS, build_body, declare_weights};
+use super::{
+    KQ_MASK, KQ_MASK_SWA, KV_IDX, LlamaConfig, Masks, POSITIONS, TOKENS, build_body,
+    declare_weights, has_local_layers,
+};
 use ir::{DType, Error, Graph, GraphBuilder, TensorId};
 
 /// The KV cache of [`build_cached`]'s graphs.
@@ -125,6 +129,9 @@ pub fn build_cached_attending(
     let pos = b.input(POSITIONS, DType::I32, [t, 1, 1, 1])?;
     let kv_idx = b.input(KV_IDX, DType::I32, [t, 1, 1, 1])?;
     let mask = b.input(KQ_MASK, DType::F32, [attend, t, 1, 1])?;
+    let local = (has_local_layers(config))
+        .then(|| b.input(KQ_MASK_SWA, DType::F32, [attend, t, 1, 1]))
+        .transpose()?;
     let kv_width = config.n_head_kv * config.head_dim;
     let caches = (0..config.n_layer)
         .map(|il| {
@@ -139,7 +146,8 @@ pub fn build_cached_attending(
         })
         .collect::<Result<Vec<_>, Error>>()?;
     let weights = declare_weights(&mut b, config)?;
-    build_body(&mut b, config, &weights, tokens, pos, mask, Some(&caches))?;
+    let masks = Masks { full: mask, local };
+    build_body(&mut b, config, &weights, tokens, pos, masks, Some(&caches))?;
     b.finish()
 }
 

@@ -26,6 +26,8 @@ fn small(n_tokens: i64) -> LlamaConfig {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     }
 }
@@ -139,6 +141,8 @@ fn qkv_biases_follow_their_projections() {
         qkv_bias: true,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         rope: RopeParams::plain(RopeMode::Neox, 8, 1e6),
         ..small(2)
     };

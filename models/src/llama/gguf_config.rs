@@ -3,8 +3,9 @@
 //!
 //! Invariants:
 //! - architectures: llama and mistral (llama's graph), qwen2 (NeoX rope, q/k/v
-//!   biases), qwen3 (NeoX rope, q/k head norms); anything else is refused,
-//!   naming the architecture;
+//!   biases), qwen3 (NeoX rope, q/k head norms), gemma3 (NeoX rope, head
+//!   norms, `gemma3.rs`'s additions); anything else is refused, naming the
+//!   architecture;
 //! - hyperparameters come from `{arch}.*` metadata keys; dtypes, the vocabulary
 //!   size, tied output and biases come from the tensor infos, and every weight
 //!   the graph declares is checked against the file (name, dtype, shape), so a
@@ -28,10 +29,10 @@ use ir::files::gguf::GgufFile;
 use ir::{RopeMode, RopeParams};
 
 /// The architectures [`LlamaConfig::from_gguf`] accepts.
-const SUPPORTED: &str = "llama, mistral, qwen2, qwen3";
+const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, gemma3";
 
 impl LlamaConfig {
-    /// Reads the config of a llama, mistral, qwen2 or qwen3 GGUF file for
+    /// Reads the config of a llama, mistral, qwen2, qwen3 or gemma3 GGUF file for
     /// batches of `n_tokens` tokens. Weight names are [`LlamaNames::Gguf`];
     /// the output is tied to the token embedding when the file has no
     /// `output.weight`; q/k/v biases are used when the file has
@@ -48,7 +49,7 @@ impl LlamaConfig {
         // (NeoX) and adds q/k/v biases, which are read from the tensors.
         let rope_mode = match arch {
             "llama" | "mistral" => RopeMode::Normal,
-            "qwen2" | "qwen3" => RopeMode::Neox,
+            "qwen2" | "qwen3" | "gemma3" => RopeMode::Neox,
             other => {
                 return Err(Error::UnsupportedArchitecture {
                     file: meta.path().to_path_buf(),
@@ -127,24 +128,36 @@ impl LlamaConfig {
         // bounds nothing here (the graph's context is chosen when it is
         // built, as llama.cpp's --ctx-size is); the vocabulary size is checked
         // against the token embedding below.
+        let gemma3 = (arch == "gemma3")
+            .then(|| super::gemma3::read(&meta, n_layer, n_embd, n_head, head_dim))
+            .transpose()?;
+        let gemma3_keys: &[&str] = if gemma3.is_some() {
+            &super::gemma3::KEYS
+        } else {
+            &[]
+        };
         meta.refuse_unknown_keys(
             arch,
             &[
-                "block_count",
-                "embedding_length",
-                "attention.head_count",
-                "attention.head_count_kv",
-                "feed_forward_length",
-                "attention.layer_norm_rms_epsilon",
-                "rope.freq_base",
-                "attention.key_length",
-                "attention.value_length",
-                "rope.dimension_count",
-                "rope.scaling.type",
-                "expert_count",
-                "context_length",
-                "vocab_size",
-            ],
+                gemma3_keys,
+                &[
+                    "block_count",
+                    "embedding_length",
+                    "attention.head_count",
+                    "attention.head_count_kv",
+                    "feed_forward_length",
+                    "attention.layer_norm_rms_epsilon",
+                    "rope.freq_base",
+                    "attention.key_length",
+                    "attention.value_length",
+                    "rope.dimension_count",
+                    "rope.scaling.type",
+                    "expert_count",
+                    "context_length",
+                    "vocab_size",
+                ],
+            ]
+            .concat(),
         )?;
 
         let names = LlamaNames::Gguf;
@@ -201,6 +214,8 @@ impl LlamaConfig {
             qkv_bias: file.tensor_info(&names.bias(0, BlockWeight::Wq)).is_some(),
             rope_factors: file.tensor_info(&names.rope_factors()).is_some(),
             head_norms: file.tensor_info(&names.head_norm(0, false)).is_some(),
+            gemma3,
+            last_logits_only: false,
             names,
         };
         let first = cfg.names.block(0, BlockWeight::Wq);

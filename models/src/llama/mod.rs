@@ -1,4 +1,4 @@
-//! Llama-family decoders (llama, mistral, qwen2, qwen3) at a fixed shape.
+//! Llama-family decoders (llama, mistral, qwen2, qwen3, gemma3) at a fixed shape.
 //!
 //! Two kinds of graph:
 //! - [`build_prefill`]: the prefill of `n_tokens` tokens from position 0, as
@@ -13,8 +13,10 @@
 //! each projection) when `qkv_bias` is set (qwen2), an RMS norm of every
 //! query and key head before rope (`{p}.q_norm`, `{p}.k_norm`, each with its
 //! `.rms`) when `head_norms` is set (qwen3), and rope's frequency factors as
-//! its third source when `rope_factors` is set (Llama 3); without them the
-//! nodes below are unchanged.
+//! its third source when `rope_factors` is set (Llama 3), and Gemma 3's
+//! differences when `gemma3` is set (`gemma3.rs`: embedding scale, query
+//! scale, post-norms, GEGLU, sliding-window layers with their own mask
+//! `kq_mask_swa` and rope base); without them the nodes below are unchanged.
 //!
 //! Invariants of [`build_prefill`]'s graph:
 //! - leafs, in this order: `tokens` (I32 input `[n_tokens]`), `pos` (I32
@@ -35,6 +37,7 @@
 mod cached;
 #[cfg(test)]
 mod cached_tests;
+mod gemma3;
 mod gguf_config;
 mod names;
 mod step;
@@ -42,11 +45,12 @@ mod step;
 mod tests;
 
 pub use cached::{CacheConfig, build_cached, build_cached_attending, cache_k_name, cache_v_name};
+pub use gemma3::{Gemma3, SlidingWindow, sliding_window_mask};
 pub use names::{BlockWeight, LlamaNames};
 pub use step::{StepError, StepInputs, step_inputs};
 
 use crate::attention::{attend, heads_major, split_heads, transposed_values};
-use ir::{ConstInit, DType, Error, Graph, GraphBuilder, RopeParams, TensorId};
+use ir::{ConstInit, DType, Error, GluKind, Graph, GraphBuilder, Op, RopeParams, TensorId};
 
 /// Name of the token-id input.
 pub const TOKENS: &str = "tokens";
@@ -56,8 +60,14 @@ pub const POSITIONS: &str = "pos";
 /// Name of the attention mask (a constant in the prefill graph, an input in
 /// the cached one).
 pub const KQ_MASK: &str = "kq_mask";
+/// Name of the local (sliding-window) layers' attention mask, when the model
+/// has them (Gemma 3): a constant in the prefill graph, an input in the
+/// cached one, computed by [`sliding_window_mask`].
+pub const KQ_MASK_SWA: &str = "kq_mask_swa";
 /// Name of the cache-row input of the cached graph.
 pub const KV_IDX: &str = "kv_idx";
+/// Name of the constant row index of [`LlamaConfig::last_logits_only`].
+pub const OUT_IDS: &str = "out_ids";
 /// Name of the logits output.
 pub const LOGITS: &str = "result_output";
 
@@ -105,8 +115,25 @@ pub struct LlamaConfig {
     /// Every query and key head is RMS-normed (width `head_dim`, weights
     /// [`LlamaNames::head_norm`]) before rope (qwen3).
     pub head_norms: bool,
+    /// Gemma 3's additions (see `gemma3.rs`), for `gemma3` files.
+    pub gemma3: Option<Gemma3>,
+    /// Logits for the last token only (`[n_vocab, 1]`, as llama.cpp
+    /// computes them in a prefill): the last block's rows are cut to the
+    /// last one (`out_rows`, a `get_rows` of constant `out_ids`) before the
+    /// output norm and head. For large vocabularies the head is most of a
+    /// prefill's work (Gemma 3: 262,144 rows).
+    pub last_logits_only: bool,
     /// How weights are named.
     pub names: LlamaNames,
+}
+
+impl LlamaConfig {
+    /// The window of the local layers when the graphs have any (and so the
+    /// input [`KQ_MASK_SWA`], which [`sliding_window_mask`] fills).
+    pub fn local_window(&self) -> Option<i64> {
+        let w = self.gemma3?.sliding_window?;
+        has_local_layers(self).then_some(w.window)
+    }
 }
 
 /// The weights of one block, indexed by [`BlockWeight`] (declaration order).
@@ -118,6 +145,8 @@ struct BlockWeights {
     rope_factors: Option<TensorId>,
     /// The query and key head norms' weights, when the config has them.
     head_norms: Option<[TensorId; 2]>,
+    /// Gemma 3's norms of attention's and the FFN's outputs.
+    post_norms: Option<[TensorId; 2]>,
 }
 
 impl BlockWeights {
@@ -182,6 +211,35 @@ fn declare_weights(b: &mut GraphBuilder, cfg: &LlamaConfig) -> Result<ModelWeigh
     })
 }
 
+/// The attention masks of a graph: every layer's, and the local layers'
+/// when the model has sliding-window layers.
+#[derive(Clone, Copy)]
+struct Masks {
+    full: TensorId,
+    local: Option<TensorId>,
+}
+
+impl Masks {
+    /// The mask layer `il` attends with.
+    fn of_layer(&self, cfg: &LlamaConfig, il: usize) -> TensorId {
+        match (self.local, local_window(cfg, il)) {
+            (Some(local), Some(_)) => local,
+            _ => self.full,
+        }
+    }
+}
+
+/// The sliding window of layer `il`, when it is a local layer.
+fn local_window(cfg: &LlamaConfig, il: usize) -> Option<SlidingWindow> {
+    let w = cfg.gemma3?.sliding_window?;
+    w.is_local(il).then_some(w)
+}
+
+/// Whether any layer of `cfg` is local (its graphs then have `kq_mask_swa`).
+fn has_local_layers(cfg: &LlamaConfig) -> bool {
+    (0..cfg.n_layer).any(|il| local_window(cfg, il).is_some())
+}
+
 /// Embedding, every block (each with its layer's cache, if any) and the
 /// logits, marked as the output.
 fn build_body(
@@ -190,16 +248,36 @@ fn build_body(
     w: &ModelWeights,
     tokens: TensorId,
     pos: TensorId,
-    mask: TensorId,
+    masks: Masks,
     caches: Option<&[cached::LayerCache]>,
 ) -> Result<(), Error> {
     let mut x = b.get_rows("inp_embd", w.tok_embd, tokens)?;
+    if let Some(g) = cfg.gemma3 {
+        x = b.scale("inp_scaled", x, g.embd_scale)?;
+    }
     for (il, lw) in w.layers.iter().enumerate() {
         let cache = caches.map(|c| &c[il]);
+        let mask = masks.of_layer(cfg, il);
         x = build_block(b, cfg, il, lw, x, pos, mask, cache)?;
     }
+    if cfg.last_logits_only && cfg.n_tokens > 1 {
+        let last = ConstInit::Fill((cfg.n_tokens - 1) as f64);
+        let ids = b.constant(OUT_IDS, DType::I32, [1, 1, 1, 1], last)?;
+        x = b.get_rows("out_rows", x, ids)?;
+    }
     let x = rms_norm_mul(b, "result_norm", x, w.output_norm, cfg.rms_eps)?;
-    let logits = b.mul_mat(LOGITS, w.output, x)?;
+    let cap = cfg.gemma3.and_then(|g| g.logit_softcap);
+    let name = if cap.is_some() {
+        "result_output.raw"
+    } else {
+        LOGITS
+    };
+    let mut logits = b.mul_mat(name, w.output, x)?;
+    if let Some(c) = cap {
+        let scaled = b.scale("result_output.scaled", logits, 1.0 / c)?;
+        let capped = b.unary("result_output.tanh", Op::Tanh, scaled)?;
+        logits = b.scale(LOGITS, capped, c)?;
+    }
     b.mark_output(logits)
 }
 
@@ -221,8 +299,23 @@ pub fn build_prefill(cfg: &LlamaConfig) -> Result<Graph, Error> {
         ConstInit::CausalMask { n_past: 0 },
     )?;
 
+    // A local layer's mask differs from the causal one only past its window.
+    let local = match cfg.gemma3.and_then(|g| g.sliding_window) {
+        Some(w) if has_local_layers(cfg) => {
+            let init = if t <= w.window {
+                ConstInit::CausalMask { n_past: 0 }
+            } else {
+                let mask = sliding_window_mask(0, t, t, w.window);
+                ConstInit::Values(mask.into_iter().map(f64::from).collect())
+            };
+            Some(b.constant(KQ_MASK_SWA, DType::F32, [t, t, 1, 1], init)?)
+        }
+        _ => None,
+    };
+
     let weights = declare_weights(&mut b, cfg)?;
-    build_body(&mut b, cfg, &weights, tokens, pos, mask, None)?;
+    let masks = Masks { full: mask, local };
+    build_body(&mut b, cfg, &weights, tokens, pos, masks, None)?;
     b.finish()
 }
 
@@ -275,11 +368,21 @@ fn declare_block_weights(
             ])
         })
         .transpose()?;
+    let post_norms = (cfg.gemma3.is_some())
+        .then(|| -> Result<[TensorId; 2], Error> {
+            let e = [cfg.n_embd, 1, 1, 1];
+            Ok([
+                b.weight(cfg.names.post_norm(il, false), DType::F32, e)?,
+                b.weight(cfg.names.post_norm(il, true), DType::F32, e)?,
+            ])
+        })
+        .transpose()?;
     Ok(BlockWeights {
         ids,
         bias,
         rope_factors: None,
         head_norms,
+        post_norms,
     })
 }
 
@@ -299,18 +402,40 @@ fn project(
     }
 }
 
-/// `cfg`'s rope of `x` at `pos`, with the block's frequency factors if it has them.
+/// Layer `il`'s rope of `x` at `pos` (a local layer's base when it has its
+/// own), with the block's frequency factors if it has them.
 fn rope(
     b: &mut GraphBuilder,
     name: String,
     x: TensorId,
     pos: TensorId,
     cfg: &LlamaConfig,
+    il: usize,
     w: &BlockWeights,
 ) -> Result<TensorId, Error> {
+    let mut params = cfg.rope;
+    if let Some(window) = local_window(cfg, il) {
+        params.freq_base = window.freq_base;
+    }
     match w.rope_factors {
-        Some(f) => b.rope_with_factors(name, x, pos, f, cfg.rope),
-        None => b.rope(name, x, pos, cfg.rope),
+        Some(f) => b.rope_with_factors(name, x, pos, f, params),
+        None => b.rope(name, x, pos, params),
+    }
+}
+
+/// `x`, RMS-normed with `post`'s weight as `{name}` when the block has
+/// post-norms (Gemma 3; `post` picks attention's or the FFN's).
+fn post_norm(
+    b: &mut GraphBuilder,
+    cfg: &LlamaConfig,
+    w: &BlockWeights,
+    ffn: bool,
+    name: &str,
+    x: TensorId,
+) -> Result<TensorId, Error> {
+    match w.post_norms {
+        Some(norms) => rms_norm_mul(b, name, x, norms[usize::from(ffn)], cfg.rms_eps),
+        None => Ok(x),
     }
 }
 
@@ -352,7 +477,7 @@ fn build_block(
         Some([_, norm]) => rms_norm_mul(b, &format!("{p}.k_norm"), k, norm, cfg.rms_eps)?,
         None => k,
     };
-    let k = rope(b, format!("{p}.k_rope"), k, pos, cfg, w)?;
+    let k = rope(b, format!("{p}.k_rope"), k, pos, cfg, il, w)?;
     let (k, v_t) = match cache {
         None => (heads_major(b, format!("{p}.k_perm"), k)?, values),
         Some(c) => c.store_and_view(b, &p, k, values)?,
@@ -363,11 +488,16 @@ fn build_block(
         Some([norm, _]) => rms_norm_mul(b, &format!("{p}.q_norm"), q, norm, cfg.rms_eps)?,
         None => q,
     };
-    let q = rope(b, format!("{p}.q_rope"), q, pos, cfg, w)?;
+    let q = rope(b, format!("{p}.q_rope"), q, pos, cfg, il, w)?;
+    // Gemma scales the queries and not the scores (as llama.cpp does).
+    let (q, scale) = match cfg.gemma3 {
+        Some(g) => (b.scale(format!("{p}.q_scaled"), q, g.q_scale)?, 1.0),
+        None => (q, 1.0 / (hd as f32).sqrt()),
+    };
     let q = heads_major(b, format!("{p}.q_perm"), q)?;
-    let scale = 1.0 / (hd as f32).sqrt();
     let attn = attend(b, &p, k, q, v_t, Some(mask), scale)?;
     let attn = b.mul_mat(format!("{p}.attn_out"), w.get(BlockWeight::Wo), attn)?;
+    let attn = post_norm(b, cfg, w, false, &format!("{p}.attn_post_norm"), attn)?;
     let ffn_inp = b.add(format!("{p}.ffn_inp"), attn, x)?;
 
     let cur = rms_norm_mul(
@@ -378,10 +508,16 @@ fn build_block(
         cfg.rms_eps,
     )?;
     let gate = b.mul_mat(format!("{p}.ffn_gate"), w.get(BlockWeight::FfnGate), cur)?;
-    let gate = b.silu(format!("{p}.ffn_silu"), gate)?;
-    let up = b.mul_mat(format!("{p}.ffn_up"), w.get(BlockWeight::FfnUp), cur)?;
-    let par = b.mul(format!("{p}.ffn_gate_par"), gate, up)?;
+    let par = if cfg.gemma3.is_some() {
+        let up = b.mul_mat(format!("{p}.ffn_up"), w.get(BlockWeight::FfnUp), cur)?;
+        b.glu_split(format!("{p}.ffn_geglu"), GluKind::GeGlu, gate, up)?
+    } else {
+        let gate = b.silu(format!("{p}.ffn_silu"), gate)?;
+        let up = b.mul_mat(format!("{p}.ffn_up"), w.get(BlockWeight::FfnUp), cur)?;
+        b.mul(format!("{p}.ffn_gate_par"), gate, up)?
+    };
     let out = b.mul_mat(format!("{p}.ffn_out"), w.get(BlockWeight::FfnDown), par)?;
+    let out = post_norm(b, cfg, w, true, &format!("{p}.ffn_post_norm"), out)?;
     b.add(format!("{p}.l_out"), out, ffn_inp)
 }
 

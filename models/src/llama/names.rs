@@ -124,6 +124,19 @@ impl LlamaNames {
         }
     }
 
+    /// Gemma 3's RMS-norm weight of attention's output (`ffn: false`) or of
+    /// the FFN's output of layer `il`: `blk.{il}.post_attention_norm.weight` /
+    /// `blk.{il}.post_ffw_norm.weight` (GGUF), `l{il}.attn_post_norm` /
+    /// `l{il}.ffn_post_norm.weight` (example).
+    pub fn post_norm(self, il: usize, ffn: bool) -> String {
+        match (self, ffn) {
+            (LlamaNames::Gguf, false) => format!("blk.{il}.post_attention_norm.weight"),
+            (LlamaNames::Gguf, true) => format!("blk.{il}.post_ffw_norm.weight"),
+            (LlamaNames::Example, false) => format!("l{il}.attn_post_norm.weight"),
+            (LlamaNames::Example, true) => format!("l{il}.ffn_post_norm.weight"),
+        }
+    }
+
     /// The bias of projection `w` (one of [`BlockWeight::Wq`], `Wk`, `Wv`) of
     /// layer `il`: `blk.{il}.attn_q.bias` (GGUF) or `l{il}.bq` (example).
     /// Other weights have no bias; their name gets a `.bias` suffix so that

@@ -22,6 +22,8 @@ fn smollm2_like(n_tokens: i64) -> LlamaConfig {
         qkv_bias: false,
         rope_factors: false,
         head_norms: false,
+        gemma3: None,
+        last_logits_only: false,
         names: LlamaNames::Gguf,
     }
 }
