@@ -441,7 +441,8 @@ impl Rewrite<'_> {
             | Op::Glu { .. }
             | Op::SumRows
             | Op::Mean
-            | Op::Argmax => {
+            | Op::Argmax
+            | Op::Argsort { .. } => {
                 let a = one_axis()?;
                 if a == 0 {
                     return refuse("its rows run along the cut axis and would mix micro-batches");
@@ -464,7 +465,20 @@ impl Rewrite<'_> {
                     None => Ok(Cut::Versioned),
                 }
             }
+            // Tokens run along the activations' axis 2 and the ids' axis 1.
+            Op::MulMatId => match (cut_src(0), cut_src(1), cut_src(2)) {
+                (None, Some(2), Some(1)) => Ok(Cut::Axis(2)),
+                _ => refuse(
+                    "activations (axis 2) and expert ids (axis 1) must be cut together, the \
+                     experts whole",
+                ),
+            },
             Op::GetRows => {
+                // One table per token (MoE's chosen probabilities): matrix
+                // k of the table serves the indices' column k.
+                if cut_src(0) == Some(2) && cut_src(1) == Some(1) {
+                    return Ok(Cut::Axis(2));
+                }
                 if cut_src(0).is_some() {
                     return refuse("its table is cut into micro-batches");
                 }
@@ -481,6 +495,13 @@ impl Rewrite<'_> {
                 )),
                 _ => refuse("rows and positions must be cut together (rows along axis 2)"),
             },
+            Op::View { offset } => {
+                let a = one_axis()?;
+                match view_axis(self.graph.tensor(t.srcs[0]), t, a, *offset) {
+                    Some(b) => Ok(Cut::Axis(b)),
+                    None => refuse("the view does not keep the cut axis whole"),
+                }
+            }
             Op::Permute { axes: p } => Ok(Cut::Axis(p[one_axis()?] as usize)),
             Op::Transpose => Ok(Cut::Axis(match one_axis()? {
                 0 => 1,
@@ -549,6 +570,24 @@ fn declared_layout(t: &Tensor, axis: Option<usize>, len: i64) -> Option<Layout> 
         layout.nb = [0; 4]; // inferred: contiguous
     }
     Some(layout)
+}
+
+/// The axis of `view` that is axis `a` of its packed source `src` (same
+/// extent, same stride), when every other axis of the view, from its
+/// `offset`, stays inside one step of axis `a`: then each micro-batch's view
+/// is the same view of that micro-batch's slice (whose strides up to `a` are
+/// the source's), with the cut axis shortened. `None` otherwise.
+fn view_axis(src: &Tensor, view: &Tensor, a: usize, offset: u64) -> Option<usize> {
+    if !src.layout.is_contiguous() || src.dtype().is_quantized() {
+        return None;
+    }
+    let step = src.layout.nb[a];
+    let b = (0..4).find(|&b| view.ne()[b] == src.ne()[a] && view.layout.nb[b] == step)?;
+    let others: u64 = (0..4)
+        .filter(|&c| c != b)
+        .map(|c| (view.ne()[c] - 1) as u64 * view.layout.nb[c])
+        .sum();
+    (offset + others + view.dtype().block_bytes() <= step).then_some(b)
 }
 
 /// Where cut axis `a` of a contiguous `from` lands in `to` (same elements):

@@ -9,7 +9,10 @@
 //!   heads (segments and heads read from the views of its product; a fused
 //!   matrix whose views do not show them stays whole); the attention output
 //!   and FFN down matrices along their input (they then produce partial
-//!   sums); KV caches by heads;
+//!   sums); a mixture of experts' stacked matrices as ggml's meta backend
+//!   cuts them, every expert alike: gate/up experts by rows, down experts
+//!   along their input (the router stays whole, so every device routes
+//!   alike); KV caches by heads;
 //!   the output head along its rows (it is found by use: the matrix whose
 //!   product is a graph output); token tables (read by `get_rows`) along
 //!   their columns, except a head that is one (tied embeddings): along its
@@ -97,6 +100,10 @@ enum Part {
     AttnOut,
     FfnIn,
     FfnOut,
+    /// Stacked gate/up experts `[n_embd, n_ff_exp, n_expert]`.
+    ExpertsIn,
+    /// Stacked down experts `[n_ff_exp, n_embd, n_expert]`.
+    ExpertsOut,
     CacheK,
     CacheV,
 }
@@ -127,6 +134,8 @@ static PARTS: LazyLock<Vec<(Part, Regex)>> = LazyLock::new(|| {
             Part::FfnOut,
             re(r"(ffn_down(\.weight)?|layer\.\d+\.output\.dense\.weight)$"),
         ),
+        (Part::ExpertsIn, re(r"ffn_(gate|up)_exps(\.weight)?$")),
+        (Part::ExpertsOut, re(r"ffn_down_exps(\.weight)?$")),
         (Part::CacheK, re(r"cache_k$")),
         (Part::CacheV, re(r"cache_v$")),
     ]
@@ -296,11 +305,12 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
         }
     }
     // FFN width and its block per block (the down matrix's input is cut).
-    let mut ffn_block: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut ffn_block: BTreeMap<(u32, bool), i64> = BTreeMap::new();
     for &(id, part) in &leafs {
         let t = graph.tensor(id);
-        if let (Part::FfnOut, Some(b)) = (part, block_of(&t.name)) {
-            ffn_block.insert(b, t.dtype().block_elems() as i64);
+        let experts = part == Part::ExpertsOut;
+        if let (Part::FfnOut | Part::ExpertsOut, Some(b)) = (part, block_of(&t.name)) {
+            ffn_block.insert((b, experts), t.dtype().block_elems() as i64);
         }
     }
     // Each leaf's axis and its units (KV heads or FFN blocks) of `unit` values.
@@ -330,12 +340,13 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
         let axis = match part {
             Part::Qkv => unreachable!("handled above"),
             Part::Q | Part::Kv | Part::FfnIn if is_bias => 0,
-            Part::Q | Part::Kv | Part::FfnIn => 1,
-            Part::AttnOut | Part::FfnOut | Part::CacheK => 0,
+            Part::Q | Part::Kv | Part::FfnIn | Part::ExpertsIn => 1,
+            Part::AttnOut | Part::FfnOut | Part::ExpertsOut | Part::CacheK => 0,
             Part::CacheV => 1,
         };
         let extent = t.ne()[axis];
-        let attention = !matches!(part, Part::FfnIn | Part::FfnOut);
+        let experts = matches!(part, Part::ExpertsIn | Part::ExpertsOut);
+        let attention = !experts && !matches!(part, Part::FfnIn | Part::FfnOut);
         let (units, unit) = if attention {
             let h = heads.get(&block).copied().unwrap_or_default();
             if h.head_dim == 0 || h.q == 0 || h.kv == 0 || h.q % h.kv != 0 {
@@ -354,7 +365,7 @@ pub fn row_mode(graph: &Graph, shares: &[f64]) -> Result<BTreeMap<TensorId, Leaf
             };
             (h.kv, per)
         } else {
-            let unit = ffn_block.get(&block).copied().unwrap_or(1);
+            let unit = ffn_block.get(&(block, experts)).copied().unwrap_or(1);
             (extent / unit, unit)
         };
         if units * unit != extent {
@@ -443,7 +454,7 @@ pub(super) fn row_groups(
     let tables = token_tables(graph, &users(graph));
     for &id in leafs.keys() {
         let k = match part_of(&graph.tensor(id).name) {
-            Some(Part::FfnIn | Part::FfnOut) => 1,
+            Some(Part::FfnIn | Part::FfnOut | Part::ExpertsIn | Part::ExpertsOut) => 1,
             Some(_) => 0,
             None if tables.contains(&id) => 2,
             None => {

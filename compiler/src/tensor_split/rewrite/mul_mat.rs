@@ -1,4 +1,5 @@
-//! `mul_mat` over split operands: split rows, partial sums, split heads.
+//! `mul_mat` over split operands: split rows, partial sums, split heads;
+//! `mul_mat_id` (a mixture of experts) over experts split by rows or along K.
 
 use super::{R, Rewriter, Value};
 use ir::{Op, TensorId};
@@ -146,6 +147,85 @@ impl Rewriter<'_> {
                     Ok((vec![rw.on(&a, d)?, parts[d].unwrap()], None))
                 })?;
                 Ok(Some(self.split_result(id, axis, extents, out)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// `mul_mat_id(experts, b, ids)` (`experts [K, M, n_expert]`, `b [K, b1,
+    /// t]`, `ids [n_used, t]`, result `[M, n_used, t]`) with the experts
+    /// split as ggml's meta backend splits them: every expert's rows alike
+    /// (each device computes its rows of every chosen expert's output), or
+    /// along K (partial sums, `b` split alike or sliced). The ids are read
+    /// whole on every device, so every device routes alike.
+    pub(super) fn mul_mat_id(
+        &mut self,
+        id: TensorId,
+        a: Value,
+        b: Value,
+        ids: Value,
+    ) -> R<Option<Value>> {
+        let whole = |v: &Value| matches!(v, Value::Whole(_) | Value::Mirrored(_));
+        let have = |parts: &[Option<TensorId>]| -> Vec<bool> {
+            parts.iter().map(Option::is_some).collect()
+        };
+        if !whole(&ids) {
+            return Ok(None);
+        }
+        match (&a, &b) {
+            (
+                Value::Split {
+                    axis: 1,
+                    extents,
+                    parts,
+                },
+                b,
+            ) if whole(b) => {
+                let (extents, parts, b) = (extents.clone(), parts.clone(), b.clone());
+                let out = self.per_part(id, Op::MulMatId, &have(&parts), |rw, d| {
+                    Ok((
+                        vec![parts[d].unwrap(), rw.on(&b, d)?, rw.on(&ids, d)?],
+                        None,
+                    ))
+                })?;
+                Ok(Some(self.split_result(id, 0, extents, out)?))
+            }
+            (
+                Value::Split {
+                    axis: 0,
+                    extents: ea,
+                    parts: pa,
+                },
+                Value::Split {
+                    axis: 0,
+                    extents: eb,
+                    parts: pb,
+                },
+            ) if ea == eb => {
+                let (pa, pb) = (pa.clone(), pb.clone());
+                let out = self.per_part(id, Op::MulMatId, &have(&pa), |rw, d| {
+                    let y = rw.packed(id, pb[d].ok_or_else(|| rw.mismatch(id))?)?;
+                    Ok((vec![pa[d].unwrap(), y, rw.on(&ids, d)?], None))
+                })?;
+                Ok(Some(self.partial_result(id, out)))
+            }
+            (
+                Value::Split {
+                    axis: 0,
+                    extents,
+                    parts,
+                },
+                b,
+            ) if whole(b) => {
+                let (extents, parts, b) = (extents.clone(), parts.clone(), b.clone());
+                let out = self.per_part(id, Op::MulMatId, &have(&parts), |rw, d| {
+                    let slice = rw.slice(&b, 0, &extents, d)?;
+                    Ok((
+                        vec![parts[d].unwrap(), rw.packed(id, slice)?, rw.on(&ids, d)?],
+                        None,
+                    ))
+                })?;
+                Ok(Some(self.partial_result(id, out)))
             }
             _ => Ok(None),
         }

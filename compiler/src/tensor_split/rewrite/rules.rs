@@ -292,6 +292,10 @@ impl Rewriter<'_> {
                 Ok(Some(self.split_result(id, axis, extents, out)?))
             }
             (Op::MulMat, a, Some(b)) => self.mul_mat(id, a.clone(), b.clone(), src_ne),
+            (Op::MulMatId, a, Some(b)) => {
+                let ids = vals[2].clone();
+                self.mul_mat_id(id, a.clone(), b.clone(), ids)
+            }
             // Rows written into a split destination, part by part.
             (
                 Op::SetRows,
