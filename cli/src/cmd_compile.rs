@@ -74,6 +74,12 @@ pub struct CompileArgs {
     /// Place as many layers as fit each device's memory.
     #[arg(long)]
     fit: bool,
+    /// Model ggml's op_offload under --policy ggml (llama.cpp's default): a
+    /// product of batch >= 32 on weights in CPU memory runs on the first CUDA
+    /// device, the weights copied there each run. Without it, plans are as
+    /// llama.cpp's --no-op-offload.
+    #[arg(long)]
+    op_offload: bool,
     /// Spread whole blocks over the target's devices (`layer`, llama.cpp's
     /// -sm layer) or split every large matrix over them (`row`, alias `tensor`).
     #[arg(long, value_enum)]
@@ -194,6 +200,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             layer_split,
             // Set by the compile pipeline from `micro_batches`.
             pipelined: false,
+            op_offload: args.op_offload,
         },
         micro_batches: args.pipeline,
         tensor_split,

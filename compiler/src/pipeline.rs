@@ -94,6 +94,9 @@ impl CompileOptions {
         if placement.fit {
             flags.push("--fit".to_string());
         }
+        if placement.op_offload {
+            flags.push("--op-offload".to_string());
+        }
         if let Some(shares) = &placement.layer_split {
             flags.push("--split-mode layer".to_string());
             if !shares.is_empty() {

@@ -71,14 +71,19 @@ use ir::Graph;
 /// more than ggml (the last is large enough to put copies first).
 pub(super) const COPY_WEIGHTS: [u64; 9] = [1, 2, 4, 8, 16, 64, 256, 4096, 1 << 20];
 
-/// Assigns every tensor by estimated time; see the module doc.
+/// Assigns every tensor by estimated time; see the module doc. The ggml
+/// assignment it measures itself against has op_offload when `op_offload`
+/// (`--op-offload`).
 pub(super) fn assign_by_cost(
     graph: &Graph,
     target: &Target,
     weights: &WeightPlacement,
+    op_offload: bool,
 ) -> Result<Assignment, Error> {
     let p = Problem::new(graph, target, weights)?;
-    let ggml = assign_like_ggml(graph, target, weights)?;
+    // ggml's decisions (with op_offload when asked: its weight copies to
+    // an accelerator are then in the copy budget, its assignment a candidate).
+    let ggml = assign_like_ggml(graph, target, weights, op_offload)?;
     let ggml_dev: Vec<DeviceId> = p.root.iter().map(|r| ggml.device[r.index()]).collect();
     let budget = p.copy_stats(&ggml_dev);
     let within = |dev: &[DeviceId]| {

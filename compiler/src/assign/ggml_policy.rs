@@ -12,7 +12,13 @@
 //!   every op writing into it if needed; a view or write-into op whose root
 //!   is pre-allocated (weight, state) takes the root's device; otherwise the
 //!   *first* source that is a weight decides: its device if that device runs
-//!   the op, else nothing yet (rope is skipped, as in ggml);
+//!   the op, else nothing yet (rope is skipped, as in ggml). With
+//!   `--op-offload` (llama.cpp's default; without it ggplan plans as
+//!   llama.cpp's `--no-op-offload`): when that weight is in the
+//!   last device's host memory, the first CUDA device that runs the op takes
+//!   it instead if its batch ([`offload_batch`]) is at least
+//!   [`OFFLOAD_MIN_BATCH`] (ggml-cuda's `offload_op`; RPC and CPU devices
+//!   never take one), and the weight is copied to it each run;
 //! - **pass 2**, expansion: accelerator assignments (every device but the
 //!   last) spread down the node list, then up, skipping view ops and
 //!   stopping at nodes on the last device; then any assignment spreads down,
@@ -24,8 +30,9 @@
 //!   their user's.
 //!
 //! Not modelled: ggml's pass-3 "upgrade" between backends sharing a buffer
-//! type (each device here has its own memory), and newer ggml's `op_offload`
-//! (moving large-batch ops on CPU weights to the GPU). Where ggml would run a
+//! type (each device here has its own memory), and ggml-cuda's copy of only
+//! the experts a batch routes to when it offloads a `mul_mat_id` (the plan
+//! copies the whole expert tensor). Where ggml would run a
 //! write-into op away from its destination (a destination that is an
 //! intermediate on another device), it runs where the destination lives and
 //! its reason says so. Reasons name the pass that decided.
@@ -33,14 +40,34 @@
 use super::{Assignment, WeightPlacement, is_view_op, no_device_for_writes};
 use crate::Error;
 use crate::placement::layer_of;
-use crate::target::{DeviceId, Target, cannot_run};
-use ir::{Graph, Op, Role, TensorId};
+use crate::target::{DeviceId, DeviceKind, Target, cannot_run};
+use ir::{Graph, Op, Role, Tensor, TensorId};
+
+/// The batch from which ggml's CUDA backend takes an op whose weight is in
+/// host memory (`GGML_OP_OFFLOAD_MIN_BATCH`'s default).
+pub const OFFLOAD_MIN_BATCH: i64 = 32;
+
+/// The batch ggml-cuda measures an op by (`get_op_batch_size`): a product's
+/// columns, the tokens of `mul_mat_id` and rope (axis 2), never a
+/// `get_rows` (0), otherwise its rows.
+pub fn offload_batch(t: &Tensor) -> i64 {
+    let ne = t.ne();
+    match t.op {
+        Some(Op::GetRows) => 0,
+        Some(Op::MulMat) => ne[1],
+        Some(Op::MulMatId | Op::Rope(_)) => ne[2],
+        _ => ne[1] * ne[2] * ne[3],
+    }
+}
 
 /// Assigns every tensor as ggml_backend_sched would; see the module doc.
+///
+/// `op_offload`: ggml's (`--op-offload`), see the module doc.
 pub(super) fn assign_like_ggml(
     graph: &Graph,
     target: &Target,
     weights: &WeightPlacement,
+    op_offload: bool,
 ) -> Result<Assignment, Error> {
     let last = DeviceId(target.devices.len().saturating_sub(1) as u32);
     let mut s = Sched {
@@ -49,6 +76,7 @@ pub(super) fn assign_like_ggml(
         last,
         dev: vec![None; graph.len()],
         why: vec![String::new(); graph.len()],
+        op_offload,
     };
     s.pass1_leafs(weights)?;
     for (id, pin) in super::llama_norm_pins::norm_pins(graph, target, weights)
@@ -75,6 +103,7 @@ struct Sched<'a> {
     last: DeviceId,
     dev: Vec<Option<DeviceId>>,
     why: Vec<String>,
+    op_offload: bool,
 }
 
 impl Sched<'_> {
@@ -209,6 +238,20 @@ impl Sched<'_> {
                 .find(|&r| g.tensor(r).role == Role::Weight);
             if let Some(w) = first_weight
                 && let Some(d) = self.dev[w.index()]
+                && let Some(b) = self.offload_to(node, d)
+            {
+                let why = format!(
+                    "ggml pass 1, op_offload: its first weight source '{}' is in host memory \
+                     on {}, and a batch of {} >= {OFFLOAD_MIN_BATCH} goes to {} (the weight \
+                     is copied there each run)",
+                    self.tensor_name(w),
+                    self.name(d),
+                    offload_batch(t),
+                    self.name(b)
+                );
+                self.set(node, b, why);
+            } else if let Some(w) = first_weight
+                && let Some(d) = self.dev[w.index()]
                 && !cannot_run(g, self.target, d, node)
             {
                 let why = format!(
@@ -220,6 +263,24 @@ impl Sched<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The CUDA device that takes `node` from its weight's device `d` under
+    /// `op_offload`: only from the last device when it is a CPU (host
+    /// memory), the first CUDA device in priority order that runs it, when
+    /// its batch reaches [`OFFLOAD_MIN_BATCH`].
+    fn offload_to(&self, node: TensorId, d: DeviceId) -> Option<DeviceId> {
+        let devices = &self.target.devices;
+        if !self.op_offload || d != self.last || !devices[d.index()].is_cpu() {
+            return None;
+        }
+        if offload_batch(self.graph.tensor(node)) < OFFLOAD_MIN_BATCH {
+            return None;
+        }
+        (0..d.index())
+            .map(|b| DeviceId(b as u32))
+            .filter(|b| matches!(devices[b.index()].kind, DeviceKind::Cuda { .. }))
+            .find(|&b| !cannot_run(self.graph, self.target, b, node))
     }
 
     /// Pass 2, one sweep: `down` the node list or up; `accelerators_only`

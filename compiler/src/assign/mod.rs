@@ -71,8 +71,10 @@ pub fn assign_devices(
     check_support(graph, target)?;
     let weights = place_weights(graph, target, placement, policy)?;
     match policy {
-        Policy::Ggml => ggml_policy::assign_like_ggml(graph, target, &weights),
-        Policy::Cost => cost_policy::assign_by_cost(graph, target, &weights),
+        Policy::Ggml => {
+            ggml_policy::assign_like_ggml(graph, target, &weights, placement.op_offload)
+        }
+        Policy::Cost => cost_policy::assign_by_cost(graph, target, &weights, placement.op_offload),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::Error;
+use crate::placement::PinRule;
 use crate::target::Target;
 use ir::{DType, GraphBuilder, Role};
 use std::collections::BTreeSet;
@@ -188,6 +189,72 @@ fn ggml_passes_on_llama2l_with_half_the_layers_offloaded() {
         why("l0.q3").starts_with("ggml pass 4: view of 'l0.q'"),
         "{}",
         why("l0.q3")
+    );
+}
+
+/// ggml's `op_offload`: a product on a weight in the CPU's memory goes to
+/// the CUDA device from a batch of 32 columns (ggml-cuda's default
+/// `GGML_OP_OFFLOAD_MIN_BATCH`), not at 31; a `get_rows` never; an RPC
+/// server (no `offload_op`) never; the cost policy decides by its model.
+#[test]
+fn ggml_op_offload_moves_large_batches_on_host_weights_to_cuda() {
+    let graph = |tokens: i64| {
+        let mut b = GraphBuilder::new("offload");
+        let ids = b.input("ids", DType::I32, [tokens, 1, 1, 1]).expect("ids");
+        let table = b
+            .weight("table", DType::F32, [64, 100, 1, 1])
+            .expect("table");
+        let w = b.weight("w", DType::F32, [64, 64, 1, 1]).expect("w");
+        let x = b.get_rows("x", table, ids).expect("x");
+        let y = b.mul_mat("y", w, x).expect("y");
+        b.mark_output(y).expect("out");
+        b.finish().expect("graph")
+    };
+    let pins = |t: &Target| PlacementOptions {
+        pins: vec![PinRule::parse(".*=cpu", t).expect("pin")],
+        op_offload: true,
+        ..PlacementOptions::default()
+    };
+    let cuda = Target::preset("cpu+cuda0").expect("preset");
+    for (tokens, want) in [(31, "cpu"), (32, "cuda0"), (200, "cuda0")] {
+        let g = graph(tokens);
+        let a = run(&g, &cuda, &pins(&cuda), Policy::Ggml);
+        assert_eq!(device_of(&g, &cuda, &a, "y"), want, "{tokens} tokens");
+        assert_eq!(device_of(&g, &cuda, &a, "x"), "cpu", "get_rows stays");
+        if want == "cuda0" {
+            let why = reason_of(&g, &a, "y");
+            assert!(
+                why.contains("op_offload") && why.contains(&format!("{tokens} >= 32")),
+                "{why}"
+            );
+        }
+    }
+    let rpc = Target::preset("cpu+rpc0").expect("preset");
+    let g = graph(200);
+    let a = run(&g, &rpc, &pins(&rpc), Policy::Ggml);
+    assert_eq!(
+        device_of(&g, &rpc, &a, "y"),
+        "cpu",
+        "an RPC server never offloads"
+    );
+    // Without --op-offload (llama.cpp's --no-op-offload) the product stays.
+    let off = PlacementOptions {
+        op_offload: false,
+        ..pins(&cuda)
+    };
+    let a = run(&g, &cuda, &off, Policy::Ggml);
+    assert_eq!(device_of(&g, &cuda, &a, "y"), "cpu");
+    // The cost policy measures itself against that ggml plan: never slower
+    // by its own estimate (llama2l's CPU block of 128 tokens).
+    let llama = example_graph("llama2l");
+    let (_, t, mut o) = scenarios().swap_remove(1);
+    o.op_offload = true;
+    let ggml = run(&llama, &t, &o, Policy::Ggml);
+    assert_eq!(device_of(&llama, &t, &ggml, "l0.q"), "cuda0");
+    let cost = run(&llama, &t, &o, Policy::Cost);
+    assert!(
+        cost.reason.iter().all(|r| r.starts_with("cost: ")),
+        "cost decided"
     );
 }
 

@@ -37,7 +37,13 @@ fn estimated_us(g: &Graph, t: &Target, a: &Assignment) -> f64 {
 fn cost_never_copies_more_than_ggml_on_the_examples() {
     for graph in ["llama2l", "bert2l", "mlp"] {
         let g = example_graph(graph);
-        for (what, t, o) in scenarios() {
+        // Each scenario also with --op-offload (ggml's weights copied to the GPU).
+        let offloading = scenarios().into_iter().map(|(what, t, mut o)| {
+            o.op_offload = true;
+            (what, t, o)
+        });
+        for (what, t, o) in scenarios().into_iter().chain(offloading) {
+            let what = format!("{what}{}", if o.op_offload { " --op-offload" } else { "" });
             let ggml = run(&g, &t, &o, Policy::Ggml);
             let cost = run(&g, &t, &o, Policy::Cost);
             let (gc, cc) = (copies(&g, &ggml), copies(&g, &cost));

@@ -152,6 +152,10 @@ pub struct PlacementOptions {
     /// device after device, which a pipelined plan is not, so such a plan
     /// keeps the split by memory.
     pub pipelined: bool,
+    /// `--op-offload`: `--policy ggml` models ggml's `op_offload` (llama.cpp's
+    /// default; without the flag it plans as `--no-op-offload`), and the
+    /// cost policy measures itself against that assignment.
+    pub op_offload: bool,
 }
 
 impl PlacementOptions {
