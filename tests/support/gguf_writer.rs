@@ -23,6 +23,8 @@ pub enum Meta {
     Strs(Vec<String>),
     /// GGUF type 9 of type 5: an array of i32.
     I32s(Vec<i32>),
+    /// GGUF type 9 of type 6: an array of f32.
+    F32s(Vec<f32>),
 }
 
 /// A tensor for [`write_gguf_tensors`]: ggml shape (innermost first, its
@@ -124,6 +126,14 @@ fn put_meta(out: &mut Vec<u8>, value: &Meta) {
         Meta::I32s(items) => {
             out.extend(9u32.to_le_bytes());
             out.extend(5u32.to_le_bytes());
+            out.extend((items.len() as u64).to_le_bytes());
+            for v in items {
+                out.extend(v.to_le_bytes());
+            }
+        }
+        Meta::F32s(items) => {
+            out.extend(9u32.to_le_bytes());
+            out.extend(6u32.to_le_bytes());
             out.extend((items.len() as u64).to_le_bytes());
             for v in items {
                 out.extend(v.to_le_bytes());

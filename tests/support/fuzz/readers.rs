@@ -192,7 +192,7 @@ pub fn npy(data: &[u8]) {
 }
 
 /// The tokenizers of the seed GGUF files: byte-level BPE with each
-/// pre-tokenizer, and WordPiece.
+/// pre-tokenizer, SentencePiece, and WordPiece.
 fn tokenizers() -> &'static [(&'static str, Tokenizer)] {
     static TOKENIZERS: OnceLock<Vec<(&'static str, Tokenizer)>> = OnceLock::new();
     TOKENIZERS.get_or_init(|| {

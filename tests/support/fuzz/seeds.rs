@@ -194,6 +194,56 @@ fn bpe_metadata(pre: &str) -> Vec<(String, Meta)> {
     ]
 }
 
+/// A SentencePiece vocabulary (`tokenizer.ggml.model = llama`, Gemma's
+/// form): control tokens, the 256 byte tokens, and pieces whose scores make
+/// merges of different priority and ties (`▁` stands for a space).
+fn spm_metadata() -> Vec<(String, Meta)> {
+    const PIECES: &[(&str, f32)] = &[
+        ("▁", -1.0),
+        ("t", -2.0),
+        ("h", -2.0),
+        ("e", -2.0),
+        ("he", -3.0),
+        ("▁t", -3.0),
+        ("▁the", -1.5),
+        ("1", -4.0),
+        ("12", -4.0),
+        ("é", -5.0),
+    ];
+    let mut tokens = vec![
+        "<pad>".to_owned(),
+        "<eos>".into(),
+        "<bos>".into(),
+        "<unk>".into(),
+    ];
+    let mut types = vec![3, 3, 3, 2];
+    let mut scores = vec![0.0; 4];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6);
+        scores.push(0.0);
+    }
+    for (piece, score) in PIECES {
+        tokens.push((*piece).to_owned());
+        types.push(1);
+        scores.push(*score);
+    }
+    tokens.push("<start_of_turn>".into());
+    types.push(3);
+    scores.push(0.0);
+    vec![
+        ("tokenizer.ggml.model".into(), Meta::Str("llama")),
+        ("tokenizer.ggml.pre".into(), Meta::Str("default")),
+        ("tokenizer.ggml.tokens".into(), Meta::Strs(tokens)),
+        ("tokenizer.ggml.scores".into(), Meta::F32s(scores)),
+        ("tokenizer.ggml.token_type".into(), Meta::I32s(types)),
+        ("tokenizer.ggml.bos_token_id".into(), Meta::U32(2)),
+        ("tokenizer.ggml.eos_token_id".into(), Meta::U32(1)),
+        ("tokenizer.ggml.unknown_token_id".into(), Meta::U32(3)),
+        ("tokenizer.ggml.add_space_prefix".into(), Meta::Bool(false)),
+    ]
+}
+
 /// Vocabulary size of [`bpe_metadata`].
 const BPE_VOCAB: u64 = 1 + 256 + 4;
 
@@ -217,7 +267,8 @@ fn file_bytes(write: impl FnOnce(&std::path::Path)) -> Vec<u8> {
 }
 
 /// GGUF files whose tokenizer the `tokenizer` target uses: byte-level BPE with
-/// three pre-tokenizers (no weights), and the tiny BERT with WordPiece.
+/// three pre-tokenizers (no weights), SentencePiece (Gemma's form), and the
+/// tiny BERT with WordPiece.
 pub fn tokenizer_ggufs() -> Vec<(&'static str, Vec<u8>)> {
     let bpe = |pre: &str| {
         let mut kvs = vec![("general.architecture".to_owned(), Meta::Str("llama"))];
@@ -228,6 +279,14 @@ pub fn tokenizer_ggufs() -> Vec<(&'static str, Vec<u8>)> {
         ("bpe-smollm", bpe("smollm")),
         ("bpe-llama-bpe", bpe("llama-bpe")),
         ("bpe-qwen2", bpe("qwen2")),
+        (
+            "spm",
+            file_bytes(|p| {
+                let mut kvs = vec![("general.architecture".to_owned(), Meta::Str("gemma3"))];
+                kvs.extend(spm_metadata());
+                write_gguf_tensors(p, &kvs, &[])
+            }),
+        ),
         (
             "wordpiece",
             file_bytes(|p| write_bert_gguf(p, &HfBert::tiny(1), &Convert::default())),
