@@ -20,58 +20,10 @@ impl Rewriter<'_> {
         };
         let (an, bn) = (src_ne[0], src_ne[1]);
         let ratio = bn[2] / an[2];
+        if let Some(v) = self.weight_products(id, Op::MulMat, &a, &b, &[])? {
+            return Ok(Some(v));
+        }
         match (&a, &b) {
-            // Column-parallel: the weight's rows split, the input whole.
-            (
-                Value::Split {
-                    axis: 1,
-                    extents,
-                    parts,
-                },
-                b,
-            ) if whole(b) => {
-                let (extents, parts, b) = (extents.clone(), parts.clone(), b.clone());
-                let out = self.per_part(id, Op::MulMat, &have(&parts), |rw, d| {
-                    Ok((vec![parts[d].unwrap(), rw.on(&b, d)?], None))
-                })?;
-                Ok(Some(self.split_result(id, 0, extents, out)?))
-            }
-            // Row-parallel: both split along K alike: partial sums.
-            (
-                Value::Split {
-                    axis: 0,
-                    extents: ea,
-                    parts: pa,
-                },
-                Value::Split {
-                    axis: 0,
-                    extents: eb,
-                    parts: pb,
-                },
-            ) if ea == eb => {
-                let (pa, pb) = (pa.clone(), pb.clone());
-                let out = self.per_part(id, Op::MulMat, &have(&pa), |rw, d| {
-                    let y = rw.packed(id, pb[d].ok_or_else(|| rw.mismatch(id))?)?;
-                    Ok((vec![pa[d].unwrap(), y], None))
-                })?;
-                Ok(Some(self.partial_result(id, out)))
-            }
-            // Row-parallel with a whole input: each device reads its slice of K.
-            (
-                Value::Split {
-                    axis: 0,
-                    extents,
-                    parts,
-                },
-                b,
-            ) if whole(b) => {
-                let (extents, parts, b) = (extents.clone(), parts.clone(), b.clone());
-                let out = self.per_part(id, Op::MulMat, &have(&parts), |rw, d| {
-                    let slice = rw.slice(&b, 0, &extents, d)?;
-                    Ok((vec![parts[d].unwrap(), rw.packed(id, slice)?], None))
-                })?;
-                Ok(Some(self.partial_result(id, out)))
-            }
             // Heads: batched products split along axis 2 (GQA: `ratio` query
             // heads per KV head, kept on one device).
             (
@@ -165,14 +117,36 @@ impl Rewriter<'_> {
         b: Value,
         ids: Value,
     ) -> R<Option<Value>> {
+        if !matches!(ids, Value::Whole(_) | Value::Mirrored(_)) {
+            return Ok(None);
+        }
+        self.weight_products(id, Op::MulMatId, &a, &b, &[ids])
+    }
+
+    /// The arms `mul_mat` and `mul_mat_id` share, a weight `a` split and
+    /// its input `b`: the weight's rows split with `b` whole (the result
+    /// split along its rows), or split along K with `b` split alike or
+    /// whole and sliced (partial sums). `extra` sources (whole) follow `a`
+    /// and `b` on every device. `None` when no arm fits.
+    fn weight_products(
+        &mut self,
+        id: TensorId,
+        op: Op,
+        a: &Value,
+        b: &Value,
+        extra: &[Value],
+    ) -> R<Option<Value>> {
         let whole = |v: &Value| matches!(v, Value::Whole(_) | Value::Mirrored(_));
         let have = |parts: &[Option<TensorId>]| -> Vec<bool> {
             parts.iter().map(Option::is_some).collect()
         };
-        if !whole(&ids) {
-            return Ok(None);
-        }
-        match (&a, &b) {
+        let with_extra = |rw: &mut Self, d: usize, mut srcs: Vec<TensorId>| -> R<Vec<TensorId>> {
+            for v in extra {
+                srcs.push(rw.on(v, d)?);
+            }
+            Ok(srcs)
+        };
+        match (a, b) {
             (
                 Value::Split {
                     axis: 1,
@@ -182,11 +156,9 @@ impl Rewriter<'_> {
                 b,
             ) if whole(b) => {
                 let (extents, parts, b) = (extents.clone(), parts.clone(), b.clone());
-                let out = self.per_part(id, Op::MulMatId, &have(&parts), |rw, d| {
-                    Ok((
-                        vec![parts[d].unwrap(), rw.on(&b, d)?, rw.on(&ids, d)?],
-                        None,
-                    ))
+                let out = self.per_part(id, op, &have(&parts), |rw, d| {
+                    let x = rw.on(&b, d)?;
+                    Ok((with_extra(rw, d, vec![parts[d].unwrap(), x])?, None))
                 })?;
                 Ok(Some(self.split_result(id, 0, extents, out)?))
             }
@@ -203,9 +175,9 @@ impl Rewriter<'_> {
                 },
             ) if ea == eb => {
                 let (pa, pb) = (pa.clone(), pb.clone());
-                let out = self.per_part(id, Op::MulMatId, &have(&pa), |rw, d| {
+                let out = self.per_part(id, op, &have(&pa), |rw, d| {
                     let y = rw.packed(id, pb[d].ok_or_else(|| rw.mismatch(id))?)?;
-                    Ok((vec![pa[d].unwrap(), y, rw.on(&ids, d)?], None))
+                    Ok((with_extra(rw, d, vec![pa[d].unwrap(), y])?, None))
                 })?;
                 Ok(Some(self.partial_result(id, out)))
             }
@@ -218,12 +190,10 @@ impl Rewriter<'_> {
                 b,
             ) if whole(b) => {
                 let (extents, parts, b) = (extents.clone(), parts.clone(), b.clone());
-                let out = self.per_part(id, Op::MulMatId, &have(&parts), |rw, d| {
+                let out = self.per_part(id, op, &have(&parts), |rw, d| {
                     let slice = rw.slice(&b, 0, &extents, d)?;
-                    Ok((
-                        vec![parts[d].unwrap(), rw.packed(id, slice)?, rw.on(&ids, d)?],
-                        None,
-                    ))
+                    let y = rw.packed(id, slice)?;
+                    Ok((with_extra(rw, d, vec![parts[d].unwrap(), y])?, None))
                 })?;
                 Ok(Some(self.partial_result(id, out)))
             }
