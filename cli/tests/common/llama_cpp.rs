@@ -65,38 +65,42 @@ pub const F32_GREEDY: [&str; 6] = ["-ctk", "f32", "-ctv", "f32", "--greedy", "32
 /// tokens, its 32 greedy tokens, and its prompt logits `llama` within
 /// `max_nmse`.
 pub fn generate_agrees(arch: &str, gguf: &Path, cap: &Path, llama: &[f64], max_nmse: f64) {
+    let exact = ["--ctx", "64", "--precision", "exact", "--kv", "f32"];
+    generate_matches(arch, gguf, cap, llama, max_nmse, (PROMPT, 32), &exact);
+}
+
+/// `ggplan generate --gguf GGUF` of `prompt` for `max_tokens` tokens, with
+/// `flags`, against the capture `cap` (made with `--greedy max_tokens` on
+/// the same prompt): llama.cpp's prompt tokens, its greedy tokens, and its
+/// prompt logits `llama` within `max_nmse`.
+pub fn generate_matches(
+    label: &str,
+    gguf: &Path,
+    cap: &Path,
+    llama: &[f64],
+    max_nmse: f64,
+    (prompt, max_tokens): (&str, usize),
+    flags: &[&str],
+) {
     let dir = cap.parent().unwrap();
     let dump = dir.join("prompt_logits.npy");
-    let printed = ggplan_ok(&[
-        "generate",
-        "--gguf",
-        &s(gguf),
-        "--prompt",
-        PROMPT,
-        "--max-tokens",
-        "32",
-        "--ctx",
-        "64",
-        "--precision",
-        "exact",
-        "--kv",
-        "f32",
-        "--json",
-        "--dump-logits",
-        &s(&dump),
-    ]);
+    let (gguf, dump_arg, max) = (s(gguf), s(&dump), max_tokens.to_string());
+    let mut args = vec!["generate", "--gguf", &gguf, "--prompt", prompt];
+    args.extend(["--max-tokens", &max, "--json", "--dump-logits", &dump_arg]);
+    args.extend(flags);
+    let printed = ggplan_ok(&args);
     let json_line = printed.lines().find(|l| l.starts_with('{')).unwrap();
     let got: serde_json::Value = serde_json::from_str(json_line).unwrap();
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cap).unwrap()).unwrap();
-    assert_eq!(got["prompt_ids"], want["tokens"], "{arch}: prompt tokens");
+    assert_eq!(got["prompt_ids"], want["tokens"], "{label}: prompt tokens");
     assert_eq!(
         got["generated_ids"], want["greedy"],
-        "{arch}: greedy tokens"
+        "{label}: greedy tokens"
     );
     let (_, ours) = read_npy_f64(&dump);
     let e = nmse(&ours, llama);
-    assert!(e <= max_nmse, "{arch} generate: prompt logits NMSE {e:e}");
+    assert!(e <= max_nmse, "{label} generate: prompt logits NMSE {e:e}");
 }
 
 /// sum((a - b)^2) / sum(b^2), of two equally long lists.
