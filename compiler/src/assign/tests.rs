@@ -244,18 +244,13 @@ fn ggml_op_offload_moves_large_batches_on_host_weights_to_cuda() {
     };
     let a = run(&g, &cuda, &off, Policy::Ggml);
     assert_eq!(device_of(&g, &cuda, &a, "y"), "cpu");
-    // The cost policy measures itself against that ggml plan: never slower
-    // by its own estimate (llama2l's CPU block of 128 tokens).
+    // llama2l's CPU block of 128 tokens goes to cuda0 (that the cost policy
+    // is never estimated slower than this plan: tests_cost.rs).
     let llama = example_graph("llama2l");
     let (_, t, mut o) = scenarios().swap_remove(1);
     o.op_offload = true;
     let ggml = run(&llama, &t, &o, Policy::Ggml);
     assert_eq!(device_of(&llama, &t, &ggml, "l0.q"), "cuda0");
-    let cost = run(&llama, &t, &o, Policy::Cost);
-    assert!(
-        cost.reason.iter().all(|r| r.starts_with("cost: ")),
-        "cost decided"
-    );
 }
 
 /// A small KV-cache update: `k` written into rows of a state tensor through
