@@ -134,6 +134,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             gguf,
             prompt: "Once upon a time, in a small village by the sea, there lived a".into(),
             max_tokens: 32,
+            ignore_eos: false,
             ctx: 128,
             min_bucket: ggplan::jobs::buckets::DEFAULT_MIN_BUCKET,
             dump_logits: None,

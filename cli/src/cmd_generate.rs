@@ -31,6 +31,10 @@ pub struct GenerateArgs {
     /// Tokens to generate (fewer when the model ends the text or the context is full).
     #[arg(long, default_value_t = 32)]
     pub(crate) max_tokens: usize,
+    /// Go on past end-of-generation tokens (EOS, `<end_of_turn>`, `<|im_end|>`, ...):
+    /// exactly --max-tokens tokens unless the context fills, as llama.cpp's --ignore-eos.
+    #[arg(long)]
+    pub(crate) ignore_eos: bool,
     /// Context length: the KV cache's rows.
     #[arg(long, default_value_t = 512)]
     pub(crate) ctx: i64,
@@ -131,6 +135,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         rpc: args.rpc.clone(),
         // Every position's logits only when they are dumped.
         all_prompt_logits: args.dump_logits.is_some(),
+        ignore_eos: args.ignore_eos,
     };
     let mut generator = Generator::open(&args.gguf, options)?;
     let threads = generator.threads();
@@ -197,6 +202,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
             "prompt": args.prompt,
             "prompt_ids": generation.prompt_ids,
             "generated_ids": generation.generated_ids,
+            "stop": generation.stop.name(),
             "text": generation.text,
             "prefill_tokens": generation.prompt_ids.len(),
             "prefill_tokens_per_s": prefill_tps,
@@ -217,7 +223,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
             .map(|l| l.attend.to_string())
             .collect();
         eprintln!(
-            "prefill: {} tokens in {:.1} ms ({prefill_tps:.1} tokens/s); decode: {} tokens in {:.1} ms ({decode_tps:.1} tokens/s; cache rows attended {}, plans loaded in {:.1} ms); {threads} threads",
+            "prefill: {} tokens in {:.1} ms ({prefill_tps:.1} tokens/s); decode: {} tokens in {:.1} ms ({decode_tps:.1} tokens/s; cache rows attended {}, plans loaded in {:.1} ms); {threads} threads; stopped: {}",
             generation.prompt_ids.len(),
             generation.prefill_seconds * 1e3,
             generation.decode_steps,
@@ -228,6 +234,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
                 windows.join(" -> ")
             },
             plans_s * 1e3,
+            generation.stop.name(),
         );
         if generation.decode_steps > 0 {
             eprintln!(

@@ -99,7 +99,7 @@ pub use plan::Plan;
 pub use target::Target;
 
 #[cfg(feature = "runtime")]
-pub use jobs::{Embedder, Embedding, GenerateOptions, Generation, Generator};
+pub use jobs::{Embedder, Embedding, GenerateOptions, Generation, Generator, StopReason};
 #[cfg(feature = "runtime")]
 pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Precision, Runtime, StepInfo, Weights};
 

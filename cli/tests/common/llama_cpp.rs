@@ -72,7 +72,9 @@ pub fn generate_agrees(arch: &str, gguf: &Path, cap: &Path, llama: &[f64], max_n
 /// `ggplan generate --gguf GGUF` of `prompt` for `max_tokens` tokens, with
 /// `flags`, against the capture `cap` (made with `--greedy max_tokens` on
 /// the same prompt): llama.cpp's prompt tokens, its greedy tokens, and its
-/// prompt logits `llama` within `max_nmse`.
+/// prompt logits `llama` within `max_nmse`. Both go on past
+/// end-of-generation tokens (the capture's greedy loop does not stop;
+/// `generate --ignore-eos`).
 pub fn generate_matches(
     label: &str,
     gguf: &Path,
@@ -87,6 +89,7 @@ pub fn generate_matches(
     let (gguf, dump_arg, max) = (s(gguf), s(&dump), max_tokens.to_string());
     let mut args = vec!["generate", "--gguf", &gguf, "--prompt", prompt];
     args.extend(["--max-tokens", &max, "--json", "--dump-logits", &dump_arg]);
+    args.push("--ignore-eos");
     args.extend(flags);
     let printed = ggplan_ok(&args);
     let json_line = printed.lines().find(|l| l.starts_with('{')).unwrap();
@@ -98,6 +101,7 @@ pub fn generate_matches(
         got["generated_ids"], want["greedy"],
         "{label}: greedy tokens"
     );
+    assert_eq!(got["stop"], "max_tokens", "{label}: stop reason");
     let (_, ours) = read_npy_f64(&dump);
     let e = nmse(&ours, llama);
     assert!(e <= max_nmse, "{label} generate: prompt logits NMSE {e:e}");

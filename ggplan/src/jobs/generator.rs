@@ -52,6 +52,9 @@ pub struct GenerateOptions {
     /// only the last one's, as llama.cpp does (the prefill skips the output
     /// head for the other positions).
     pub all_prompt_logits: bool,
+    /// Keep generating past end-of-generation tokens (llama.cpp's
+    /// `--ignore-eos`): a fixed token count for benchmarks.
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateOptions {
@@ -67,6 +70,7 @@ impl Default for GenerateOptions {
             compile: crate::CompileOptions::default(),
             rpc: Vec::new(),
             all_prompt_logits: false,
+            ignore_eos: false,
         }
     }
 }
@@ -87,6 +91,29 @@ pub enum GenerateEvent<'a> {
     /// More text: the prompt first, then each generated token's text as
     /// soon as it is whole UTF-8.
     Text(&'a str),
+}
+
+/// Why a generation stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The token count asked for was reached.
+    MaxTokens,
+    /// The model wrote an end-of-generation token (EOS, `<end_of_turn>`,
+    /// ...: `Tokenizer::is_end_of_generation`); it is the last generated id.
+    EndOfGeneration,
+    /// The KV cache is full.
+    ContextFull,
+}
+
+impl StopReason {
+    /// Its name in `generate --json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::EndOfGeneration => "end_of_generation",
+            StopReason::ContextFull => "context_full",
+        }
+    }
 }
 
 /// One generation's result and timings.
@@ -114,6 +141,8 @@ pub struct Generation {
     /// Bytes of weights and cache the decode steps read, all steps together
     /// (`Runtime::memory_read_bytes` of each step's plan).
     pub decode_read_bytes: u64,
+    /// Why it stopped.
+    pub stop: StopReason,
 }
 
 impl Generation {
@@ -284,14 +313,17 @@ impl Generator {
         let t = Instant::now();
         let mut decode_steps = 0usize;
         let mut decode_read_bytes = 0u64;
-        loop {
+        let stop = loop {
             generated_ids.push(next);
             on(GenerateEvent::Text(&stream.push(next)?));
-            if generated_ids.len() >= max_tokens
-                || Some(next) == tokenizer.eos_id()
-                || n_past >= n_ctx
-            {
-                break;
+            if generated_ids.len() >= max_tokens {
+                break StopReason::MaxTokens;
+            }
+            if !self.options.ignore_eos && tokenizer.is_end_of_generation(next) {
+                break StopReason::EndOfGeneration;
+            }
+            if n_past >= n_ctx {
+                break StopReason::ContextFull;
             }
             let (runtime, attend) = decode.for_step(n_past)?;
             feed(
@@ -306,7 +338,7 @@ impl Generator {
             decode_steps += 1;
             n_past += 1;
             next = argmax(&runtime.output_f32(llama::LOGITS)?);
-        }
+        };
         on(GenerateEvent::Text(&stream.finish()));
         // Decode speed counts the steps, not the compiling of bucket plans.
         let decode_seconds = (t.elapsed().as_secs_f64() - decode.load_seconds()).max(0.0);
@@ -321,6 +353,7 @@ impl Generator {
             decode_seconds,
             decode_plans: decode.loads().to_vec(),
             decode_read_bytes,
+            stop,
         })
     }
 }

@@ -11,5 +11,5 @@ mod generator;
 pub mod session;
 
 pub use embedder::{Embedder, Embedding, cosine};
-pub use generator::{GenerateEvent, GenerateOptions, Generation, Generator, argmax};
+pub use generator::{GenerateEvent, GenerateOptions, Generation, Generator, StopReason, argmax};
 pub use session::{Progress, Session};

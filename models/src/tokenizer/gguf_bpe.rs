@@ -7,7 +7,8 @@
 //! `.merges` (`"a b"` strings, highest priority first), `.token_type`
 //! (optional: 3 = control, 4 = user-defined), `.bos_token_id`,
 //! `.eos_token_id` and `.add_bos_token` (optional; BOS is added only when the
-//! file says so).
+//! file says so), `.eot_token_id` and `.eom_token_id` (optional: they end a
+//! generation, `end_of_generation.rs`).
 //!
 //! Invariants of a returned tokenizer: every token string maps to its id (the
 //! first id when a string repeats, so a repeat's later ids decode to nothing);
@@ -21,6 +22,7 @@ use ir::files::gguf::GgufFile;
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 
+use super::end_of_generation::end_of_generation_ids;
 use super::gguf_meta::{TokenizerMeta, add_typed_tokens};
 use super::{Backend, Tokenizer, TokenizerError, pre};
 
@@ -58,6 +60,7 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let types = meta.token_types(tokens.len())?;
     let bos = meta.token_id("tokenizer.ggml.bos_token_id", tokens.len())?;
     let eos = meta.token_id("tokenizer.ggml.eos_token_id", tokens.len())?;
+    let end_of_generation = end_of_generation_ids(&meta, &tokens, eos)?;
     let add_bos = meta.bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false);
     if add_bos && bos.is_none() {
         return Err(meta.problem(
@@ -93,6 +96,7 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         source: path,
         bos: bos.filter(|_| add_bos),
         eos,
+        end_of_generation,
         vocab_size: tokens.len(),
     })
 }

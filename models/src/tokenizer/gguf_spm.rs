@@ -10,7 +10,8 @@
 //! `.unknown_token_id` (optional: llama.cpp's defaults 1, 2 and 0 when
 //! absent), `.add_bos_token` (default true), `.add_eos_token` (default
 //! false) and `.add_space_prefix` (default true), the defaults llama.cpp
-//! gives these vocabularies. `.pre` and `.merges` are not read: llama.cpp
+//! gives these vocabularies; `.eot_token_id` and `.eom_token_id` (optional:
+//! they end a generation, `end_of_generation.rs`). `.pre` and `.merges` are not read: llama.cpp
 //! ignores them for this model.
 //!
 //! Invariants of a returned tokenizer: the scores, types and token ids agree
@@ -20,6 +21,7 @@
 use ir::files::TensorSource;
 use ir::files::gguf::GgufFile;
 
+use super::end_of_generation::end_of_generation_ids;
 use super::gguf_meta::{TOKEN_TYPE_BYTE, TokenizerMeta};
 use super::spm::{Spm, SpmOptions, byte_value};
 use super::{Backend, Tokenizer, TokenizerError};
@@ -55,6 +57,7 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     };
     let bos = id_or("tokenizer.ggml.bos_token_id", 1)?;
     let eos = id_or("tokenizer.ggml.eos_token_id", 2)?;
+    let end_of_generation = end_of_generation_ids(&meta, &tokens, eos)?;
     // Id 0 always exists: the vocabulary is not empty.
     let unk = id_or("tokenizer.ggml.unknown_token_id", 0)?.unwrap_or(0);
     let add_bos = meta.bool("tokenizer.ggml.add_bos_token")?;
@@ -94,6 +97,7 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         source: file.path().to_path_buf(),
         bos: bos.filter(|_| add_bos.unwrap_or(true)),
         eos,
+        end_of_generation,
         vocab_size: n,
     })
 }

@@ -126,6 +126,8 @@ pub(super) fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         source: path,
         bos: None,
         eos,
+        // An encoder: nothing is generated past its separator.
+        end_of_generation: eos.into_iter().collect(),
         vocab_size: n,
     })
 }

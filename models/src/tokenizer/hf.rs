@@ -35,6 +35,7 @@ pub(super) fn from_hf_file(path: &Path) -> Result<Tokenizer, TokenizerError> {
         source: path.to_path_buf(),
         bos: None,
         eos,
+        end_of_generation: eos.into_iter().collect(),
         vocab_size,
     })
 }

@@ -30,6 +30,7 @@
 //! `decode(encode(s)) == s` (SentencePiece: when `s` has no `▁` and every
 //! byte has a byte token, as in Gemma 3).
 
+mod end_of_generation;
 mod error;
 mod gguf_bpe;
 mod gguf_meta;
@@ -61,6 +62,8 @@ pub struct Tokenizer {
     /// Prepended by `encode` (GGUF files that ask for BOS).
     bos: Option<u32>,
     eos: Option<u32>,
+    /// Ids that end a generation (EOS among them), sorted.
+    end_of_generation: Vec<u32>,
     vocab_size: usize,
 }
 
@@ -84,6 +87,7 @@ impl std::fmt::Debug for Tokenizer {
             .field("vocab_size", &self.vocab_size)
             .field("bos", &self.bos)
             .field("eos", &self.eos)
+            .field("end_of_generation", &self.end_of_generation)
             .finish()
     }
 }
@@ -155,6 +159,17 @@ impl Tokenizer {
     /// The end-of-sequence id, when the source names one.
     pub fn eos_id(&self) -> Option<u32> {
         self.eos
+    }
+
+    /// Whether `id` ends a generation: EOS, or for a GGUF vocabulary any of
+    /// llama.cpp's end-of-generation tokens (`end_of_generation.rs`).
+    pub fn is_end_of_generation(&self, id: u32) -> bool {
+        self.end_of_generation.binary_search(&id).is_ok()
+    }
+
+    /// The ids that end a generation, sorted.
+    pub fn end_of_generation_ids(&self) -> &[u32] {
+        &self.end_of_generation
     }
 
     /// Number of token ids (special and added tokens included).

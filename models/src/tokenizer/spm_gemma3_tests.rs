@@ -164,6 +164,8 @@ fn gemma3_ids_equal_llama_cpps_and_decode_round_trips() {
     eprintln!("Gemma 3 tokenizer built in {:?}", start.elapsed());
     assert_eq!(tok.vocab_size(), 262_144);
     assert_eq!(tok.eos_id(), Some(1));
+    // A chat turn ends with `<end_of_turn>` (106), not EOS: llama.cpp stops at both.
+    assert_eq!(tok.end_of_generation_ids(), [1, 106]);
 
     let mut wrong = Vec::new();
     for &(prompt, want) in LLAMA_CPP_IDS {

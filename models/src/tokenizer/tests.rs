@@ -211,6 +211,31 @@ fn control_tokens_in_text_are_one_id_and_left_out_of_decoded_text() {
 }
 
 #[test]
+fn generation_ends_at_eos_eot_eom_and_llama_cpps_end_texts() {
+    let mut kvs = tiny_kvs("gpt-2");
+    set(
+        &mut kvs,
+        "tokenizer.ggml.eos_token_id",
+        GgufValue::U32(id_of("he")),
+    );
+    kvs.push(("tokenizer.ggml.eot_token_id", GgufValue::U32(id_of("12"))));
+    kvs.push(("tokenizer.ggml.eom_token_id", GgufValue::U32(id_of("12"))));
+    let tok = Tokenizer::from_gguf(&write_gguf("tiny-eog", &kvs)).unwrap();
+    // `<|endoftext|>` (id 0) by its text, EOS, and EOT = EOM once.
+    let mut want = vec![0, id_of("he"), id_of("12")];
+    want.sort();
+    assert_eq!(tok.end_of_generation_ids(), want);
+    assert!(tok.is_end_of_generation(id_of("12")));
+    assert!(!tok.is_end_of_generation(id_of("t")));
+
+    // Without EOS, EOT or EOM keys: the end-of-text token alone.
+    let mut kvs = tiny_kvs("gpt-2");
+    kvs.retain(|(k, _)| *k != "tokenizer.ggml.eos_token_id");
+    let tok = Tokenizer::from_gguf(&write_gguf("tiny-eog-text", &kvs)).unwrap();
+    assert_eq!(tok.end_of_generation_ids(), [0]);
+}
+
+#[test]
 fn decode_rejects_ids_outside_the_vocabulary() {
     let tok = tiny("smollm");
     let err = tok.decode(&[1, 261]).unwrap_err().to_string();
@@ -338,6 +363,14 @@ fn load_errors_name_the_file_key_and_value() {
     });
     assert!(
         err.contains("tokenizer.ggml.eos_token_id") && err.contains("5000"),
+        "{err}"
+    );
+
+    let err = load_error("eot-out-of-range", |kvs| {
+        kvs.push(("tokenizer.ggml.eot_token_id", GgufValue::U32(4000)));
+    });
+    assert!(
+        err.contains("tokenizer.ggml.eot_token_id") && err.contains("4000"),
         "{err}"
     );
 
