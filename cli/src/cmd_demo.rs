@@ -133,6 +133,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         crate::cmd_generate::run(crate::cmd_generate::GenerateArgs {
             gguf,
             prompt: "Once upon a time, in a small village by the sea, there lived a".into(),
+            prefill_graph: None,
+            decode_graph: None,
             max_tokens: 32,
             ignore_eos: false,
             ctx: 128,

@@ -7,7 +7,7 @@ use crate::cmd_compile::{SplitModeArg, split_options};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use ggplan::jobs::buckets::DEFAULT_MIN_BUCKET;
-use ggplan::jobs::{GenerateEvent, GenerateOptions, Generator};
+use ggplan::jobs::{GenerateEvent, GenerateOptions, Generation, Generator, ImportedGenerator};
 use ir::DType;
 use runtime::Precision;
 use std::io::Write;
@@ -19,7 +19,8 @@ use std::process::ExitCode;
 #[command(
     after_help = "Examples:\n  ggplan generate --gguf SmolLM2-135M-Instruct.Q4_1.gguf --prompt \"Once upon a time\"\n  \
     ggplan generate --gguf model.gguf --prompt \"Hello\" --max-tokens 64 --ctx 256 --json\n  \
-    ggplan generate --gguf model.gguf --prompt \"Hello\" --target cpu0+cpu1 --split-mode row"
+    ggplan generate --gguf model.gguf --prompt \"Hello\" --target cpu0+cpu1 --split-mode row\n  \
+    ggplan generate --gguf model.gguf --prompt \"Hello\" --prefill-graph prefill.ron --decode-graph decode.ron"
 )]
 pub struct GenerateArgs {
     /// A llama-family GGUF file (llama, mistral, qwen2, qwen3, gemma3).
@@ -28,6 +29,16 @@ pub struct GenerateArgs {
     /// The prompt.
     #[arg(long)]
     pub(crate) prompt: String,
+    /// Generate with llama.cpp's own graphs instead of ggplan's builder: a
+    /// prefill graph imported from a capture (`ggplan import`; the prompt runs
+    /// in chunks of its batch, the rest through the decode graph). The
+    /// context is the graphs' (the capture's --ctx); --ctx and --kv are not used.
+    #[arg(long, value_name = "GRAPH.ron", requires = "decode_graph")]
+    pub(crate) prefill_graph: Option<PathBuf>,
+    /// The one-token decode graph imported beside --prefill-graph (a capture
+    /// of `--tokens 1` with the same --ctx and cache types).
+    #[arg(long, value_name = "GRAPH.ron", requires = "prefill_graph")]
+    pub(crate) decode_graph: Option<PathBuf>,
     /// Tokens to generate (fewer when the model ends the text or the context is full).
     #[arg(long, default_value_t = 32)]
     pub(crate) max_tokens: usize,
@@ -104,6 +115,33 @@ pub enum KvArg {
     F16,
 }
 
+/// The builder's generator or the imported graphs'.
+enum AnyGenerator {
+    Built(Generator),
+    Imported(ImportedGenerator),
+}
+
+impl AnyGenerator {
+    fn threads(&self) -> usize {
+        match self {
+            AnyGenerator::Built(g) => g.threads(),
+            AnyGenerator::Imported(g) => g.threads(),
+        }
+    }
+
+    fn generate(
+        &mut self,
+        prompt: &str,
+        max_tokens: usize,
+        on: &mut dyn FnMut(GenerateEvent<'_>),
+    ) -> ggplan::Result<Generation> {
+        match self {
+            AnyGenerator::Built(g) => g.generate(prompt, max_tokens, on),
+            AnyGenerator::Imported(g) => g.generate(prompt, max_tokens, on),
+        }
+    }
+}
+
 /// Runs `ggplan generate`.
 pub fn run(args: GenerateArgs) -> Result<ExitCode> {
     let bar = crate::progress::bar(0, "loading the prefill plan");
@@ -137,7 +175,14 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         all_prompt_logits: args.dump_logits.is_some(),
         ignore_eos: args.ignore_eos,
     };
-    let mut generator = Generator::open(&args.gguf, options)?;
+    let mut generator = match (&args.prefill_graph, &args.decode_graph) {
+        (Some(prefill), Some(decode)) => AnyGenerator::Imported(ImportedGenerator::open(
+            &args.gguf,
+            (prefill, decode),
+            options,
+        )?),
+        _ => AnyGenerator::Built(Generator::open(&args.gguf, options)?),
+    };
     let threads = generator.threads();
     let gguf = args.gguf.display().to_string();
     let mut out = std::io::stdout().lock();

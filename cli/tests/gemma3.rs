@@ -30,7 +30,7 @@ use common::llama_cpp::{
     F32_GREEDY, assert_same_decisions, capture, generate_agrees, generate_matches,
     ggml_on_two_servers, import_compile_run, input_args, nmse, random_gguf, s,
 };
-use common::{ggplan_ok, scratch_dir};
+use common::{ggplan_error, ggplan_ok, scratch_dir};
 use ggplan_tests::models::{gemma3_gguf, smollm2_gguf};
 use ggplan_tests::references::read_npy_f64;
 use ggplan_tests::rpc_server::RpcServer;
@@ -90,6 +90,21 @@ fn a_random_gemma3_imports_and_agrees_with_llama_cpp_on_every_split() {
     let inputs = dir.join("cpu.inputs");
     assert!(inputs.join("attn_inp_kq_mask.npy").is_file());
     assert!(inputs.join("attn_inp_kq_mask#1.npy").is_file());
+    // Generation from the imported graph is refused: its second cache and
+    // window masks are not what it computes.
+    let graph = s(&dir.join("cpu.graph.ron"));
+    let printed = ggplan_error(&[
+        "generate",
+        "--gguf",
+        &s(&gguf),
+        "--prompt",
+        "a",
+        "--prefill-graph",
+        &graph,
+        "--decode-graph",
+        &graph,
+    ]);
+    assert!(printed.contains("sliding-window"), "{printed}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

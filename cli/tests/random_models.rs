@@ -7,6 +7,10 @@
 //!   head norms, NeoX rope): `ggplan generate` from the GGUF gives llama.cpp's
 //!   32 greedy tokens in exact precision and its prompt logits within NMSE 1e-9
 //!   (Qwen 3 MoE has no builder yet: `generate` names the architecture);
+//! - `generate` with llama.cpp's own graphs (`--prefill-graph` from a capture
+//!   of 5 tokens, so the prompt runs as three batches and a decode step,
+//!   `--decode-graph` from a one-token capture) gives the same 32 tokens and
+//!   prompt logits, Qwen 3 MoE included;
 //! - the imported capture, compiled for `cpu` and for `cpu0+cpu1` by layers
 //!   and by rows, gives llama.cpp's logits within NMSE 1e-9;
 //! - on two loopback RPC servers (`-ts 1,2`, which puts one block on each
@@ -20,13 +24,14 @@
 mod common;
 
 use common::llama_cpp::{
-    F32_GREEDY, assert_same_decisions, capture, generate_agrees, ggml_on_two_servers,
-    import_compile_run, nmse, random_gguf, s,
+    F32_GREEDY, PROMPT, assert_same_decisions, capture, generate_agrees, generate_matches,
+    ggml_on_two_servers, import_compile_run, nmse, random_gguf, s,
 };
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::smollm2_gguf;
 use ggplan_tests::references::read_npy_f64;
 use ggplan_tests::rpc_server::RpcServer;
+use std::path::Path;
 
 /// Exact precision against llama.cpp's F32 graph: only summation order differs.
 const MAX_NMSE: f64 = 1e-9;
@@ -51,6 +56,7 @@ fn agrees_with_llama_cpp(arch: &str) {
     } else {
         generate_agrees(arch, &gguf, &cap, &llama, MAX_NMSE);
     }
+    generate_with_imported_graphs(arch, &gguf, &cap, &llama);
 
     // The import, on one device and split over two core groups.
     for (name, args) in [
@@ -85,6 +91,44 @@ fn agrees_with_llama_cpp(arch: &str) {
     assert!(e <= MAX_NMSE, "{arch} on RPC servers: NMSE {e:e}");
     assert_same_decisions(&dir.join("rpc.plan.ron"), &cap_rpc, 3);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `generate` with llama.cpp's own graphs: the capture of the first 5
+/// prompt tokens as the prefill graph (the 16-token prompt runs as three
+/// such batches and one decode step) and a one-token capture as the decode
+/// graph give llama.cpp's 32 greedy tokens and its prompt logits: MoE too,
+/// which has no builder.
+fn generate_with_imported_graphs(arch: &str, gguf: &Path, cap: &Path, llama: &[f64]) {
+    let dir = cap.parent().unwrap();
+    let mut graphs = Vec::new();
+    for (name, tokens) in [("prefill5", "5"), ("decode1", "1")] {
+        let json = dir.join(format!("{name}.json"));
+        capture(
+            gguf,
+            &json,
+            &["-ctk", "f32", "-ctv", "f32", "--tokens", tokens],
+        );
+        let graph = s(&dir.join(format!("{name}.ron")));
+        ggplan_ok(&["import", &s(&json), "-o", &graph]);
+        graphs.push(graph);
+    }
+    let flags = ["--precision", "exact", "--prefill-graph", &graphs[0]];
+    let flags = [&flags[..], &["--decode-graph", &graphs[1]]].concat();
+    let label = format!("{arch} from imported graphs");
+    generate_matches(&label, gguf, cap, llama, MAX_NMSE, (PROMPT, 32), &flags);
+    // A decode graph of more than one token is refused, naming the count.
+    let wrong = ["--prefill-graph", &graphs[0], "--decode-graph", &graphs[0]];
+    let printed = common::ggplan_error(
+        &[
+            &["generate", "--gguf", &s(gguf), "--prompt", "a"],
+            &wrong[..],
+        ]
+        .concat(),
+    );
+    assert!(
+        printed.contains("decodes 5 tokens per run, not 1"),
+        "{printed}"
+    );
 }
 
 /// Llama 3: rope divides each pair's angle by `rope_freqs.weight`; on the

@@ -99,7 +99,9 @@ pub use plan::Plan;
 pub use target::Target;
 
 #[cfg(feature = "runtime")]
-pub use jobs::{Embedder, Embedding, GenerateOptions, Generation, Generator, StopReason};
+pub use jobs::{
+    Embedder, Embedding, GenerateOptions, Generation, Generator, ImportedGenerator, StopReason,
+};
 #[cfg(feature = "runtime")]
 pub use runtime::{Flow, LoadOptions, LoadReport, Observer, Precision, Runtime, StepInfo, Weights};
 

@@ -14,12 +14,13 @@
 //! column) are bit-identical in every bucket (see [`super::buckets`]).
 
 use super::buckets::{BucketLoad, DEFAULT_MIN_BUCKET, DecodePlans, context_buckets};
+use super::greedy::continue_greedily;
 use super::session::{Progress, Session};
 use crate::{Error, Result};
 use ir::DType;
 use ir::files::gguf::GgufFile;
+use models::Tokenizer;
 use models::llama::{self, CacheConfig, LlamaConfig, step_inputs};
-use models::{StreamDecoder, Tokenizer};
 use runtime::{Precision, Runtime, Weights};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -198,25 +199,10 @@ impl Generator {
     /// whose prefill plan is shaped by the prompt.
     pub fn open(gguf: impl AsRef<Path>, options: GenerateOptions) -> Result<Generator> {
         let path = gguf.as_ref().to_path_buf();
-        let file = GgufFile::open(&path)?;
-        let tokenizer = Tokenizer::from_gguf(&file)
-            .map_err(|e| Error::Usage(format!("{}: reading the tokenizer: {e}", path.display())))?;
+        let tokenizer = open_tokenizer(&path)?;
         let buckets = context_buckets(options.ctx, options.min_bucket)?;
         let weights = Weights::open(&path)?;
-        let target_name = options.target.as_deref().unwrap_or("cpu");
-        let mut target = crate::target::resolve(target_name)?;
-        if target_name == crate::target::HOST && !options.rpc.is_empty() {
-            crate::target::add_remote_devices(&mut target, &options.rpc, &mut |n| {
-                tracing::info!("{n}")
-            })?;
-        }
-        let session = Session::for_target(
-            options.threads,
-            options.precision,
-            target,
-            options.compile.clone(),
-        )?
-        .with_rpc(&options.rpc)?;
+        let session = open_session(&options)?;
         Ok(Generator {
             path,
             tokenizer,
@@ -297,10 +283,9 @@ impl Generator {
         // Its arenas are not needed again (the cache lives in the shared store).
         drop(prefill);
         // The last row: the only one unless every position's was asked for.
-        let mut next = argmax(&prompt_logits[prompt_logits.len() - n_vocab..]);
+        let next = argmax(&prompt_logits[prompt_logits.len() - n_vocab..]);
 
         on(GenerateEvent::Text(prompt));
-        let mut stream = StreamDecoder::new(tokenizer);
         let mut decode = DecodePlans::new(
             &self.session,
             &self.weights,
@@ -308,54 +293,63 @@ impl Generator {
             cache,
             self.buckets.clone(),
         );
-        let mut generated_ids = Vec::new();
-        let mut n_past = n_prompt;
+        let window = cfg.local_window();
         let t = Instant::now();
-        let mut decode_steps = 0usize;
-        let mut decode_read_bytes = 0u64;
-        let stop = loop {
-            generated_ids.push(next);
-            on(GenerateEvent::Text(&stream.push(next)?));
-            if generated_ids.len() >= max_tokens {
-                break StopReason::MaxTokens;
-            }
-            if !self.options.ignore_eos && tokenizer.is_end_of_generation(next) {
-                break StopReason::EndOfGeneration;
-            }
-            if n_past >= n_ctx {
-                break StopReason::ContextFull;
-            }
-            let (runtime, attend) = decode.for_step(n_past)?;
-            feed(
-                runtime,
-                &[next],
-                n_past,
-                (n_ctx, attend),
-                cfg.local_window(),
-            )?;
-            runtime.run()?;
-            decode_read_bytes += runtime.memory_read_bytes();
-            decode_steps += 1;
-            n_past += 1;
-            next = argmax(&runtime.output_f32(llama::LOGITS)?);
-        };
-        on(GenerateEvent::Text(&stream.finish()));
+        let run = continue_greedily(
+            tokenizer,
+            next,
+            (n_prompt, n_ctx),
+            (max_tokens, self.options.ignore_eos),
+            on,
+            &mut |id, n_past| {
+                let (runtime, attend) = decode.for_step(n_past)?;
+                feed(runtime, &[id], n_past, (n_ctx, attend), window)?;
+                runtime.run()?;
+                let logits = runtime.output_f32(llama::LOGITS)?;
+                Ok((logits, runtime.memory_read_bytes()))
+            },
+        )?;
         // Decode speed counts the steps, not the compiling of bucket plans.
         let decode_seconds = (t.elapsed().as_secs_f64() - decode.load_seconds()).max(0.0);
         Ok(Generation {
-            text: tokenizer.decode(&generated_ids)?,
+            text: tokenizer.decode(&run.generated_ids)?,
             prompt_ids,
-            generated_ids,
+            generated_ids: run.generated_ids,
             prompt_logits,
             n_vocab,
             prefill_seconds,
-            decode_steps,
+            decode_steps: run.steps,
             decode_seconds,
             decode_plans: decode.loads().to_vec(),
-            decode_read_bytes,
-            stop,
+            decode_read_bytes: run.read_bytes,
+            stop: run.stop,
         })
     }
+}
+
+/// The session `options` ask for: their target (`host` with the RPC
+/// servers added as devices), threads, precision and compile options.
+pub(super) fn open_session(options: &GenerateOptions) -> Result<Session> {
+    let target_name = options.target.as_deref().unwrap_or("cpu");
+    let mut target = crate::target::resolve(target_name)?;
+    if target_name == crate::target::HOST && !options.rpc.is_empty() {
+        crate::target::add_remote_devices(&mut target, &options.rpc, &mut |n| {
+            tracing::info!("{n}")
+        })?;
+    }
+    Session::for_target(
+        options.threads,
+        options.precision,
+        target,
+        options.compile.clone(),
+    )?
+    .with_rpc(&options.rpc)
+}
+
+/// Opens `gguf`'s tokenizer, naming the file when it cannot.
+pub(super) fn open_tokenizer(path: &Path) -> Result<Tokenizer> {
+    Tokenizer::from_gguf(&GgufFile::open(path)?)
+        .map_err(|e| Error::Usage(format!("{}: reading the tokenizer: {e}", path.display())))
 }
 
 /// Index of the first largest value of a logits row (the greedy token).

@@ -10,11 +10,13 @@
 //!   once; extents are at least 1;
 //! - a graph input's values, when present, are exactly its packed bytes.
 
+mod batch;
 mod error;
 mod flash_attn;
 mod import;
 mod read;
 
+pub use batch::BatchInputs;
 pub use error::CaptureError;
 pub use import::{Imported, import};
 pub use read::read_capture;

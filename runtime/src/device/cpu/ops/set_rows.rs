@@ -50,6 +50,9 @@ pub(super) fn prepare(
     )?;
     let (ri, di) = (RowIo::new(&rows), RowIo::new(&dst));
     let same = rows.dtype == dst.dtype;
+    // llama.cpp's transposed V cache is written one element per index
+    // (thousands per token batch): converted inline, not through a row.
+    let scalar_f16 = rows.ne[0] == 1 && rows.dtype == DType::F32 && dst.dtype == DType::F16;
     let ne0 = rows.ne[0] as usize;
     let n_dst = dst.ne[1];
     let (in1, in2) = (idx.ne[1] as usize, idx.ne[2] as usize);
@@ -81,7 +84,11 @@ pub(super) fn prepare(
                     }
                     let s = rows.row_ptr(i, i2, i3);
                     let d = dst.row_ptr(k, i2, i3);
-                    if same {
+                    if scalar_f16 {
+                        let x = s.cast::<f32>().read_unaligned();
+                        d.cast::<u16>()
+                            .write_unaligned(half::f16::from_f32(x).to_bits());
+                    } else if same {
                         copy_elems(dst.dtype, s, ri.nb0, d, di.nb0, ne0);
                     } else {
                         let v = ri.view(s, ne0, &mut buf, d, di.span(ne0));

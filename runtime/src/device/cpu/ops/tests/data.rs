@@ -166,6 +166,28 @@ fn set_rows_keeps_untouched_rows() {
     }
 }
 
+/// llama.cpp's transposed V write: one-element rows, one index each (the
+/// F32 -> F16 case takes an inline conversion).
+#[test]
+fn set_rows_of_single_elements_as_a_transposed_v_cache() {
+    let mut rng = Rng::new(5);
+    for dtype in [DType::F16, DType::F32, DType::BF16] {
+        for n in [1, 97, 299] {
+            let base = filled(&mut rng, dtype, [1, 301, 1, 1]);
+            let rows = filled(&mut rng, DType::F32, [1, n, 1, 1]);
+            let idx = distinct_indices(&mut rng, [n, 1, 1, 1], 301);
+            let what = format!("set_rows of single elements -> {dtype} n={n}");
+            check(
+                &what,
+                Op::SetRows,
+                vec![base, rows, idx],
+                Dst::Into(0),
+                Expect::Bytes,
+            );
+        }
+    }
+}
+
 #[test]
 fn set_rows_with_repeated_indices_keeps_the_last_row_on_any_thread_count() {
     let mut rng = Rng::new(9);
