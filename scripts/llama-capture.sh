@@ -6,7 +6,7 @@
 #
 #   scripts/llama-capture.sh build                      make .rpc/bin/llama-capture (when missing)
 #   scripts/llama-capture.sh run MODEL.gguf OUT.json [--tokens N] [--prompt TEXT] [--ctx C]
-#                            [--greedy N] [-- llama.cpp flags: -ngl, -sm, -ts, --rpc, -ot, -fa, -ctk, -ctv, -t, -v]
+#                            [--greedy N] [--last-logits] [-- llama.cpp flags: -ngl, -sm, -ts, --rpc, -ot, -fa, -ctk, -ctv, -t, -v]
 #
 # Built against the same vendored llama.cpp as scripts/rpc-servers.sh (its
 # sources and CMake build folder under .rpc/, git-ignored): the build adds

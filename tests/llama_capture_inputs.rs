@@ -3,7 +3,9 @@
 //! set for the batch it captured: token ids, positions, the key and value
 //! cache indices and the attention mask, for SmolLM2's soft_max attention
 //! (transposed V cache: one index per value element; F32 mask) and its
-//! flash attention (V rows; F16 mask), at 16 tokens and at one.
+//! flash attention (V rows; F16 mask), at 16 tokens and at one, and the
+//! output row `out_ids` picks when only the last token's logits are asked
+//! for (`--last-logits`).
 
 use ggplan_tests::models::smollm2_gguf;
 use ggplan_tests::workspace_root;
@@ -67,12 +69,15 @@ fn generation_sets_the_inputs_llama_cpp_set() {
         (1, &["-fa", "off"][..]),
         (16, &["-fa", "on"][..]),
         (1, &["-fa", "on"][..]),
+        // The last token's logits only: `out_ids` selects its row.
+        (16, &["-fa", "off", "--last-logits"][..]),
     ] {
         let capture = capture(&gguf, &dir, tokens, flags);
         let imported = import(&capture, "smollm2").unwrap_or_else(|e| panic!("{e}"));
         let graph = &imported.graph;
         let batch = BatchInputs::of(graph).unwrap_or_else(|e| panic!("{flags:?}: {e}"));
         assert_eq!(batch.n_tokens(), tokens);
+        assert_eq!(batch.last_row_only(), flags.contains(&"--last-logits"));
         assert_eq!(batch.n_kv(), 256, "{flags:?}: the mask covers the context");
         let ids: Vec<u32> = capture.tokens.iter().map(|&t| t as u32).collect();
         let ours = batch.values(&ids, 0).unwrap();

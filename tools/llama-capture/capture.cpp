@@ -5,10 +5,12 @@
 //   llama-capture MODEL.gguf OUT.json [--tokens N] [--prompt TEXT] [--ctx C]
 //                 [-ngl N] [-sm none|layer|row|tensor] [-ts A,B,...] [--rpc H:P,...]
 //                 [-ot REGEX=BUFFER,...] [-fa on|off|auto] [-ctk T] [-ctv T] [-t N]
-//                 [--greedy N] [-v]
+//                 [--greedy N] [--last-logits] [-v]
 //
 // Writes OUT.json (format "ggplan-llama-capture", version 1) and the logits of
-// every token beside it (OUT.logits.npy, float32 [n_tokens, n_vocab]):
+// every token beside it (OUT.logits.npy, float32 [n_tokens, n_vocab]; with
+// --last-logits the batch asks for the last token's only, as llama-cli and
+// llama-bench do, and the graph selects that row by `inp_out_ids`: [1, n_vocab]):
 //   tokens, positions   what was decoded (the prompt's tokens, or N ids)
 //   tensors             every tensor the graph reaches: name, op, type, ne,
 //                       nb, op_params (16 int32 words), flags, sources,
@@ -297,7 +299,7 @@ std::vector<std::string> split_list(const std::string & s, char sep) {
             "usage: llama-capture MODEL.gguf OUT.json [--tokens N] [--prompt TEXT] [--ctx C]\n"
             "       [-ngl N] [-sm none|layer|row|tensor] [-ts A,B,...] [--rpc HOST:PORT,...]\n"
             "       [-ot REGEX=BUFFER,...] [-fa on|off|auto] [-ctk T] [-ctv T] [-t N]\n"
-            "       [--greedy N] [-v]\n");
+            "       [--greedy N] [--last-logits] [-v]\n");
     exit(1);
 }
 
@@ -314,6 +316,7 @@ struct Options {
     std::string model, out, prompt;
     int tokens = 0, ctx = 0, threads = 0, greedy = 0;
     bool verbose = false;
+    bool last_logits = false;
     llama_model_params mparams = llama_model_default_params();
     llama_context_params cparams = llama_context_default_params();
     std::vector<float> tensor_split;
@@ -401,6 +404,8 @@ Options parse(int argc, char ** argv) {
             o.threads = parse_int(a, value());
         } else if (a == "-v") {
             o.verbose = true;
+        } else if (a == "--last-logits") {
+            o.last_logits = true;
         } else if (!a.empty() && a[0] == '-') {
             usage_error("unknown flag " + a);
         } else {
@@ -536,7 +541,7 @@ std::string capture_json(const Options & opt, const Capture & c, const std::vect
         o << (i ? "," : "") << i;
     }
     o << "],\n\"logits\":{\"file\":" << json_string(opt.out.substr(opt.out.rfind('/') + 1) + ".logits.npy")
-      << ",\"shape\":[" << tokens.size() << "," << n_vocab << "]},\n\"tensors\":[\n";
+      << ",\"shape\":[" << (opt.last_logits ? 1 : tokens.size()) << "," << n_vocab << "]},\n\"tensors\":[\n";
     for (size_t id = 0; id < c.tensors.size(); id++) {
         o << (id ? ",\n" : "") << tensor_json(c, (int) id);
     }
@@ -654,7 +659,7 @@ int run(int argc, char ** argv) {
         batch.pos[i] = (llama_pos) i;
         batch.n_seq_id[i] = 1;
         batch.seq_id[i][0] = 0;
-        batch.logits[i] = 1;
+        batch.logits[i] = !opt.last_logits || i + 1 == tokens.size();
     }
     batch.n_tokens = (int32_t) tokens.size();
     int status = llama_decode(ctx, batch);
@@ -666,7 +671,7 @@ int run(int argc, char ** argv) {
     }
     std::vector<float> logits;
     logits.reserve(tokens.size() * (size_t) n_vocab);
-    for (size_t i = 0; i < tokens.size(); i++) {
+    for (size_t i = opt.last_logits ? tokens.size() - 1 : 0; i < tokens.size(); i++) {
         const float * row = llama_get_logits_ith(ctx, (int32_t) i);
         logits.insert(logits.end(), row, row + n_vocab);
     }
@@ -690,7 +695,7 @@ int run(int argc, char ** argv) {
         json += ",\n\"greedy\":" + json_array(greedy.data(), greedy.size());
     }
     json += "\n}\n";
-    write_file(opt.out + ".logits.npy", npy_f32(logits, tokens.size(), (size_t) n_vocab));
+    write_file(opt.out + ".logits.npy", npy_f32(logits, logits.size() / (size_t) n_vocab, (size_t) n_vocab));
     write_file(opt.out, json);
     fprintf(stderr, "llama-capture: %zu tokens, %zu tensors, %zu nodes, %zu copies -> %s\n", tokens.size(),
             capture.tensors.size(), capture.nodes.size(),
