@@ -75,7 +75,7 @@ fn generation_sets_the_inputs_llama_cpp_set() {
         let capture = capture(&gguf, &dir, tokens, flags);
         let imported = import(&capture, "smollm2").unwrap_or_else(|e| panic!("{e}"));
         let graph = &imported.graph;
-        let batch = BatchInputs::of(graph).unwrap_or_else(|e| panic!("{flags:?}: {e}"));
+        let batch = BatchInputs::of(graph, &|_| None).unwrap_or_else(|e| panic!("{flags:?}: {e}"));
         assert_eq!(batch.n_tokens(), tokens);
         assert_eq!(batch.last_row_only(), flags.contains(&"--last-logits"));
         assert_eq!(batch.n_kv(), 256, "{flags:?}: the mask covers the context");

@@ -117,8 +117,8 @@ pub enum KvArg {
 
 /// The builder's generator or the imported graphs'.
 enum AnyGenerator {
-    Built(Generator),
-    Imported(ImportedGenerator),
+    Built(Box<Generator>),
+    Imported(Box<ImportedGenerator>),
 }
 
 impl AnyGenerator {
@@ -175,14 +175,13 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         all_prompt_logits: args.dump_logits.is_some(),
         ignore_eos: args.ignore_eos,
     };
-    let mut generator = match (&args.prefill_graph, &args.decode_graph) {
-        (Some(prefill), Some(decode)) => AnyGenerator::Imported(ImportedGenerator::open(
-            &args.gguf,
-            (prefill, decode),
-            options,
-        )?),
-        _ => AnyGenerator::Built(Generator::open(&args.gguf, options)?),
-    };
+    let mut generator =
+        match (&args.prefill_graph, &args.decode_graph) {
+            (Some(prefill), Some(decode)) => AnyGenerator::Imported(Box::new(
+                ImportedGenerator::open(&args.gguf, (prefill, decode), options)?,
+            )),
+            _ => AnyGenerator::Built(Box::new(Generator::open(&args.gguf, options)?)),
+        };
     let threads = generator.threads();
     let gguf = args.gguf.display().to_string();
     let mut out = std::io::stdout().lock();

@@ -13,6 +13,9 @@
 //!   measured) with its top-1 at every position; on two RPC servers
 //!   `--policy ggml` makes llama.cpp's decisions and every step the servers
 //!   compute agrees in isolation with ggplan's reference (`--check=all`);
+//!   `generate` with llama.cpp's own graphs (a 5-token prefill capture and
+//!   a one-token decode capture: both caches, the window's masks) gives its
+//!   32 greedy tokens and prompt logits within NMSE 1e-6;
 //! - Gemma 3 270M (Q4_K_M, `scripts/setup.sh`) as llama.cpp runs it by
 //!   default (F16 cache), compiled for `cpu` and for `cpu0+cpu1` by layers
 //!   and by rows (one KV head: the attention stays whole, the products are
@@ -27,10 +30,11 @@
 mod common;
 
 use common::llama_cpp::{
-    F32_GREEDY, assert_same_decisions, capture, generate_agrees, generate_matches,
-    ggml_on_two_servers, import_compile_run, input_args, nmse, random_gguf, s,
+    F32_GREEDY, PROMPT, assert_same_decisions, capture, generate_agrees, generate_matches,
+    ggml_on_two_servers, import_compile_run, imported_graph_flags, input_args, nmse, random_gguf,
+    s,
 };
-use common::{ggplan_error, ggplan_ok, scratch_dir};
+use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::{gemma3_gguf, smollm2_gguf};
 use ggplan_tests::references::read_npy_f64;
 use ggplan_tests::rpc_server::RpcServer;
@@ -90,21 +94,19 @@ fn a_random_gemma3_imports_and_agrees_with_llama_cpp_on_every_split() {
     let inputs = dir.join("cpu.inputs");
     assert!(inputs.join("attn_inp_kq_mask.npy").is_file());
     assert!(inputs.join("attn_inp_kq_mask#1.npy").is_file());
-    // Generation from the imported graph is refused: its second cache and
-    // window masks are not what it computes.
-    let graph = s(&dir.join("cpu.graph.ron"));
-    let printed = ggplan_error(&[
-        "generate",
-        "--gguf",
-        &s(&gguf),
-        "--prompt",
-        "a",
-        "--prefill-graph",
-        &graph,
-        "--decode-graph",
-        &graph,
-    ]);
-    assert!(printed.contains("sliding-window"), "{printed}");
+    // Generation with llama.cpp's own graphs: both caches (the window's and
+    // the global one) and their masks set per batch give llama.cpp's tokens.
+    let flags = imported_graph_flags(&gguf, &dir, 5);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    generate_matches(
+        "gemma3 from imported graphs",
+        &gguf,
+        &cap,
+        &llama,
+        1e-6,
+        (PROMPT, 32),
+        &flags,
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

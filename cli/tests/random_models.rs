@@ -25,7 +25,7 @@ mod common;
 
 use common::llama_cpp::{
     F32_GREEDY, PROMPT, assert_same_decisions, capture, generate_agrees, generate_matches,
-    ggml_on_two_servers, import_compile_run, nmse, random_gguf, s,
+    ggml_on_two_servers, import_compile_run, imported_graph_flags, nmse, random_gguf, s,
 };
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::smollm2_gguf;
@@ -100,24 +100,12 @@ fn agrees_with_llama_cpp(arch: &str) {
 /// which has no builder.
 fn generate_with_imported_graphs(arch: &str, gguf: &Path, cap: &Path, llama: &[f64]) {
     let dir = cap.parent().unwrap();
-    let mut graphs = Vec::new();
-    for (name, tokens) in [("prefill5", "5"), ("decode1", "1")] {
-        let json = dir.join(format!("{name}.json"));
-        capture(
-            gguf,
-            &json,
-            &["-ctk", "f32", "-ctv", "f32", "--tokens", tokens],
-        );
-        let graph = s(&dir.join(format!("{name}.ron")));
-        ggplan_ok(&["import", &s(&json), "-o", &graph]);
-        graphs.push(graph);
-    }
-    let flags = ["--precision", "exact", "--prefill-graph", &graphs[0]];
-    let flags = [&flags[..], &["--decode-graph", &graphs[1]]].concat();
+    let graphs = imported_graph_flags(gguf, dir, 5);
+    let flags: Vec<&str> = graphs.iter().map(String::as_str).collect();
     let label = format!("{arch} from imported graphs");
     generate_matches(&label, gguf, cap, llama, MAX_NMSE, (PROMPT, 32), &flags);
     // A decode graph of more than one token is refused, naming the count.
-    let wrong = ["--prefill-graph", &graphs[0], "--decode-graph", &graphs[0]];
+    let wrong = ["--prefill-graph", &graphs[3], "--decode-graph", &graphs[3]];
     let printed = common::ggplan_error(
         &[
             &["generate", "--gguf", &s(gguf), "--prompt", "a"],

@@ -192,3 +192,30 @@ pub fn assert_same_decisions(plan: &Path, cap: &Path, splits: usize) -> String {
     assert!(!shown.contains("(differs)"), "{shown}");
     shown
 }
+
+/// Captures the first `prefill_tokens` tokens of [`PROMPT`] and a one-token
+/// decode of `gguf` (F32 cache), imports both into `dir` and returns
+/// `generate`'s flags for them: exact precision, `--prefill-graph`,
+/// `--decode-graph`.
+pub fn imported_graph_flags(gguf: &Path, dir: &Path, prefill_tokens: usize) -> Vec<String> {
+    let mut flags: Vec<String> = ["--precision", "exact"].map(String::from).to_vec();
+    for (flag, tokens) in [("--prefill-graph", prefill_tokens), ("--decode-graph", 1)] {
+        let json = dir.join(format!("tokens{tokens}.json"));
+        capture(
+            gguf,
+            &json,
+            &[
+                "-ctk",
+                "f32",
+                "-ctv",
+                "f32",
+                "--tokens",
+                &tokens.to_string(),
+            ],
+        );
+        let graph = s(&dir.join(format!("tokens{tokens}.ron")));
+        super::ggplan_ok(&["import", &s(&json), "-o", &graph]);
+        flags.extend([flag.to_string(), graph]);
+    }
+    flags
+}

@@ -7,7 +7,9 @@
 //! `n` or more remain, the rest one token at a time through the decode
 //! graph; generated tokens then go through the decode graph. The inputs of
 //! each run are llama.cpp's for that batch (`models::capture::BatchInputs`:
-//! positions, cache rows, mask), token `p` in cache row `p`.
+//! positions, cache rows, masks), token `p` in cache row `p`; Gemma 3's
+//! local layers' masks hide keys out of the GGUF's window, and any other
+//! architecture with a sliding window is refused.
 //!
 //! Invariants: both graphs declare the same state tensors (names, dtypes,
 //! extents), so the two plans loaded through one [`Session`] share one KV
@@ -25,6 +27,7 @@ use ir::files::gguf::GgufFile;
 use ir::{Graph, Role};
 use models::Tokenizer;
 use models::capture::BatchInputs;
+use models::llama::{LlamaConfig, SlidingWindow};
 use runtime::{Runtime, Weights};
 use std::path::Path;
 use std::time::Instant;
@@ -39,10 +42,10 @@ struct ImportedGraph {
 }
 
 impl ImportedGraph {
-    fn read(path: &Path) -> Result<ImportedGraph> {
+    fn read(path: &Path, window_of: &dyn Fn(usize) -> Option<usize>) -> Result<ImportedGraph> {
         let graph = crate::graph::read(path)?;
         let named = |e: String| Error::Usage(format!("{}: {e}", path.display()));
-        let inputs = BatchInputs::of(&graph).map_err(named)?;
+        let inputs = BatchInputs::of(&graph, window_of).map_err(named)?;
         match graph.find(LOGITS).map(|id| graph.tensor(id).role) {
             Some(Role::Output) => {}
             _ => {
@@ -73,6 +76,23 @@ impl ImportedGraph {
     }
 }
 
+/// The model's sliding window, when it has one: Gemma 3's (its layer
+/// pattern is known); any other architecture with
+/// `{arch}.attention.sliding_window` is refused, its local layers unknown.
+fn sliding_window(file: &GgufFile, path: &Path, arch: &str) -> Result<Option<SlidingWindow>> {
+    let key = format!("{arch}.attention.sliding_window");
+    match file.get(&key) {
+        None => Ok(None),
+        Some(_) if arch == "gemma3" => Ok(LlamaConfig::from_gguf(file, 1)?
+            .gemma3
+            .and_then(|g| g.sliding_window)),
+        Some(window) => Err(Error::Usage(format!(
+            "{}: {key} = {window:?}: which of its layers attend over the window is known for gemma3 only; generate from the GGUF (without --prefill-graph) if ggplan builds it",
+            path.display()
+        ))),
+    }
+}
+
 /// Generates with imported graphs (see the module doc).
 pub struct ImportedGenerator {
     tokenizer: Tokenizer,
@@ -98,9 +118,15 @@ impl ImportedGenerator {
     ) -> Result<ImportedGenerator> {
         let path = gguf.as_ref();
         let tokenizer = open_tokenizer(path)?;
-        let prefill = ImportedGraph::read(prefill)?;
+        let file = GgufFile::open(path)?;
+        let arch = file.get_str("general.architecture").unwrap_or_default();
+        let n_layer = file.get_u64(&format!("{arch}.block_count")).unwrap_or(0) as usize;
+        let window = sliding_window(&file, path, arch)?;
+        let window_of =
+            |layer: usize| window.and_then(|w| w.is_local(layer).then_some(w.window as usize));
+        let prefill = ImportedGraph::read(prefill, &window_of)?;
         let decode_path = decode;
-        let decode = ImportedGraph::read(decode)?;
+        let decode = ImportedGraph::read(decode, &window_of)?;
         if decode.inputs.n_tokens() != 1 {
             return Err(Error::Usage(format!(
                 "{}: the decode graph decodes {} tokens per run, not 1 (capture it with --tokens 1)",
@@ -119,17 +145,6 @@ impl ImportedGenerator {
             return Err(Error::Usage(format!(
                 "{}: its KV cache (state tensors) differs from the prefill graph's: capture both from the same model with the same --ctx and cache types",
                 decode_path.display()
-            )));
-        }
-        let file = GgufFile::open(path)?;
-        let arch = file.get_str("general.architecture").unwrap_or_default();
-        let n_layer = file.get_u64(&format!("{arch}.block_count")).unwrap_or(0) as usize;
-        let window_key = format!("{arch}.attention.sliding_window");
-        if let Some(window) = file.get(&window_key) {
-            // Its masks hide keys out of the window; ours are causal only.
-            return Err(Error::Usage(format!(
-                "{}: {window_key} = {window:?}: generation from imported graphs computes causal masks, not sliding-window ones; generate from the GGUF (without --prefill-graph) instead",
-                path.display()
             )));
         }
         let weights = Weights::open(path)?;
