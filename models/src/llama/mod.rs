@@ -118,10 +118,12 @@ pub struct LlamaConfig {
     /// Gemma 3's additions (see `gemma3.rs`), for `gemma3` files.
     pub gemma3: Option<Gemma3>,
     /// Logits for the last token only (`[n_vocab, 1]`, as llama.cpp
-    /// computes them in a prefill): the last block's rows are cut to the
-    /// last one (`out_rows`, a `get_rows` of constant `out_ids`) before the
-    /// output norm and head. For large vocabularies the head is most of a
-    /// prefill's work (Gemma 3: 262,144 rows).
+    /// computes them in a prefill): as in llama.cpp, the last block cuts its
+    /// attention output and its residual input to the last row
+    /// (`{p}.attn_out_rows`, `{p}.inp_out_rows`: `get_rows` of the constant
+    /// `out_ids`) before the residual add, so its FFN, the output norm and
+    /// the head run on one row. For large vocabularies the head is most of
+    /// a prefill's work (Gemma 3: 262,144 rows).
     pub last_logits_only: bool,
     /// How weights are named.
     pub names: LlamaNames,
@@ -255,15 +257,18 @@ fn build_body(
     if let Some(g) = cfg.gemma3 {
         x = b.scale("inp_scaled", x, g.embd_scale)?;
     }
+    let out_ids = if cfg.last_logits_only && cfg.n_tokens > 1 {
+        let last = ConstInit::Fill((cfg.n_tokens - 1) as f64);
+        Some(b.constant(OUT_IDS, DType::I32, [1, 1, 1, 1], last)?)
+    } else {
+        None
+    };
     for (il, lw) in w.layers.iter().enumerate() {
         let cache = caches.map(|c| &c[il]);
         let mask = masks.of_layer(cfg, il);
-        x = build_block(b, cfg, il, lw, x, pos, mask, cache)?;
-    }
-    if cfg.last_logits_only && cfg.n_tokens > 1 {
-        let last = ConstInit::Fill((cfg.n_tokens - 1) as f64);
-        let ids = b.constant(OUT_IDS, DType::I32, [1, 1, 1, 1], last)?;
-        x = b.get_rows("out_rows", x, ids)?;
+        // The last block keeps only the rows whose logits are computed.
+        let rows = out_ids.filter(|_| il + 1 == w.layers.len());
+        x = build_block(b, cfg, il, lw, (x, rows), pos, mask, cache)?;
     }
     let x = rms_norm_mul(b, "result_norm", x, w.output_norm, cfg.rms_eps)?;
     let cap = cfg.gemma3.and_then(|g| g.logit_softcap);
@@ -442,14 +447,16 @@ fn post_norm(
 /// One decoder block over the residual stream `x [n_embd, n_tokens]`.
 /// Without a `cache`, the batch's keys and values attend to each other (the
 /// prefill graph, node for node ggml's); with one, they are written into it
-/// and attention reads the cache rows the layer cache attends over.
+/// and attention reads the cache rows the layer cache attends over. With
+/// `out_rows` (row indices), the block continues after attention with those
+/// rows only (llama.cpp's last block with `inp_out_ids`).
 #[allow(clippy::too_many_arguments)]
 fn build_block(
     b: &mut GraphBuilder,
     cfg: &LlamaConfig,
     il: usize,
     w: &BlockWeights,
-    x: TensorId,
+    (x, out_rows): (TensorId, Option<TensorId>),
     pos: TensorId,
     mask: TensorId,
     cache: Option<&cached::LayerCache>,
@@ -497,7 +504,12 @@ fn build_block(
     let q = heads_major(b, format!("{p}.q_perm"), q)?;
     let attn = attend(b, &p, k, q, v_t, Some(mask), scale)?;
     let attn = b.mul_mat(format!("{p}.attn_out"), w.get(BlockWeight::Wo), attn)?;
-    let attn = post_norm(b, cfg, w, false, &format!("{p}.attn_post_norm"), attn)?;
+    let mut attn = post_norm(b, cfg, w, false, &format!("{p}.attn_post_norm"), attn)?;
+    let mut x = x;
+    if let Some(ids) = out_rows {
+        attn = b.get_rows(format!("{p}.attn_out_rows"), attn, ids)?;
+        x = b.get_rows(format!("{p}.inp_out_rows"), x, ids)?;
+    }
     let ffn_inp = b.add(format!("{p}.ffn_inp"), attn, x)?;
 
     let cur = rms_norm_mul(
