@@ -14,6 +14,7 @@
 //! - SmolLM2 Q4_K_M's `ffn_down` (1536 x 576) as Q4_1, Q4_K, Q6_K and Q5_0
 //!   and its `ffn_up` (576 x 1536) as Q4_1 and Q5_0: matrix-vector products
 //!   on 1 and 2 threads;
+//! - Gemma 3 270M Q4_K_M's weight products at N = 128 (`gemma3`);
 //! - SmolLM2-135M's exact shapes (Q4_1 layers, Q8_0 tied output head) for
 //!   N = 1 (weights from memory, as in decode) and N = 128 (prefill), and the
 //!   tokens/s those timings add up to for the whole model's mul_mats
@@ -352,6 +353,25 @@ fn main() {
                     let _ = compute_bound_on(&c, t, kmn, 10, Some(route));
                 }
             }
+        }
+    }
+    // Gemma 3 270M Q4_K_M's weight products at 128 tokens (n_embd 640,
+    // ffn 2048, 4 query heads and 1 KV head of 256): Q5_0 q / gate / up,
+    // Q8_0 v, Q4_K attn_output, Q4_K and Q6_K ffn_down; and Q5_0 at K = 768
+    // and 512 (no pair tail) beside K = 640 (two groups and a pair tail).
+    for (t, kmn) in [
+        (DType::Q5_0, (640, 2048, 128)),
+        (DType::Q5_0, (640, 1024, 128)),
+        (DType::Q5_0, (640, 256, 128)),
+        (DType::Q5_0, (768, 2048, 128)),
+        (DType::Q5_0, (512, 2048, 128)),
+        (DType::Q8_0, (640, 256, 128)),
+        (DType::Q4_K, (1024, 640, 128)),
+        (DType::Q4_K, (2048, 640, 128)),
+        (DType::Q6_K, (2048, 640, 128)),
+    ] {
+        if want(&format!("{t} gemma3")) {
+            let _ = compute_bound(&c, t, kmn, 20);
         }
     }
     if want("smollm2") {

@@ -4,8 +4,13 @@
 //! scratch, the rows split over the threads. Barrier. Phase 2: each thread
 //! takes a range of dst rows (weight rows; each weight byte is read by one
 //! thread only). For prefill it walks them in chunks that stay in L2,
-//! sweeping all src1 columns per chunk in tiles of [`TILE_R`] x [`TILE_C`]
-//! ([`qdot::tile`]), so each loaded block serves several columns.
+//! sweeping all src1 columns per chunk in tiles of [`LANE_R`] x [`LANE_C`]
+//! on repacked rows ([`qdot::lane_tile`]; tall tiles spread a tile's fixed
+//! costs over many rows, measured at [`LANE_R`]), else of [`TILE_R`] x
+//! [`TILE_C`] ([`qdot::tile`]), so each loaded block serves several columns.
+//! Partial tiles (the ends of a thread's rows, the last columns) run in
+//! pieces of at most [`TILE_R`] x [`TILE_C`]; every output is the same sum
+//! whatever tile computes it (`tests/quant.rs` checks the bits).
 //!
 //! For matrix-vector products (N <= [`TILE_C`]) the weights are read once,
 //! and the four rows of a tile come from four equal parts of the thread's
@@ -38,6 +43,26 @@ use std::sync::Arc;
 
 /// Weight bytes per row chunk: the chunk stays in L2 while all columns pass.
 const CHUNK_BYTES: usize = 256 << 10;
+
+/// Weight rows per prefill tile on repacked rows (the lane kernel).
+///
+/// Tall tiles pay a tile's fixed costs (the activations' scales and sums
+/// loaded per group, the horizontal sums and scattered dst writes at the
+/// end) over more rows; with short rows (K = 640: two groups of 8 blocks
+/// and a pair tail) those costs rival the products. Gemma 3 270M's Q5_0
+/// `ffn_up` (K = 640, M = 2048, N = 128; `benches/matmul.rs`, one thread,
+/// CPU time, 2-core Zen 4, FMA peak 118 GFLOP/s, load average 3-4 from a
+/// build on the other core, 2026-11-29), R x C: 4 x 2 (the decode tile,
+/// used before) 117-120 GFLOP/s, 1 x 8 121, 2 x 4 116, 4 x 4 136-142,
+/// 8 x 4 157, 12 x 4 160, 16 x 4 163-167, 32 x 4 171, 16 x 6 173 (N = 128
+/// leaves 2 columns to partial tiles), 8 x 8 157, 16 x 2 133; Q8_0 K = 640,
+/// M = 256: 106 at 4 x 2, 127 at 16 x 4. Interleaving the columns'
+/// `vpdpbusd` chains (to hide their latency) did not help (136 vs 141 at
+/// 4 x 4). Rows without a pair tail run faster (K = 768: 190 at 16 x 4).
+const LANE_R: usize = 16;
+
+/// Activation rows (columns of dst) per prefill tile on repacked rows.
+const LANE_C: usize = 4;
 
 /// The prepared kernel.
 pub struct QuantMatMul {
@@ -152,10 +177,37 @@ impl QuantMatMul {
             // SAFETY: forwarded.
             return unsafe { self.matvec_rows(b, rows, scratch) };
         }
+        if self.packed.is_some()
+            && g.n >= LANE_C
+            && let Some(full) = qdot::lane_tile::<LANE_R, LANE_C>(self.isa, self.kind)
+        {
+            // SAFETY: forwarded; the lane kernel reads the repacked rows.
+            return unsafe { self.tiles::<LANE_R, LANE_C>(b, rows, scratch, full) };
+        }
+        let full = qdot::full_tile::<TILE_C>(self.isa, self.kind, self.row_layout());
+        // SAFETY: forwarded; `full` matches this kernel's isa, kind and layout.
+        unsafe { self.tiles::<TILE_R, TILE_C>(b, rows, scratch, full) }
+    }
+
+    /// [`QuantMatMul::rows`] in tiles of `R` weight rows x `C` columns, full
+    /// tiles through `full`, partial ones through [`qdot::tile`] in pieces
+    /// of at most [`TILE_R`] x [`TILE_C`].
+    ///
+    /// # Safety
+    /// As [`QuantMatMul::rows`]; `full` is a kernel for this kernel's isa,
+    /// weight format and row layout.
+    unsafe fn tiles<const R: usize, const C: usize>(
+        &self,
+        b: usize,
+        rows: Range<usize>,
+        scratch: *const u8,
+        full: qdot::LaneTile<R, C>,
+    ) {
+        let g = &self.geo;
         let (b2, b3) = g.batch_coords(b);
         let nb = g.k / QK;
         let w_row = nb * qdot::kind::block_bytes(self.kind);
-        let chunk = (CHUNK_BYTES / w_row).clamp(TILE_R, 256) / TILE_R * TILE_R;
+        let chunk = (CHUNK_BYTES / w_row).clamp(R, 256) / R * R;
         // Row i at w0 + i * nb1; dst (i, j) at dst0 + i * di + j * dj (in
         // f32): the address helpers' divisions once per call, not per tile.
         // SAFETY: row 0 and dst (0, 0) are inside the extents.
@@ -163,28 +215,27 @@ impl QuantMatMul {
         let nb1 = g.src0.nb[1] as usize;
         let (di, dj) = (g.dst.nb[0] as usize / 4, g.dst.nb[1] as usize / 4);
         let layout = self.row_layout();
-        let full = qdot::full_tile::<TILE_C>(self.isa, self.kind, layout);
-        let mut out = [[0f32; TILE_C]; TILE_R];
+        let mut out = [[0f32; C]; R];
         for c0 in rows.clone().step_by(chunk) {
             let c1 = (c0 + chunk).min(rows.end);
-            for j0 in (0..g.n).step_by(TILE_C) {
-                let nc = TILE_C.min(g.n - j0);
+            for j0 in (0..g.n).step_by(C) {
+                let nc = C.min(g.n - j0);
                 // SAFETY: columns j0..j0 + nc of batch b were quantized in phase 1.
-                let a: [QRow; TILE_C] = std::array::from_fn(|c| unsafe {
+                let a: [QRow; C] = std::array::from_fn(|c| unsafe {
                     let r = b * g.n + (j0 + c).min(g.n - 1);
                     QRow::at(scratch.add(r * self.qrow_bytes), g.k)
                 });
-                for i0 in (c0..c1).step_by(TILE_R) {
-                    let nr = TILE_R.min(c1 - i0);
-                    let w: [*const u8; TILE_R] =
+                for i0 in (c0..c1).step_by(R) {
+                    let nr = R.min(c1 - i0);
+                    let w: [*const u8; R] =
                         std::array::from_fn(|r| w0.wrapping_add((i0 + r).min(c1 - 1) * nb1));
                     // SAFETY: rows i0..i0 + nr are inside M, nb blocks each;
                     // `full` and self.isa match this kernel (checked at new).
                     unsafe {
-                        if nr == TILE_R && nc == TILE_C {
+                        if nr == R && nc == C {
                             out = full(w, a, nb);
                         } else {
-                            qdot::tile(
+                            partial_tile(
                                 self.isa,
                                 self.kind,
                                 layout,
@@ -192,7 +243,7 @@ impl QuantMatMul {
                                 &a[..nc],
                                 nb,
                                 &mut out,
-                            )
+                            );
                         }
                     };
                     for (r, row) in out.iter().enumerate().take(nr) {
@@ -277,6 +328,34 @@ impl QuantMatMul {
     }
 }
 
+/// `out[r][c] = dot(w[r], a[c])` for any `w.len() <= R`, `a.len() <= C`,
+/// through [`qdot::tile`] in pieces of at most [`TILE_R`] x [`TILE_C`].
+///
+/// # Safety
+/// As [`qdot::tile`] for every piece.
+unsafe fn partial_tile<const R: usize, const C: usize>(
+    isa: Isa,
+    kind: u8,
+    layout: RowLayout,
+    w: &[*const u8],
+    a: &[QRow],
+    nb: usize,
+    out: &mut [[f32; C]; R],
+) {
+    let mut piece = [[0f32; TILE_C]; TILE_R];
+    for (i, wi) in w.chunks(TILE_R).enumerate() {
+        for (j, aj) in a.chunks(TILE_C).enumerate() {
+            // SAFETY: forwarded.
+            unsafe { qdot::tile(isa, kind, layout, wi, aj, nb, &mut piece) };
+            for (r, row) in piece.iter().enumerate().take(wi.len()) {
+                for (c, &v) in row.iter().enumerate().take(aj.len()) {
+                    out[i * TILE_R + r][j * TILE_C + c] = v;
+                }
+            }
+        }
+    }
+}
+
 impl CpuKernel for QuantMatMul {
     fn scratch_bytes(&self) -> usize {
         self.qrow_bytes * self.geo.n * self.geo.batches()
@@ -287,7 +366,8 @@ impl CpuKernel for QuantMatMul {
         unsafe { self.quantize_src1(ctx, scratch) };
         ctx.barrier();
         let g = &self.geo;
-        let split = Split::new(g.batches(), g.m, g.n, ctx.nth, 4 * TILE_R, true);
+        // Ranges start at multiples of a tall tile, so only a range's end is partial.
+        let split = Split::new(g.batches(), g.m, g.n, ctx.nth, LANE_R, true);
         for it in ctx.share(split.items()) {
             let (b, rows) = split.item(it);
             // SAFETY: the item's rows are inside M; phase 1 is complete.

@@ -45,9 +45,9 @@
 //! body is one `#[inline(always)]` function per variant, compiled inside
 //! each entry point's target features.
 
-use super::Isa;
 use super::avx2::{hsums, plane_to_bit4};
 use super::kind;
+use super::{Isa, LaneTile};
 use crate::device::cpu::matmul::kind::{fifth_bit_bytes, scale_fields};
 use crate::device::cpu::matmul::prefetch::{prefetch_ahead, stream_prefetch};
 use crate::device::cpu::matmul::q8::{GROUP, PAIRED_TAIL, QK, QRow};
@@ -633,13 +633,6 @@ lane_kernel!(
     true,
     _mm256_dpbusd_avx_epi32
 );
-
-/// A lane kernel tile: `out[r][c] = dot(w[r], a[c])` over `nb` blocks,
-/// weight rows repacked. Safety: the host has the kernel's instruction
-/// sets ([`kernel`]); each `w[r]` points to a repacked row of `nb` blocks,
-/// each `a[c]` to a quantized row of exactly `nb` blocks.
-pub(super) type LaneTile<const R: usize, const C: usize> =
-    unsafe fn([*const u8; R], [QRow; C], usize) -> [[f32; C]; R];
 
 /// Whether the host has GFNI (Q5 groups then take their bit planes to bit 4
 /// with one affine step each).

@@ -214,6 +214,41 @@ pub fn full_tile<const C: usize>(isa: Isa, kind: u8, rows: RowLayout) -> FullTil
     }
 }
 
+/// A lane kernel tile: `out[r][c] = dot(w[r], a[c])` over `nb` blocks for
+/// `R` repacked weight rows and `C` activation rows ([`lane_tile`]). Safety:
+/// the host has the kernel's instruction sets; each `w[r]` points to a
+/// repacked row of `nb` blocks, each `a[c]` to a quantized row of exactly
+/// `nb` blocks.
+pub type LaneTile<const R: usize, const C: usize> =
+    unsafe fn([*const u8; R], [QRow; C], usize) -> [[f32; C]; R];
+
+/// The lane kernel of `isa` for full tiles of `R` x `C` over repacked `kind`
+/// rows, for any tile shape (prefill sweeps many columns per loaded weight
+/// row: [`crate::device::cpu::matmul::quantized`]); `None` for a set that
+/// does not repack ([`Isa::repacks`]).
+pub fn lane_tile<const R: usize, const C: usize>(isa: Isa, kind: u8) -> Option<LaneTile<R, C>> {
+    if !isa.repacks() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use kind::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+        let gfni = lane_gfni(isa, kind);
+        Some(match kind {
+            Q8_0 => avx2_lane::kernel::<Q8_0, R, C>(isa, gfni),
+            Q4_0 => avx2_lane::kernel::<Q4_0, R, C>(isa, gfni),
+            Q5_0 => avx2_lane::kernel::<Q5_0, R, C>(isa, gfni),
+            Q5_1 => avx2_lane::kernel::<Q5_1, R, C>(isa, gfni),
+            _ => avx2_lane::kernel::<Q4_1, R, C>(isa, gfni),
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = kind;
+        None
+    }
+}
+
 /// [`tile`] for AVX2 and AVX-512: full tiles in one kernel call, partial ones
 /// as columns of rows or rows of columns.
 ///

@@ -3,7 +3,8 @@
 //! the integer sums are the same numbers, and the float work is the same
 //! code.
 
-use super::avx2_lane::{LaneTile, host_gfni, kernel};
+use super::LaneTile;
+use super::avx2_lane::{host_gfni, kernel};
 use super::{Isa, TILE_C, TILE_R, kind, weight_kind};
 use crate::device::cpu::matmul::packed::repack_rows;
 use crate::device::cpu::matmul::q8::{self, QK, QRow};

@@ -51,6 +51,12 @@ fn quantized_odd_sizes_every_isa() {
             (4096, 783, 1),
             (1536, 17, 2),
             (576, 3, 5),
+            // The tall prefill tiles of repacked rows (16 x 4): Gemma 3's
+            // K (two groups and a pair tail), a group tail of 5, whole and
+            // partial tiles both ways.
+            (640, 37, 7),
+            (640, 48, 131),
+            (416, 33, 9),
         ] {
             let mut a = Tensor::packed(&mut rng, t, [k, m, 1, 1]);
             let mut b = Tensor::packed(&mut rng, DType::F32, [k, n, 1, 1]);
@@ -109,6 +115,103 @@ fn simd_quantizer_matches_scalar() {
 /// The SIMD tiles against the scalar dot products on the same quantized
 /// inputs (only f32 summation order differs), for every tile shape the
 /// kernel uses and block counts with and without whole groups of 8.
+/// The tall lane tiles of prefill (`qdot::lane_tile`, 16 x 4) give, for
+/// every output, the bits of the lane kernel run on that row and column
+/// alone (each output is the same chain of integer sums and f32 adds), and
+/// the scalar dot within rounding, at block counts with and without whole
+/// groups and with either tail.
+#[test]
+fn tall_lane_tiles_match_single_lane_tiles() {
+    use crate::device::cpu::matmul::packed::repack_rows;
+    use crate::device::cpu::matmul::qdot::{self, RowLayout};
+    const R: usize = 16;
+    const C: usize = 4;
+    let mut rng = Rng::new(14);
+    for t in QUANTS {
+        let kind = qdot::weight_kind(t).unwrap();
+        for nb in [1, 3, 4, 5, 8, 13, 18, 20] {
+            let k = nb * q8::QK;
+            let wbytes = t.row_bytes(k as u64).unwrap() as usize;
+            let (mut w, mut packed) = (Buf::new(wbytes * R), Buf::new(wbytes * R));
+            let mut a = Buf::new(q8::row_bytes(k) * C);
+            for r in 0..R {
+                let x: Vec<f32> = rng
+                    .vec(k, -1.0, 1.0)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                kernels::quant::quantize_row(t, &x, &mut w.bytes()[r * wbytes..(r + 1) * wbytes]);
+            }
+            for c in 0..C {
+                let x: Vec<f32> = rng
+                    .vec(k, -1.0, 1.0)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                // SAFETY: row c of the buffer, aligned to 64.
+                unsafe { q8::quantize_row(&x, a.ptr().add(c * q8::row_bytes(k)), Isa::Scalar) };
+            }
+            // SAFETY: both buffers hold R rows of nb blocks.
+            unsafe { repack_rows(kind, w.ptr(), packed.ptr(), R, nb) };
+            // SAFETY: rows inside the buffers.
+            let (wn, wp): ([*const u8; R], [*const u8; R]) = unsafe {
+                (
+                    std::array::from_fn(|r| w.ptr().add(r * wbytes) as *const u8),
+                    std::array::from_fn(|r| packed.ptr().add(r * wbytes) as *const u8),
+                )
+            };
+            // SAFETY: as above.
+            let ap: [q8::QRow; C] = std::array::from_fn(|c| unsafe {
+                q8::QRow::at(a.ptr().add(c * q8::row_bytes(k)), k)
+            });
+            for isa in Isa::available() {
+                let Some(tall) = qdot::lane_tile::<R, C>(isa, kind) else {
+                    assert!(!isa.repacks(), "{isa:?} repacks but has no lane tile");
+                    continue;
+                };
+                // SAFETY: nb blocks in every repacked row; the host has isa.
+                let got = unsafe { tall(wp, ap, nb) };
+                for r in 0..R {
+                    for c in 0..C {
+                        let (mut one, mut want) = ([[f32::NAN; 2]; 4], [[f32::NAN; 2]; 4]);
+                        // SAFETY: as above; scalar runs anywhere.
+                        unsafe {
+                            qdot::tile(
+                                isa,
+                                kind,
+                                RowLayout::Packed,
+                                &wp[r..=r],
+                                &ap[c..=c],
+                                nb,
+                                &mut one,
+                            );
+                            qdot::tile(
+                                Isa::Scalar,
+                                kind,
+                                RowLayout::Natural,
+                                &wn[r..=r],
+                                &ap[c..=c],
+                                nb,
+                                &mut want,
+                            );
+                        }
+                        let (g, x) = (got[r][c], want[0][0]);
+                        assert_eq!(
+                            g.to_bits(),
+                            one[0][0].to_bits(),
+                            "{t} {isa:?} nb {nb} [{r}][{c}]"
+                        );
+                        assert!(
+                            (x - g).abs() <= 1e-4 * (1.0 + x.abs()),
+                            "{t} {isa:?} nb {nb} [{r}][{c}]: {x} vs {g}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn simd_tiles_match_scalar_dots() {
     use crate::device::cpu::matmul::packed::repack_rows;
