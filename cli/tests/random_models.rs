@@ -56,7 +56,7 @@ fn agrees_with_llama_cpp(arch: &str) {
     } else {
         generate_agrees(arch, &gguf, &cap, &llama, MAX_NMSE);
     }
-    generate_with_imported_graphs(arch, &gguf, &cap, &llama);
+    generate_with_imported_graphs(arch, (&gguf, &smollm2), &cap, &llama);
 
     // The import, on one device and split over two core groups.
     for (name, args) in [
@@ -97,8 +97,14 @@ fn agrees_with_llama_cpp(arch: &str) {
 /// prompt tokens as the prefill graph (the 16-token prompt runs as three
 /// such batches and one decode step) and a one-token capture as the decode
 /// graph give llama.cpp's 32 greedy tokens and its prompt logits: MoE too,
-/// which has no builder.
-fn generate_with_imported_graphs(arch: &str, gguf: &Path, cap: &Path, llama: &[f64]) {
+/// which has no builder. A decode graph of several tokens and another
+/// model's GGUF (`other`) are refused.
+fn generate_with_imported_graphs(
+    arch: &str,
+    (gguf, other): (&Path, &Path),
+    cap: &Path,
+    llama: &[f64],
+) {
     let dir = cap.parent().unwrap();
     let graphs = imported_graph_flags(gguf, dir, 5);
     let flags: Vec<&str> = graphs.iter().map(String::as_str).collect();
@@ -117,6 +123,12 @@ fn generate_with_imported_graphs(arch: &str, gguf: &Path, cap: &Path, llama: &[f
         printed.contains("decodes 5 tokens per run, not 1"),
         "{printed}"
     );
+    // Another model's GGUF: its weights are refused by name and shape.
+    let other = s(other);
+    let printed = common::ggplan_error(
+        &[&["generate", "--gguf", &other, "--prompt", "a"], &flags[..]].concat(),
+    );
+    assert!(printed.contains("weight 'token_embd.weight'"), "{printed}");
 }
 
 /// Llama 3: rope divides each pair's angle by `rope_freqs.weight`; on the
