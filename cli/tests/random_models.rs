@@ -3,10 +3,11 @@
 //! vocabulary) and llama.cpp decodes through the capture tool with an F32
 //! KV cache:
 //!
-//! - Llama 3 (`rope_freqs.weight`, rope's frequency factors) and Qwen 3 (q/k
-//!   head norms, NeoX rope): `ggplan generate` from the GGUF gives llama.cpp's
-//!   32 greedy tokens in exact precision and its prompt logits within NMSE 1e-9
-//!   (Qwen 3 MoE has no builder yet: `generate` names the architecture);
+//! - Llama 3 (`rope_freqs.weight`, rope's frequency factors), Qwen 3 (q/k
+//!   head norms, NeoX rope) and Qwen 3 MoE (Qwen 3's attention, 8 experts of
+//!   which each token's router picks 2): `ggplan generate` from the GGUF
+//!   (ggplan's builder) gives llama.cpp's 32 greedy tokens in exact precision
+//!   and its prompt logits within NMSE 1e-9;
 //! - `generate` with llama.cpp's own graphs (`--prefill-graph` from a capture
 //!   of 5 tokens, so the prompt runs as three batches and a decode step,
 //!   `--decode-graph` from a one-token capture) gives the same 32 tokens and
@@ -46,16 +47,7 @@ fn agrees_with_llama_cpp(arch: &str) {
     capture(&gguf, &cap, &F32_GREEDY);
     let (_, llama) = read_npy_f64(&dir.join("one.json.logits.npy"));
 
-    if arch == "qwen3moe" {
-        // No builder for a mixture of experts yet: the architecture is named.
-        let printed = common::ggplan_error(&["generate", "--gguf", &s(&gguf), "--prompt", "a"]);
-        assert!(
-            printed.contains("architecture 'qwen3moe' is not supported"),
-            "{printed}"
-        );
-    } else {
-        generate_agrees(arch, &gguf, &cap, &llama, MAX_NMSE);
-    }
+    generate_agrees(arch, &gguf, &cap, &llama, MAX_NMSE);
     generate_with_imported_graphs(arch, &gguf, &cap, &llama);
 
     // The import, on one device and split over two core groups.
@@ -96,8 +88,8 @@ fn agrees_with_llama_cpp(arch: &str) {
 /// `generate` with llama.cpp's own graphs: the capture of the first 5
 /// prompt tokens as the prefill graph (the 16-token prompt runs as three
 /// such batches and one decode step) and a one-token capture as the decode
-/// graph give llama.cpp's 32 greedy tokens and its prompt logits: MoE too,
-/// which has no builder.
+/// graph give llama.cpp's 32 greedy tokens and its prompt logits, MoE
+/// included.
 fn generate_with_imported_graphs(arch: &str, gguf: &Path, cap: &Path, llama: &[f64]) {
     let dir = cap.parent().unwrap();
     let graphs = imported_graph_flags(gguf, dir, 5);
@@ -135,7 +127,7 @@ fn qwen3_with_head_norms_agrees_with_llama_cpp() {
 
 /// Qwen 3 MoE (8 experts, 2 per token): each token's experts chosen by
 /// `argsort` of the router's soft_max, their weights' sum clamped, the
-/// experts' products by `mul_mat_id` (the import; no builder yet).
+/// experts' products by `mul_mat_id` (the builder's graph and the import).
 #[test]
 fn qwen3_moe_agrees_with_llama_cpp() {
     agrees_with_llama_cpp("qwen3moe");
