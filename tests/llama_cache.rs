@@ -55,6 +55,7 @@ fn small() -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     }
@@ -68,6 +69,7 @@ fn qwen2_like() -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         tied_output: true,
         ..small()

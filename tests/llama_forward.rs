@@ -29,6 +29,7 @@ fn config(weight_dtype: DType, tied_output: bool) -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     }

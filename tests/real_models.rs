@@ -82,6 +82,7 @@ fn smollm2_prefill_logits_match_torch_fp64() {
             rope_factors: false,
             head_norms: false,
             gemma3: None,
+            moe: None,
             last_logits_only: false,
             names: LlamaNames::Gguf,
         },
@@ -257,6 +258,7 @@ fn llama_config_from_gguf_reads_defaults_and_names_missing_keys() {
             rope_factors: false,
             head_norms: false,
             gemma3: None,
+            moe: None,
             last_logits_only: false,
             names: LlamaNames::Gguf,
         }

@@ -47,6 +47,7 @@ fn config(n_tokens: i64, weight_dtype: DType) -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     }

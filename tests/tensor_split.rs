@@ -448,6 +448,7 @@ fn a_tied_head_is_cut_by_rows_and_its_lookups_add_up_to_the_rows() {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     };
@@ -632,6 +633,7 @@ fn rope_frequency_factors_are_read_whole_by_every_part() {
         rope_factors: true,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     };

@@ -60,6 +60,7 @@ pub fn llama7b_shape() -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     }

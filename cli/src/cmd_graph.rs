@@ -16,8 +16,8 @@ use std::process::ExitCode;
     ggplan graph --gguf all-MiniLM-L6-v2.F16.gguf --tokens 16 -o minilm.ron"
 )]
 pub struct GraphArgs {
-    /// A GGUF file: a llama-family decoder (llama, mistral, qwen2, qwen3, gemma3) or a BERT
-    /// encoder (bert), by its general.architecture.
+    /// A GGUF file: a llama-family decoder (llama, mistral, qwen2, qwen3, qwen3moe, gemma3) or a
+    /// BERT encoder (bert), by its general.architecture.
     #[arg(
         long,
         value_name = "FILE",

@@ -13,6 +13,7 @@
 //!   measured) with its top-1 at every position; on two RPC servers
 //!   `--policy ggml` makes llama.cpp's decisions and every step the servers
 //!   compute agrees in isolation with ggplan's reference (`--check=all`);
+//!   the builder's graph computes llama.cpp's nodes on its shapes;
 //!   `generate` with llama.cpp's own graphs (a 5-token prefill capture and
 //!   a one-token decode capture: both caches, the window's masks) gives its
 //!   32 greedy tokens and prompt logits within NMSE 1e-6;
@@ -30,9 +31,9 @@
 mod common;
 
 use common::llama_cpp::{
-    F32_GREEDY, PROMPT, assert_same_decisions, capture, generate_agrees, generate_matches,
-    ggml_on_two_servers, import_compile_run, imported_graph_flags, input_args, nmse, random_gguf,
-    s,
+    F32_GREEDY, PROMPT, assert_same_decisions, builder_computes_as_llama_cpp, capture,
+    generate_agrees, generate_matches, ggml_on_two_servers, import_compile_run,
+    imported_graph_flags, input_args, nmse, random_gguf, s,
 };
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::{gemma3_gguf, smollm2_gguf};
@@ -96,6 +97,9 @@ fn a_random_gemma3_imports_and_agrees_with_llama_cpp_on_every_split() {
     assert!(inputs.join("attn_inp_kq_mask#1.npy").is_file());
     // Generation with llama.cpp's own graphs: both caches (the window's and
     // the global one) and their masks set per batch give llama.cpp's tokens.
+    // The builder's graph computes what llama.cpp's does (F32 cache).
+    let f32_cache = ["-ctk", "f32", "-ctv", "f32"];
+    assert!(builder_computes_as_llama_cpp(&gguf, &dir, &f32_cache, &[]) > 0);
     let flags = imported_graph_flags(&gguf, &dir, 5);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     generate_matches(

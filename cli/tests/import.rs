@@ -124,54 +124,9 @@ fn an_imported_smollm2_capture_runs_and_gives_the_fp64_logits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What a graph computes, order aside: one entry per node that is not a
-/// view (`view`, `reshape`, `permute`, `transpose` move no bytes), as (op,
-/// dtype, extents), with the spellings llama.cpp and ggplan's builder differ
-/// in made one: rope's `n_ctx_orig` (used by YaRN only; llama.cpp passes
-/// the training context) cleared, a SwiGLU `glu` as the builder's `silu`
-/// and `mul`, and a `set_rows` by its destination's element count (llama.cpp
-/// writes its transposed V cache one element per index, the builder one
-/// column of elements per token index).
-fn computed(graph: &ir::Graph) -> std::collections::BTreeMap<String, usize> {
-    use ir::{GluKind, Op};
-    let mut counts = std::collections::BTreeMap::new();
-    for t in graph.tensors() {
-        let Some(op) = t.op else { continue };
-        if op.is_view() {
-            continue;
-        }
-        let (dtype, ne) = (t.layout.dtype, t.layout.ne);
-        let names = match op {
-            Op::Rope(mut p) => {
-                p.n_ctx_orig = 0;
-                vec![format!("{:?}", Op::Rope(p))]
-            }
-            Op::Glu {
-                kind: GluKind::SwiGlu,
-                swapped: false,
-            } => vec!["Silu".to_string(), "Mul".to_string()],
-            Op::SetRows => {
-                let elements: i64 = ne.iter().product();
-                counts
-                    .entry(format!("SetRows {dtype:?} of {elements} elements"))
-                    .and_modify(|n| *n += 1)
-                    .or_insert(1);
-                continue;
-            }
-            op => vec![format!("{op:?}")],
-        };
-        for name in names {
-            *counts
-                .entry(format!("{name} {dtype:?} {ne:?}"))
-                .or_insert(0) += 1;
-        }
-    }
-    counts
-}
-
 /// SmolLM2's capture (`-fa off`, F16 cache, the last token's logits) and
 /// ggplan's builder at the same shape compute the same nodes on the same
-/// shapes, up to the spellings [`computed`] makes one; the comparison found
+/// shapes, up to the spellings [`llama_cpp::computed`] makes one; the comparison found
 /// the builder's last block running its FFN on every row where llama.cpp
 /// cuts to the output row after attention.
 #[test]
@@ -180,41 +135,8 @@ fn the_builders_graph_computes_what_llama_cpps_does() {
         return;
     };
     let dir = scratch_dir("import-vs-builder");
-    let cap = capture(&gguf, &dir, "last", &["--last-logits"]);
-    let imported = dir.join("imported.ron");
-    ggplan_ok(&["import", &s(&cap), "-o", &s(&imported)]);
-    let built = dir.join("built.ron");
-    let shape = [
-        "--tokens",
-        "16",
-        "--ctx",
-        "256",
-        "--kv-f16",
-        "--last-logits",
-    ];
-    let mut args = vec!["graph", "--gguf"];
-    let gguf_s = s(&gguf);
-    args.push(&gguf_s);
-    args.extend(shape);
-    let built_s = s(&built);
-    args.extend(["-o", &built_s]);
-    ggplan_ok(&args);
-    let read = |p: &Path| ir::text::read_graph(p).unwrap_or_else(|e| panic!("{e}"));
-    let (theirs, ours) = (computed(&read(&imported)), computed(&read(&built)));
-    let only = |a: &std::collections::BTreeMap<String, usize>,
-                b: &std::collections::BTreeMap<String, usize>| {
-        a.iter()
-            .filter(|(k, n)| b.get(*k) != Some(n))
-            .map(|(k, n)| format!("{n} x {k} (other: {})", b.get(k).unwrap_or(&0)))
-            .collect::<Vec<_>>()
-    };
-    assert!(
-        theirs == ours,
-        "llama.cpp's graph:\n  {}\nthe builder's:\n  {}",
-        only(&theirs, &ours).join("\n  "),
-        only(&ours, &theirs).join("\n  ")
-    );
-    assert_eq!(ours.values().sum::<usize>(), 696, "nodes computed");
+    let ours = llama_cpp::builder_computes_as_llama_cpp(&gguf, &dir, &[], &["--kv-f16"]);
+    assert_eq!(ours, 696, "nodes computed");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

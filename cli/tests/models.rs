@@ -344,7 +344,9 @@ fn bad_gguf_files_are_named_errors() {
         let err = ggplan_error(args);
         assert!(
             err.contains("t5.gguf: architecture 't5' is not supported")
-                && err.contains("llama, mistral, qwen2, qwen3, gemma3 (decoders), bert (encoders)"),
+                && err.contains(
+                    "llama, mistral, qwen2, qwen3, qwen3moe, gemma3 (decoders), bert (encoders)"
+                ),
             "{args:?}: {err}"
         );
     }

@@ -3,10 +3,13 @@
 //! vocabulary) and llama.cpp decodes through the capture tool with an F32
 //! KV cache:
 //!
-//! - Llama 3 (`rope_freqs.weight`, rope's frequency factors) and Qwen 3 (q/k
-//!   head norms, NeoX rope): `ggplan generate` from the GGUF gives llama.cpp's
-//!   32 greedy tokens in exact precision and its prompt logits within NMSE 1e-9
-//!   (Qwen 3 MoE has no builder yet: `generate` names the architecture);
+//! - Llama 3 (`rope_freqs.weight`, rope's frequency factors), Qwen 3 (q/k
+//!   head norms, NeoX rope) and Qwen 3 MoE (Qwen 3's attention, 8 experts of
+//!   which each token's router picks 2): `ggplan generate` from the GGUF
+//!   (ggplan's builder) gives llama.cpp's 32 greedy tokens in exact precision
+//!   and its prompt logits within NMSE 1e-9;
+//! - the builder's graph computes what llama.cpp's imported graph computes,
+//!   node for node on the same shapes (order and spellings aside);
 //! - `generate` with llama.cpp's own graphs (`--prefill-graph` from a capture
 //!   of 5 tokens, so the prompt runs as three batches and a decode step,
 //!   `--decode-graph` from a one-token capture) gives the same 32 tokens and
@@ -24,8 +27,9 @@
 mod common;
 
 use common::llama_cpp::{
-    F32_GREEDY, PROMPT, assert_same_decisions, capture, generate_agrees, generate_matches,
-    ggml_on_two_servers, import_compile_run, imported_graph_flags, nmse, random_gguf, s,
+    F32_GREEDY, PROMPT, assert_same_decisions, builder_computes_as_llama_cpp, capture,
+    generate_agrees, generate_matches, ggml_on_two_servers, import_compile_run,
+    imported_graph_flags, nmse, random_gguf, s,
 };
 use common::{ggplan_ok, scratch_dir};
 use ggplan_tests::models::smollm2_gguf;
@@ -46,17 +50,11 @@ fn agrees_with_llama_cpp(arch: &str) {
     capture(&gguf, &cap, &F32_GREEDY);
     let (_, llama) = read_npy_f64(&dir.join("one.json.logits.npy"));
 
-    if arch == "qwen3moe" {
-        // No builder for a mixture of experts yet: the architecture is named.
-        let printed = common::ggplan_error(&["generate", "--gguf", &s(&gguf), "--prompt", "a"]);
-        assert!(
-            printed.contains("architecture 'qwen3moe' is not supported"),
-            "{printed}"
-        );
-    } else {
-        generate_agrees(arch, &gguf, &cap, &llama, MAX_NMSE);
-    }
+    generate_agrees(arch, &gguf, &cap, &llama, MAX_NMSE);
     generate_with_imported_graphs(arch, (&gguf, &smollm2), &cap, &llama);
+    // The builder's graph computes what llama.cpp's does (F32 cache).
+    let f32_cache = ["-ctk", "f32", "-ctv", "f32"];
+    assert!(builder_computes_as_llama_cpp(&gguf, &dir, &f32_cache, &[]) > 0);
 
     // The import, on one device and split over two core groups.
     for (name, args) in [
@@ -96,9 +94,9 @@ fn agrees_with_llama_cpp(arch: &str) {
 /// `generate` with llama.cpp's own graphs: the capture of the first 5
 /// prompt tokens as the prefill graph (the 16-token prompt runs as three
 /// such batches and one decode step) and a one-token capture as the decode
-/// graph give llama.cpp's 32 greedy tokens and its prompt logits: MoE too,
-/// which has no builder. A decode graph of several tokens and another
-/// model's GGUF (`other`) are refused.
+/// graph give llama.cpp's 32 greedy tokens and its prompt logits, MoE
+/// included. A decode graph of several tokens and another model's GGUF
+/// (`other`) are refused.
 fn generate_with_imported_graphs(
     arch: &str,
     (gguf, other): (&Path, &Path),
@@ -147,7 +145,7 @@ fn qwen3_with_head_norms_agrees_with_llama_cpp() {
 
 /// Qwen 3 MoE (8 experts, 2 per token): each token's experts chosen by
 /// `argsort` of the router's soft_max, their weights' sum clamped, the
-/// experts' products by `mul_mat_id` (the import; no builder yet).
+/// experts' products by `mul_mat_id` (the builder's graph and the import).
 #[test]
 fn qwen3_moe_agrees_with_llama_cpp() {
     agrees_with_llama_cpp("qwen3moe");

@@ -92,6 +92,7 @@ pub fn llama2l_config() -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Example,
     }

@@ -107,7 +107,8 @@ pub fn to_text(graph: &Graph) -> String {
 }
 
 /// Builds the graph of a GGUF model: a llama-family decoder (llama, mistral,
-/// qwen2) or a BERT encoder, at `shape`. Only the file's metadata is read.
+/// qwen2, qwen3, qwen3moe, gemma3) or a BERT encoder, at `shape`. Only the
+/// file's metadata is read.
 ///
 /// ```no_run
 /// use ggplan::ModelShape;

@@ -219,3 +219,91 @@ pub fn imported_graph_flags(gguf: &Path, dir: &Path, prefill_tokens: usize) -> V
     }
     flags
 }
+
+/// What a graph computes, order aside: one entry per node that is not a
+/// view (`view`, `reshape`, `permute`, `transpose` move no bytes), as (op,
+/// dtype, extents), with the spellings llama.cpp and ggplan's builder differ
+/// in made one: rope's `n_ctx_orig` (used by YaRN only; llama.cpp passes
+/// the training context) cleared, a SwiGLU `glu` as the builder's `silu`
+/// and `mul`, and a `set_rows` by its destination's element count (llama.cpp
+/// writes its transposed V cache one element per index, the builder one
+/// column of elements per token index).
+pub fn computed(graph: &ir::Graph) -> std::collections::BTreeMap<String, usize> {
+    use ir::{GluKind, Op};
+    let mut counts = std::collections::BTreeMap::new();
+    for t in graph.tensors() {
+        let Some(op) = t.op else { continue };
+        if op.is_view() {
+            continue;
+        }
+        let (dtype, ne) = (t.layout.dtype, t.layout.ne);
+        let names = match op {
+            Op::Rope(mut p) => {
+                p.n_ctx_orig = 0;
+                vec![format!("{:?}", Op::Rope(p))]
+            }
+            Op::Glu {
+                kind: GluKind::SwiGlu,
+                swapped: false,
+            } => vec!["Silu".to_string(), "Mul".to_string()],
+            Op::SetRows => {
+                let elements: i64 = ne.iter().product();
+                counts
+                    .entry(format!("SetRows {dtype:?} of {elements} elements"))
+                    .and_modify(|n| *n += 1)
+                    .or_insert(1);
+                continue;
+            }
+            op => vec![format!("{op:?}")],
+        };
+        for name in names {
+            *counts
+                .entry(format!("{name} {dtype:?} {ne:?}"))
+                .or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// The graphs in files `theirs` (imported) and `ours` (the builder's)
+/// compute alike ([`computed`]); the nodes computed.
+pub fn assert_computes_alike(theirs: &Path, ours: &Path) -> usize {
+    let read = |p: &Path| ir::text::read_graph(p).unwrap_or_else(|e| panic!("{e}"));
+    let (theirs, ours) = (computed(&read(theirs)), computed(&read(ours)));
+    let only = |a: &std::collections::BTreeMap<String, usize>,
+                b: &std::collections::BTreeMap<String, usize>| {
+        a.iter()
+            .filter(|(k, n)| b.get(*k) != Some(n))
+            .map(|(k, n)| format!("{n} x {k} (other: {})", b.get(k).unwrap_or(&0)))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        theirs == ours,
+        "llama.cpp's graph:\n  {}\nthe builder's:\n  {}",
+        only(&theirs, &ours).join("\n  "),
+        only(&ours, &theirs).join("\n  ")
+    );
+    ours.values().sum()
+}
+
+/// llama.cpp's graph of [`PROMPT`] with the last token's logits (capture
+/// `flags`, `--last-logits`), imported, beside the builder's at that shape
+/// (`graph --tokens 16 --ctx 256 --last-logits` and `graph_flags`): they
+/// compute alike ([`computed`]); the nodes computed.
+pub fn builder_computes_as_llama_cpp(
+    gguf: &Path,
+    dir: &Path,
+    flags: &[&str],
+    graph_flags: &[&str],
+) -> usize {
+    let cap = dir.join("last-logits.json");
+    capture(gguf, &cap, &[flags, &["--last-logits"]].concat());
+    let (imported, built) = (dir.join("last-logits.ron"), dir.join("built.ron"));
+    super::ggplan_ok(&["import", &s(&cap), "-o", &s(&imported)]);
+    let (gguf, built_s) = (s(gguf), s(&built));
+    let mut args = vec!["graph", "--gguf", &gguf, "--tokens", "16", "--ctx", "256"];
+    args.extend(["--last-logits", "-o", &built_s]);
+    args.extend(graph_flags);
+    super::ggplan_ok(&args);
+    assert_computes_alike(&imported, &built)
+}

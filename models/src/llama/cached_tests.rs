@@ -27,6 +27,7 @@ fn small(n_tokens: i64) -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     }
@@ -142,6 +143,7 @@ fn qkv_biases_follow_their_projections() {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         rope: RopeParams::plain(RopeMode::Neox, 8, 1e6),
         ..small(2)

@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - architectures: llama and mistral (llama's graph), qwen2 (NeoX rope, q/k/v
-//!   biases), qwen3 (NeoX rope, q/k head norms), gemma3 (NeoX rope, head
+//!   biases), qwen3 (NeoX rope, q/k head norms), qwen3moe (qwen3's attention,
+//!   `moe.rs`'s experts in place of the dense FFN), gemma3 (NeoX rope, head
 //!   norms, `gemma3.rs`'s additions); anything else is refused, naming the
 //!   architecture;
 //! - hyperparameters come from `{arch}.*` metadata keys; dtypes, the vocabulary
@@ -13,9 +14,10 @@
 //!   llama.cpp's Q4_K_M files: each takes its own, `LlamaConfig::matrix_dtypes`);
 //! - Llama 3's `rope_freqs.weight`, when the file has it, divides each rope
 //!   pair's angle (checked like every weight: F32 of `[n_rot / 2]`);
-//! - a tensor of the file the graph does not use (an expert matrix, a bias of `attn_output`),
-//!   an `{arch}.*` key it does not read (`rope.scaling.factor`, a sliding
-//!   window, ...) and a nonzero `{arch}.expert_count` are refused by name,
+//! - a tensor of the file the graph does not use (an expert matrix outside
+//!   qwen3moe, a bias of `attn_output`), an `{arch}.*` key it does not read
+//!   (`rope.scaling.factor`, a sliding window, `expert_weights_scale`, ...) and
+//!   a nonzero `{arch}.expert_count` outside qwen3moe are refused by name,
 //!   never ignored;
 //! - a missing or ill-typed key is an error naming the key and the file; nothing
 //!   is guessed except the defaults llama.cpp itself uses (rope base 10000, rope
@@ -24,15 +26,15 @@
 use super::{LlamaConfig, LlamaNames};
 use crate::Error;
 use crate::gguf_meta::GgufMeta;
-use crate::llama::BlockWeight;
+use crate::llama::{BlockWeight, MoeWeight};
 use ir::files::gguf::GgufFile;
 use ir::{RopeMode, RopeParams};
 
 /// The architectures [`LlamaConfig::from_gguf`] accepts.
-const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, gemma3";
+const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, qwen3moe, gemma3";
 
 impl LlamaConfig {
-    /// Reads the config of a llama, mistral, qwen2, qwen3 or gemma3 GGUF file for
+    /// Reads the config of a llama, mistral, qwen2, qwen3, qwen3moe or gemma3 GGUF file for
     /// batches of `n_tokens` tokens. Weight names are [`LlamaNames::Gguf`];
     /// the output is tied to the token embedding when the file has no
     /// `output.weight`; q/k/v biases are used when the file has
@@ -49,7 +51,7 @@ impl LlamaConfig {
         // (NeoX) and adds q/k/v biases, which are read from the tensors.
         let rope_mode = match arch {
             "llama" | "mistral" => RopeMode::Normal,
-            "qwen2" | "qwen3" | "gemma3" => RopeMode::Neox,
+            "qwen2" | "qwen3" | "qwen3moe" | "gemma3" => RopeMode::Neox,
             other => {
                 return Err(Error::UnsupportedArchitecture {
                     file: meta.path().to_path_buf(),
@@ -113,10 +115,14 @@ impl LlamaConfig {
             )));
         }
 
-        // A mixture of experts (Mixtral is `llama` with experts) routes each
-        // token through mul_mat_id, which this graph does not have.
+        // Only qwen3moe's mixture of experts is modelled (Mixtral is `llama`
+        // with experts, whose routing is not checked against llama.cpp).
+        let moe = (arch == "qwen3moe")
+            .then(|| super::moe::read(&meta, arch, n_ff))
+            .transpose()?;
         if let Some(n) = meta.opt_u64(&key("expert_count"))?
             && n > 0
+            && moe.is_none()
         {
             return Err(meta.unsupported(format!(
                 "{} is {n}: mixture-of-experts layers are not supported",
@@ -136,10 +142,16 @@ impl LlamaConfig {
         } else {
             &[]
         };
+        let moe_keys: &[&str] = if moe.is_some() {
+            &super::moe::KEYS
+        } else {
+            &[]
+        };
         meta.refuse_unknown_keys(
             arch,
             &[
                 gemma3_keys,
+                moe_keys,
                 &[
                     "block_count",
                     "embedding_length",
@@ -194,6 +206,12 @@ impl LlamaConfig {
                     matrix_dtypes.insert(name, t.dtype);
                 }
             }
+            for w in MoeWeight::ALL.iter().filter(|_| moe.is_some()) {
+                let name = names.moe(il, *w);
+                if let Some(t) = file.tensor_info(&name).filter(|t| t.dtype != weight_dtype) {
+                    matrix_dtypes.insert(name, t.dtype);
+                }
+            }
         }
         let cfg = LlamaConfig {
             n_layer: n_layer as usize,
@@ -215,14 +233,19 @@ impl LlamaConfig {
             rope_factors: file.tensor_info(&names.rope_factors()).is_some(),
             head_norms: file.tensor_info(&names.head_norm(0, false)).is_some(),
             gemma3,
+            moe,
             last_logits_only: false,
             names,
         };
+        if let Some(m) = &moe {
+            super::moe::check_router_rows(&meta, &cfg, m, arch)?;
+        }
         let first = cfg.names.block(0, BlockWeight::Wq);
         meta.check_binds(
             super::build_prefill(&cfg),
             &format!(
-                "norms and biases are f32; block matrices take their own dtypes, '{first}''s by default"
+                "norms and biases are f32; block matrices (and experts) take their own dtypes, \
+                 '{first}''s by default"
             ),
         )?;
         Ok(cfg)

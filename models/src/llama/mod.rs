@@ -1,4 +1,5 @@
-//! Llama-family decoders (llama, mistral, qwen2, qwen3, gemma3) at a fixed shape.
+//! Llama-family decoders (llama, mistral, qwen2, qwen3, qwen3moe, gemma3) at a
+//! fixed shape.
 //!
 //! Two kinds of graph:
 //! - [`build_prefill`]: the prefill of `n_tokens` tokens from position 0, as
@@ -16,7 +17,10 @@
 //! its third source when `rope_factors` is set (Llama 3), and Gemma 3's
 //! differences when `gemma3` is set (`gemma3.rs`: embedding scale, query
 //! scale, post-norms, GEGLU, sliding-window layers with their own mask
-//! `kq_mask_swa` and rope base); without them the nodes below are unchanged.
+//! `kq_mask_swa` and rope base), and a mixture-of-experts FFN in place of the
+//! dense one when `moe` is set (qwen3moe: `moe.rs`, the nodes `ffn_moe_*`
+//! between `ffn_norm` and `l_out`); without them the nodes below are
+//! unchanged.
 //!
 //! Invariants of [`build_prefill`]'s graph:
 //! - leafs, in this order: `tokens` (I32 input `[n_tokens]`), `pos` (I32
@@ -39,6 +43,9 @@ mod cached;
 mod cached_tests;
 mod gemma3;
 mod gguf_config;
+mod moe;
+#[cfg(test)]
+mod moe_tests;
 mod names;
 mod step;
 #[cfg(test)]
@@ -46,7 +53,8 @@ mod tests;
 
 pub use cached::{CacheConfig, build_cached, build_cached_attending, cache_k_name, cache_v_name};
 pub use gemma3::{Gemma3, SlidingWindow, sliding_window_mask};
-pub use names::{BlockWeight, LlamaNames};
+pub use moe::Moe;
+pub use names::{BlockWeight, LlamaNames, MoeWeight};
 pub use step::{StepError, StepInputs, step_inputs};
 
 use crate::attention::{attend, heads_major, split_heads, transposed_values};
@@ -84,7 +92,7 @@ pub struct LlamaConfig {
     pub n_head_kv: i64,
     /// Width of one head.
     pub head_dim: i64,
-    /// Hidden width of the FFN.
+    /// Hidden width of the dense FFN (unused when `moe` is set).
     pub n_ff: i64,
     /// Vocabulary size (rows of the token embedding, logits per token).
     pub n_vocab: i64,
@@ -117,6 +125,10 @@ pub struct LlamaConfig {
     pub head_norms: bool,
     /// Gemma 3's additions (see `gemma3.rs`), for `gemma3` files.
     pub gemma3: Option<Gemma3>,
+    /// A mixture-of-experts FFN in every block instead of the dense one
+    /// (see `moe.rs`; `qwen3moe` files): the block weights `FfnGate`,
+    /// `FfnUp` and `FfnDown` are not declared, the [`MoeWeight`]s are.
+    pub moe: Option<Moe>,
     /// Logits for the last token only (`[n_vocab, 1]`, as llama.cpp
     /// computes them in a prefill): as in llama.cpp, the last block cuts its
     /// attention output and its residual input to the last row
@@ -140,7 +152,8 @@ impl LlamaConfig {
 
 /// The weights of one block, indexed by [`BlockWeight`] (declaration order).
 struct BlockWeights {
-    ids: [TensorId; BlockWeight::ALL.len()],
+    /// `None` only for the dense FFN's weights of a block with experts.
+    ids: [Option<TensorId>; BlockWeight::ALL.len()],
     /// Biases of wq, wk, wv, when the config has them.
     bias: [Option<TensorId>; 3],
     /// Rope's frequency factors, when the config has them (one weight for all blocks).
@@ -149,11 +162,16 @@ struct BlockWeights {
     head_norms: Option<[TensorId; 2]>,
     /// Gemma 3's norms of attention's and the FFN's outputs.
     post_norms: Option<[TensorId; 2]>,
+    /// The router and experts, when the config has a mixture of experts.
+    moe: Option<moe::MoeWeights>,
 }
 
 impl BlockWeights {
+    /// The block weight `w`; only the dense FFN reads the FFN's three, and
+    /// only blocks without experts have them (declared together by
+    /// `declare_block_weights` from the same `cfg.moe`).
     fn get(&self, w: BlockWeight) -> TensorId {
-        self.ids[w as usize]
+        self.ids[w as usize].unwrap_or_else(|| panic!("{w:?} is not declared with experts"))
     }
 
     fn bias(&self, w: BlockWeight) -> Option<TensorId> {
@@ -335,9 +353,21 @@ fn declare_block_weights(
         cfg.n_head_kv * cfg.head_dim,
         cfg.n_ff,
     );
-    let mut ids = [TensorId(0); BlockWeight::ALL.len()];
+    let mut ids = [None; BlockWeight::ALL.len()];
     let mut bias = [None; 3];
+    let mut moe = None;
     for (slot, w) in ids.iter_mut().zip(BlockWeight::ALL) {
+        let dense_ffn = matches!(
+            w,
+            BlockWeight::FfnGate | BlockWeight::FfnUp | BlockWeight::FfnDown
+        );
+        if let Some(m) = cfg.moe.as_ref().filter(|_| dense_ffn) {
+            // The experts, where the dense FFN's weights would be.
+            if moe.is_none() {
+                moe = Some(moe::declare(b, cfg, m, il)?);
+            }
+            continue;
+        }
         let name = cfg.names.block(il, w);
         let matrix = cfg
             .matrix_dtypes
@@ -352,7 +382,7 @@ fn declare_block_weights(
             BlockWeight::FfnGate | BlockWeight::FfnUp => (matrix, e, ff),
             BlockWeight::FfnDown => (matrix, ff, e),
         };
-        *slot = b.weight(name, dtype, [ne0, ne1, 1, 1])?;
+        *slot = Some(b.weight(name, dtype, [ne0, ne1, 1, 1])?);
         // Each bias follows its matrix, as in the GGUF files that have them.
         let bias_slot = match w {
             BlockWeight::Wq => Some(0),
@@ -388,6 +418,7 @@ fn declare_block_weights(
         rope_factors: None,
         head_norms,
         post_norms,
+        moe,
     })
 }
 
@@ -503,13 +534,14 @@ fn build_block(
     };
     let q = heads_major(b, format!("{p}.q_perm"), q)?;
     let attn = attend(b, &p, k, q, v_t, Some(mask), scale)?;
-    let attn = b.mul_mat(format!("{p}.attn_out"), w.get(BlockWeight::Wo), attn)?;
-    let mut attn = post_norm(b, cfg, w, false, &format!("{p}.attn_post_norm"), attn)?;
+    let mut attn = b.mul_mat(format!("{p}.attn_out"), w.get(BlockWeight::Wo), attn)?;
     let mut x = x;
     if let Some(ids) = out_rows {
+        // Before Gemma's post-attention norm, where llama.cpp cuts.
         attn = b.get_rows(format!("{p}.attn_out_rows"), attn, ids)?;
         x = b.get_rows(format!("{p}.inp_out_rows"), x, ids)?;
     }
+    let attn = post_norm(b, cfg, w, false, &format!("{p}.attn_post_norm"), attn)?;
     let ffn_inp = b.add(format!("{p}.ffn_inp"), attn, x)?;
 
     let cur = rms_norm_mul(
@@ -519,6 +551,23 @@ fn build_block(
         w.get(BlockWeight::FfnNorm),
         cfg.rms_eps,
     )?;
+    let out = match &w.moe {
+        Some(experts) => moe::build_ffn(b, &p, experts, cur)?,
+        None => dense_ffn(b, cfg, &p, w, cur)?,
+    };
+    let out = post_norm(b, cfg, w, true, &format!("{p}.ffn_post_norm"), out)?;
+    b.add(format!("{p}.l_out"), out, ffn_inp)
+}
+
+/// The dense FFN of block `p` over the normed residual `cur`: SiLU-gated
+/// (`ffn_silu`, `ffn_gate_par`), or GEGLU for Gemma 3; `ffn_out`.
+fn dense_ffn(
+    b: &mut GraphBuilder,
+    cfg: &LlamaConfig,
+    p: &str,
+    w: &BlockWeights,
+    cur: TensorId,
+) -> Result<TensorId, Error> {
     let gate = b.mul_mat(format!("{p}.ffn_gate"), w.get(BlockWeight::FfnGate), cur)?;
     let par = if cfg.gemma3.is_some() {
         let up = b.mul_mat(format!("{p}.ffn_up"), w.get(BlockWeight::FfnUp), cur)?;
@@ -528,9 +577,7 @@ fn build_block(
         let up = b.mul_mat(format!("{p}.ffn_up"), w.get(BlockWeight::FfnUp), cur)?;
         b.mul(format!("{p}.ffn_gate_par"), gate, up)?
     };
-    let out = b.mul_mat(format!("{p}.ffn_out"), w.get(BlockWeight::FfnDown), par)?;
-    let out = post_norm(b, cfg, w, true, &format!("{p}.ffn_post_norm"), out)?;
-    b.add(format!("{p}.l_out"), out, ffn_inp)
+    b.mul_mat(format!("{p}.ffn_out"), w.get(BlockWeight::FfnDown), par)
 }
 
 /// `rms_norm(x) * weight` as nodes `{name}.rms` and `{name}`.

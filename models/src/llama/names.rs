@@ -48,6 +48,30 @@ impl BlockWeight {
     ];
 }
 
+/// A per-layer weight of a mixture-of-experts FFN (Qwen 3 MoE), which takes
+/// the place of [`BlockWeight::FfnGate`], `FfnUp` and `FfnDown`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MoeWeight {
+    /// The router, `[n_embd, n_expert]`: one logit per expert.
+    Router,
+    /// Every expert's gate projection, stacked: `[n_embd, n_ff_exp, n_expert]`.
+    GateExps,
+    /// Every expert's up projection, stacked: `[n_embd, n_ff_exp, n_expert]`.
+    UpExps,
+    /// Every expert's down projection, stacked: `[n_ff_exp, n_embd, n_expert]`.
+    DownExps,
+}
+
+impl MoeWeight {
+    /// Every MoE weight, in the order the builder declares them.
+    pub const ALL: [MoeWeight; 4] = [
+        MoeWeight::Router,
+        MoeWeight::GateExps,
+        MoeWeight::UpExps,
+        MoeWeight::DownExps,
+    ];
+}
+
 /// How the llama builder names its weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LlamaNames {
@@ -111,6 +135,22 @@ impl LlamaNames {
                 };
                 format!("l{il}.{stem}")
             }
+        }
+    }
+
+    /// The MoE weight `w` of layer `il`: `blk.{il}.ffn_gate_inp.weight`,
+    /// `blk.{il}.ffn_{gate,up,down}_exps.weight` (GGUF) or `l{il}.ffn_gate_inp`,
+    /// `l{il}.ffn_{gate,up,down}_exps` (example).
+    pub fn moe(self, il: usize, w: MoeWeight) -> String {
+        let stem = match w {
+            MoeWeight::Router => "ffn_gate_inp",
+            MoeWeight::GateExps => "ffn_gate_exps",
+            MoeWeight::UpExps => "ffn_up_exps",
+            MoeWeight::DownExps => "ffn_down_exps",
+        };
+        match self {
+            LlamaNames::Gguf => format!("blk.{il}.{stem}.weight"),
+            LlamaNames::Example => format!("l{il}.{stem}"),
         }
     }
 

@@ -23,6 +23,7 @@ fn smollm2_like(n_tokens: i64) -> LlamaConfig {
         rope_factors: false,
         head_norms: false,
         gemma3: None,
+        moe: None,
         last_logits_only: false,
         names: LlamaNames::Gguf,
     }
