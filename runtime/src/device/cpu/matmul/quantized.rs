@@ -4,9 +4,9 @@
 //! scratch, the rows split over the threads. Barrier. Phase 2: each thread
 //! takes a range of dst rows (weight rows; each weight byte is read by one
 //! thread only). For prefill it walks them in chunks that stay in L2,
-//! sweeping all src1 columns per chunk in tiles of [`LANE_R`] x [`LANE_C`]
+//! sweeping all src1 columns per chunk in tiles of `LANE_R` x `LANE_C`
 //! on repacked rows ([`qdot::lane_tile`]; tall tiles spread a tile's fixed
-//! costs over many rows, measured at [`LANE_R`]), else of [`TILE_R`] x
+//! costs over many rows, measured at `LANE_R`), else of [`TILE_R`] x
 //! [`TILE_C`] ([`qdot::tile`]), so each loaded block serves several columns.
 //! Partial tiles (the ends of a thread's rows, the last columns) run in
 //! pieces of at most [`TILE_R`] x [`TILE_C`]; every output is the same sum
