@@ -129,6 +129,12 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
                 continue;
             }
             Work::Step(Step::Op { op, .. }) => op.name().to_string(),
+            Work::Step(Step::MulMatAdd { product, .. }) => {
+                format!(
+                    "mul_mat + add (its product '{}' is never stored)",
+                    tensor_name(&plan, *product)
+                )
+            }
             Work::Step(Step::Fused { kernel }) => match plan.kernels.get(*kernel as usize) {
                 Some(kern) => {
                     let names: Vec<&str> =

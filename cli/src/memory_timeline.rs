@@ -152,6 +152,9 @@ fn accesses(plan: &Plan) -> (Vec<Access>, Vec<String>, Vec<(usize, String)>) {
             Work::Step(Step::Fused { kernel }) => {
                 format!("split {s} step {k} (fused kernel {kernel} -> {dst})")
             }
+            Work::Step(Step::MulMatAdd { .. }) => {
+                format!("split {s} step {k} (mul_mat + add -> {dst})")
+            }
         });
         acc.push(Access { reads, writes });
     }

@@ -12,7 +12,7 @@ use ir::plan::check::Checker;
 use ir::plan::check::ViolationKind::Support;
 pub use ir::plan::check::{PlanViolation, ViolationKind};
 use ir::plan::{BinaryFn, Expr, FusedKernel, Step, UnaryFn};
-use ir::{DType, OpKind};
+use ir::{DType, Op, OpKind};
 
 /// Every violation of `plan`: `ir`'s checker, with this family (op support on
 /// `target`) in its place when a target is given.
@@ -57,6 +57,19 @@ fn check(c: &mut Checker<'_>, target: &Target) {
                 Step::Fused { kernel } => {
                     if let Some(kn) = plan.kernels.get(*kernel as usize) {
                         fused(c, dev, *kernel, kn, s, k);
+                    }
+                }
+                Step::MulMatAdd { product, dst, srcs } => {
+                    // Both ops, each with its own src0: the weight, the product.
+                    for (op, src0) in [(Op::MulMat, srcs[0]), (Op::Add, *product)] {
+                        let Some(t) = c.tensor(src0) else { continue };
+                        if !dev.supports(&op, t.dtype) {
+                            let msg = format!(
+                                "split {s} step {k} runs mul_mat + add, whose {op} has a {} src0, on {}, which does not support it",
+                                t.dtype, dev.name
+                            );
+                            c.tensor_problem(Support, *dst, msg);
+                        }
                     }
                 }
             }

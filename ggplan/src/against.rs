@@ -133,6 +133,7 @@ pub fn of_plan(plan: &Plan) -> Decisions {
             let ops = (sp.steps.iter())
                 .map(|s| match s {
                     Step::Op { .. } => 1,
+                    Step::MulMatAdd { .. } => 2,
                     Step::Fused { kernel } => {
                         let k = plan.kernels.get(*kernel as usize);
                         k.map_or(1, |k| k.nodes.len())

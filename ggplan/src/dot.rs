@@ -57,7 +57,7 @@ fn tensor_name(plan: &Plan, t: u32) -> &str {
 
 fn step_output(plan: &Plan, step: &Step) -> Option<u32> {
     match step {
-        Step::Op { dst, .. } => Some(*dst),
+        Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } => Some(*dst),
         Step::Fused { kernel } => plan.kernels.get(*kernel as usize).map(|k| k.output),
     }
 }
@@ -66,6 +66,7 @@ fn step_kind(step: &Step) -> String {
     match step {
         Step::Op { op, .. } => op.name().to_string(),
         Step::Fused { .. } => "fused".to_string(),
+        Step::MulMatAdd { .. } => "mul_mat + add".to_string(),
     }
 }
 
@@ -298,6 +299,7 @@ fn detail(plan: &Plan) -> String {
             Some(k) => format!("{} (fused x{})", tensor_name(plan, k.output), k.nodes.len()),
             None => "?".to_string(),
         },
+        Step::MulMatAdd { dst, .. } => format!("{} (mul_mat + add)", tensor_name(plan, *dst)),
     };
     let mut writer = BTreeMap::new();
     for (i, split) in plan.splits.iter().enumerate() {

@@ -29,8 +29,15 @@ pub fn summary(plan: &Plan) -> String {
         .filter(|t| t.placement == Placement::Fused)
         .count();
     let n_steps: usize = plan.splits.iter().map(|sp| sp.steps.len()).sum();
+    let product_adds = (plan.splits.iter().flat_map(|sp| &sp.steps))
+        .filter(|st| matches!(st, Step::MulMatAdd { .. }))
+        .count();
+    let and_product_adds = match product_adds {
+        0 => String::new(),
+        n => format!(" and {}", count(n, "mul_mat + add", "mul_mat + adds")),
+    };
     out += &format!(
-        "{} splits, {} steps ({} fused kernels covering {} nodes; {} intermediates take no memory), estimated {:.1} us\n",
+        "{} splits, {} steps ({} fused kernels{and_product_adds} covering {} nodes; {} intermediates take no memory), estimated {:.1} us\n",
         s.n_splits,
         n_steps,
         plan.kernels.len(),

@@ -137,25 +137,32 @@ impl Observer for StepChecker<'_> {
         let layout = plan.tensors[s.dst as usize].layout();
         let refs: Vec<&Dense> = self.inputs.iter().collect();
         // `exact`: the step promises these bits, not just these values.
-        let (expected, threshold, exact) = match (s.op, s.fused_kernel) {
-            (Some(op @ Op::AllGather { .. }), _) => (compute(&op, &refs, &layout), 0.0, true),
-            (Some(Op::AllReduceSum { .. }), _) => (ordered_f32_sum(&refs), 0.0, true),
+        let (expected, threshold, exact) = match (s.op, s.fused_kernel, s.product) {
+            // mul_mat + add: the product at its own layout, then the add.
+            (_, _, Some(product)) if refs.len() == 3 => {
+                let product_layout = plan.tensors[product as usize].layout();
+                let product = compute(&Op::MulMat, &refs[..2], &product_layout);
+                let sum = compute(&Op::Add, &[&product, refs[2]], &layout);
+                (sum, nmse_threshold("mul_mat_add"), false)
+            }
+            (Some(op @ Op::AllGather { .. }), _, _) => (compute(&op, &refs, &layout), 0.0, true),
+            (Some(Op::AllReduceSum { .. }), _, _) => (ordered_f32_sum(&refs), 0.0, true),
             // The same ordered sum, then this participant's slice of it.
-            (Some(op @ Op::ReduceScatterSum { .. }), _) => {
+            (Some(op @ Op::ReduceScatterSum { .. }), _, _) => {
                 let sum = ordered_f32_sum(&refs);
                 (compute(&op, &[&sum], &layout), 0.0, true)
             }
-            (Some(op), _) => (
+            (Some(op), _, _) => (
                 compute(&op, &refs, &layout),
                 step_threshold(plan, s.device, &op),
                 false,
             ),
-            (None, Some(k)) => {
+            (None, Some(k), _) => {
                 let body = &plan.kernels[k as usize].body;
                 let out = kernels::reference::fused::eval_fused(body, &refs, layout.ne);
                 (out, nmse_threshold("fused"), false)
             }
-            (None, None) => (self.inputs[0].clone(), 0.0, true),
+            (None, None, _) => (self.inputs[0].clone(), 0.0, true),
         };
         let expected = rounded(&expected, &layout);
         let actual = rt

@@ -43,6 +43,7 @@ pub(crate) fn prepare_all(
                 kind: "copy",
                 op: None,
                 fused_kernel: None,
+                product: None,
                 dst: c.dst,
                 srcs: vec![c.src],
                 bytes: 2 * c.bytes,
@@ -55,7 +56,7 @@ pub(crate) fn prepare_all(
             let index = out.len();
             let prepared = device.prepare_step(ctx, s, index, step).map_err(|e| {
                 let dst = match step {
-                    Step::Op { dst, .. } => *dst,
+                    Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } => *dst,
                     Step::Fused { kernel } => {
                         (plan.kernels.get(*kernel as usize)).map_or(0, |k| k.output)
                     }

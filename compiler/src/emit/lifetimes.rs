@@ -53,7 +53,9 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
     global_order(splits)
         .map(|item| {
             let donors = match item.work {
-                Work::Copy(_) => vec![],
+                // A product-add writes its product into dst before it adds
+                // the addend (on a CPU), so no operand may share dst's bytes.
+                Work::Copy(_) | Work::Step(Step::MulMatAdd { .. }) => vec![],
                 Work::Step(Step::Op { op, srcs, .. }) => {
                     in_place_operand(op, srcs.len()).into_iter().collect()
                 }

@@ -131,6 +131,19 @@ pub fn emit_plan(
             if op.is_view() {
                 continue;
             }
+            if let Some(pair) = fusion.product_add_of(node) {
+                // The product runs inside the add's step.
+                if pair.add == node {
+                    let srcs = pair.reads(graph).map(|s| table.local(graph, s, d));
+                    let [w, x, r] = srcs;
+                    steps.push(Step::MulMatAdd {
+                        product: pair.product.0,
+                        dst: node.0,
+                        srcs: [w?, x?, r?],
+                    });
+                }
+                continue;
+            }
             match fusion.group_of(node).map(|g| &fusion.groups[g]) {
                 Some(group) if group.nodes.last() != Some(&node) => continue,
                 Some(group) => {
@@ -185,6 +198,9 @@ pub fn emit_plan(
         for &member in &group.nodes[..group.nodes.len() - 1] {
             table.tensors[member.index()].placement = Placement::Fused;
         }
+    }
+    for pair in &fusion.products {
+        table.tensors[pair.product.index()].placement = Placement::Fused;
     }
 
     let mut arenas = Vec::new();

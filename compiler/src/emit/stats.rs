@@ -58,6 +58,7 @@ pub(super) fn compute(
                 let nodes: Vec<u32> = match step {
                     Step::Op { dst, .. } => vec![*dst],
                     Step::Fused { kernel } => kernels[*kernel as usize].nodes.clone(),
+                    Step::MulMatAdd { product, dst, .. } => vec![*product, *dst],
                 };
                 for n in nodes {
                     estimated_us += cost::op_time_us(target, device, graph, TensorId(n));
@@ -81,7 +82,10 @@ pub(super) fn compute(
                 bytes,
             })
             .collect(),
-        fused_nodes: kernels.iter().map(|k| k.nodes.len() as u32).sum(),
+        fused_nodes: kernels.iter().map(|k| k.nodes.len() as u32).sum::<u32>()
+            + 2 * (splits.iter().flat_map(|s| &s.steps))
+                .filter(|st| matches!(st, Step::MulMatAdd { .. }))
+                .count() as u32,
         estimated_us: round_ns(estimated_us),
         split_us,
     }

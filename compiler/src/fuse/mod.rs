@@ -43,8 +43,15 @@
 //!
 //! Memory: the group output keeps its tensor (and its bytes); the other members
 //! are never materialised and take no memory.
+//!
+//! Then, among the nodes no group took, each `mul_mat` whose one reader is an
+//! `add` joins it as a [`ProductAdd`] (rules in [`product_add`]): one step
+//! computing the product and adding the other operand before it stores.
 
 mod body;
+pub mod product_add;
+
+pub use product_add::ProductAdd;
 
 use crate::assign::Assignment;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
@@ -55,6 +62,8 @@ use ir::{DType, Graph, Op, Role, TensorId};
 pub struct Fusion {
     /// The groups, in the order of their first member in the execution order.
     pub groups: Vec<FusedGroup>,
+    /// Products fused with their add, in the order of their adds.
+    pub products: Vec<ProductAdd>,
 }
 
 impl Fusion {
@@ -63,9 +72,16 @@ impl Fusion {
         self.groups.iter().position(|g| g.nodes.contains(&id))
     }
 
-    /// The number of nodes that are members of some group.
+    /// The number of nodes that are members of some group or product-add.
     pub fn n_fused_nodes(&self) -> usize {
-        self.groups.iter().map(|g| g.nodes.len()).sum()
+        self.groups.iter().map(|g| g.nodes.len()).sum::<usize>() + 2 * self.products.len()
+    }
+
+    /// The product-add pair whose add or product is node `id`, if any.
+    pub fn product_add_of(&self, id: TensorId) -> Option<&ProductAdd> {
+        self.products
+            .iter()
+            .find(|p| p.add == id || p.product == id)
     }
 }
 
@@ -153,7 +169,8 @@ impl Member {
 }
 
 /// Groups the elementwise chains of `graph` run in `order` on the devices of
-/// `assignment` (see the module doc for the rules).
+/// `assignment`, then pairs products with their adds (see the module doc for
+/// the rules).
 ///
 /// `order` is expected to be an execution order of the graph's nodes; ids that
 /// are not nodes of `graph`, or that repeat, are skipped rather than trusted, and
@@ -195,7 +212,8 @@ pub fn fuse_elementwise_where(
             groups.push(group);
         }
     }
-    Fusion { groups }
+    let products = product_add::find(&ctx, order, &taken);
+    Fusion { groups, products }
 }
 
 /// What the rules need to know about the graph, computed once.

@@ -349,6 +349,19 @@ pub enum Step {
         /// Index into [`Plan::kernels`].
         kernel: u32,
     },
+    /// A `mul_mat` whose product is added to a tensor of the product's
+    /// extents before it is stored, as one kernel (an output projection and
+    /// its residual add):
+    /// `dst = srcs[0] · srcs[1] + srcs[2]`. The product is never stored: its
+    /// tensor is placed `Fused`.
+    MulMatAdd {
+        /// The `mul_mat` node computed inside the step (no bytes).
+        product: u32,
+        /// The tensor written: the `add` node.
+        dst: u32,
+        /// The product's weight and activations, then the addend.
+        srcs: [u32; 3],
+    },
 }
 
 /// A maximal run of steps on one device's compute stream.
@@ -408,7 +421,8 @@ pub struct Stats {
     pub n_splits: u32,
     /// Copies per link direction.
     pub links: Vec<LinkStats>,
-    /// Number of graph nodes that became fused-kernel members.
+    /// Number of graph nodes that became fused-kernel members (a
+    /// `MulMatAdd` step's two nodes count too).
     pub fused_nodes: u32,
     /// Estimated time of one run, microseconds (the cost model's figure).
     pub estimated_us: f64,

@@ -9,7 +9,8 @@ use crate::text::extensions;
 use std::path::Path;
 
 /// The plan format version this build reads and writes.
-pub const PLAN_FORMAT_VERSION: u32 = 2;
+/// Version 3 added `Step::MulMatAdd`: a version-2 runtime would not know it.
+pub const PLAN_FORMAT_VERSION: u32 = 3;
 
 /// One value as single-line RON (implicit `Some`, no header): how messages
 /// quote a plan value, in the file's own notation.
@@ -88,20 +89,29 @@ fn field_at(out: &mut String, indent: &str, name: &str, value: String) {
     out.push_str(&format!("{indent}{name}: {value},\n"));
 }
 
-/// Parses plan text; `path` names the source in errors. A version-1 plan
-/// (made before streams and events were explicit) is refused with the command
-/// that remakes it: its order between devices was implied, and re-deriving it
-/// is the compiler's job, which the runtime never runs.
+/// Parses plan text; `path` names the source in errors. An older plan is
+/// refused with the command that remakes it: a version-1 plan (made before
+/// streams and events were explicit) because its order between devices was
+/// implied, and re-deriving it is the compiler's job, which the runtime never
+/// runs; a version-2 plan (made before products fused with their residual
+/// add) because it would run a kernel more per fused pair than a recompiled
+/// one.
 pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
+    const RECOMPILE: &str = "recompile its graph with \
+                             `ggplan compile GRAPH --target TARGET -o PLAN.ron` (the plan's \
+                             target_name and options say which)";
     crate::text::parse_versioned(text, path, PLAN_FORMAT_VERSION).map_err(|e| match e {
-        Error::FormatVersion { found: 1, .. } => Error::Outdated {
+        Error::FormatVersion {
+            found: found @ (1 | 2),
+            ..
+        } => Error::Outdated {
             path: path.to_string(),
-            found: 1,
+            found,
             supported: PLAN_FORMAT_VERSION,
-            remedy: "it predates explicit streams and events; recompile its graph with \
-                     `ggplan compile GRAPH --target TARGET -o PLAN.ron` (the plan's \
-                     target_name and options say which)"
-                .to_string(),
+            remedy: match found {
+                1 => format!("it predates explicit streams and events; {RECOMPILE}"),
+                _ => format!("it predates mul_mat steps fused with their add; {RECOMPILE}"),
+            },
         },
         other => other,
     })

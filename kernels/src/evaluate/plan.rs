@@ -231,6 +231,15 @@ pub fn evaluate_plan<'p>(
                     let out = compute(op, &refs, &layout_of(plan, *dst));
                     memory.write(*dst, &out)?;
                 }
+                Step::MulMatAdd { product, dst, srcs } => {
+                    // The two ops one after the other, the product held here
+                    // only (it has no bytes in the plan).
+                    check_reads(plan, device, None, srcs)?;
+                    let [w, x, r] = srcs.map(|s| memory.read(s));
+                    let p = compute(&Op::MulMat, &[&w?, &x?], &layout_of(plan, *product));
+                    let out = compute(&Op::Add, &[&p, &r?], &layout_of(plan, *dst));
+                    memory.write(*dst, &out)?;
+                }
                 Step::Fused { kernel } => {
                     let k = plan
                         .kernels

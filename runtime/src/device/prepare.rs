@@ -119,10 +119,39 @@ impl PrepareCtx<'_> {
             kind: op.name(),
             op: Some(*op),
             fused_kernel: None,
+            product: None,
             dst,
             srcs: srcs.to_vec(),
             bytes,
             flops,
+            fallback,
+        }
+    }
+
+    /// A `mul_mat` + `add` step of split `split` running `kernel`,
+    /// `dst = srcs[0] · srcs[1] + srcs[2]` with `product` never stored; its
+    /// costs are the product's and one addition per output element.
+    pub fn product_add_step(
+        &self,
+        split: usize,
+        (product, dst, srcs): (u32, u32, &[u32; 3]),
+        kernel: Box<dyn super::DeviceStep>,
+        fallback: bool,
+    ) -> PreparedStep {
+        let bytes = self.span(dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
+        let out = self.raw(dst).n_elements() as u64;
+        PreparedStep {
+            kernel,
+            split,
+            device: self.plan.splits[split].device.index(),
+            kind: "mul_mat_add",
+            op: None,
+            fused_kernel: None,
+            product: Some(product),
+            dst,
+            srcs: srcs.to_vec(),
+            bytes,
+            flops: 2 * self.raw(srcs[0]).ne[0] as u64 * out + out,
             fallback,
         }
     }
@@ -145,6 +174,7 @@ impl PrepareCtx<'_> {
             kind: "fused",
             op: None,
             fused_kernel: Some(index),
+            product: None,
             dst: k.output,
             srcs: k.inputs.clone(),
             bytes,

@@ -35,12 +35,15 @@ pub struct PreparedStep {
     /// a step; for a copy, the end that moves the bytes (module doc), whose
     /// copy stream may belong to the other end.
     pub device: usize,
-    /// What it is: an op name, `fused`, or `copy`.
+    /// What it is: an op name, `fused`, `mul_mat_add`, or `copy`.
     pub kind: &'static str,
     /// The op, for an op step.
     pub op: Option<Op>,
     /// The plan's kernel index, for a fused step.
     pub fused_kernel: Option<u32>,
+    /// For a `mul_mat` + `add` step: the product computed inside it (no
+    /// bytes); `srcs` are the weight, the activations and the addend.
+    pub product: Option<u32>,
     /// The plan tensor written.
     pub dst: u32,
     /// The plan tensors read.

@@ -210,6 +210,14 @@ fn edit(plan: &mut Plan, u: &mut Unstructured<'_>) -> Option<()> {
                     }
                 }
                 Step::Fused { kernel } => *kernel = u.int_in_range(0..=*kernel + 1).ok()?,
+                Step::MulMatAdd { product, dst, srcs } => {
+                    let to = u.int_in_range(0..=n).ok()?;
+                    match u.choose_index(5).ok()? {
+                        0 => *product = to,
+                        1 => *dst = to,
+                        k => srcs[k - 2] = to,
+                    }
+                }
             }
         }
         9 => {

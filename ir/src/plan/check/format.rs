@@ -300,5 +300,26 @@ fn check_step(c: &mut Checker<'_>, s: usize, k: usize, step: &Step) {
                 c.problem(Format, name, format!("kernel {kernel} is out of range"));
             }
         }
+        Step::MulMatAdd { product, dst, srcs } => {
+            let n = c.plan.n_graph_tensors;
+            for &t in [product, dst].into_iter().chain(srcs) {
+                if t as usize >= c.plan.tensors.len() {
+                    c.problem(
+                        Format,
+                        name.clone(),
+                        format!("mul_mat + add names t{t}, out of range"),
+                    );
+                }
+            }
+            // The product is a graph node the step computes, never one it
+            // reads or writes.
+            if *product >= n || product == dst || srcs.contains(product) {
+                let msg = format!(
+                    "mul_mat + add computes t{product} as its product, which must be a graph \
+                     tensor other than its result and operands"
+                );
+                c.problem(Format, name, msg);
+            }
+        }
     }
 }

@@ -24,9 +24,15 @@ pub(super) fn check(c: &mut Checker<'_>) {
     arenas(c);
 }
 
-/// The non-last members of every fused kernel.
+/// The non-last members of every fused kernel, and the product of every
+/// `mul_mat` + `add` step.
 fn fused_members(c: &Checker<'_>) -> BTreeSet<u32> {
-    let mut members = BTreeSet::new();
+    let mut members: BTreeSet<u32> = (c.plan.splits.iter().flat_map(|s| &s.steps))
+        .filter_map(|step| match step {
+            crate::plan::Step::MulMatAdd { product, .. } => Some(*product),
+            _ => None,
+        })
+        .collect();
     for kernel in &c.plan.kernels {
         if let Some((_, inner)) = kernel.nodes.split_last() {
             members.extend(inner.iter().copied());
@@ -110,8 +116,8 @@ fn tensor(c: &mut Checker<'_>, i: u32, members: &BTreeSet<u32>) {
         }
         Placement::Fused => {
             if !members.contains(&i) {
-                let msg = "is placed Fused but is no fused kernel's inner member \
-                           (a kernel's output needs bytes)";
+                let msg = "is placed Fused but is no fused kernel's inner member nor a \
+                           mul_mat + add step's product (a kernel's output needs bytes)";
                 c.tensor_problem(PlacementKind, i, msg.to_string());
             }
         }

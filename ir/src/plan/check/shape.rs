@@ -1,7 +1,9 @@
 //! Family 1 (format), shapes: every op step's destination has the dtype and
 //! extents its op's rule ([`crate::rules::derive`]) gives for its sources; a
 //! write-into op (`cpy`, `set_rows`) writes a view of its destination's bytes,
-//! every other op a tensor with arena bytes (family 2, placement).
+//! every other op a tensor with arena bytes (family 2, placement). A
+//! `mul_mat` + `add` step is held to both ops' rules, its product placed
+//! `Fused` and its addend of the product's extents.
 //!
 //! The rules are run only on layouts small enough that their arithmetic cannot
 //! overflow; a step over larger ones is refused as too large to check.
@@ -17,14 +19,40 @@ const SANE: u64 = 1 << 48;
 pub(super) fn check(c: &mut Checker<'_>) {
     for split in &c.plan.splits {
         for step in &split.steps {
-            if let Step::Op { op, dst, srcs } = step {
-                check_op(c, op, *dst, srcs);
+            match step {
+                Step::Op { op, dst, srcs } => check_op(c, op, *dst, srcs, false),
+                Step::MulMatAdd { product, dst, srcs } => {
+                    check_mul_mat_add(c, *product, *dst, srcs);
+                }
+                Step::Fused { .. } => {}
             }
         }
     }
 }
 
-fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32]) {
+/// A product-add step is its two ops' rules: the product (placed `Fused`)
+/// is `mul_mat` of the weight and activations, the result their `add` with
+/// the addend, which has the product's extents exactly (the kernels add
+/// element for element, never broadcasting).
+fn check_mul_mat_add(c: &mut Checker<'_>, product: u32, dst: u32, srcs: &[u32; 3]) {
+    check_op(c, &Op::MulMat, product, &srcs[..2], true);
+    check_op(c, &Op::Add, dst, &[product, srcs[2]], false);
+    if let (Some(p), Some(r)) = (c.tensor(product), c.tensor(srcs[2]))
+        && p.ne != r.ne
+    {
+        let msg = format!(
+            "mul_mat + add: the addend {} has extents {:?}, the product {:?}",
+            c.describe(srcs[2]),
+            r.ne,
+            p.ne
+        );
+        c.tensor_problem(Format, dst, msg);
+    }
+}
+
+/// Checks one op's result against its rule; `fused`: the result is computed
+/// inside its step and never stored (placed `Fused`).
+fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32], fused: bool) {
     if op.is_view() || !crate::rules::arity(op).contains(&srcs.len()) {
         return; // reported by the format family
     }
@@ -82,7 +110,14 @@ fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32]) {
             );
             c.tensor_problem(PlacementKind, dst, msg);
         }
-        (None, Placement::Arena { .. }) => {}
+        (None, Placement::Arena { .. }) if !fused => {}
+        (None, Placement::Fused) if fused => {}
+        (None, placement) if fused => {
+            let msg = format!(
+                "{op} is computed inside its mul_mat + add step: it must be placed Fused, not {placement}"
+            );
+            c.tensor_problem(PlacementKind, dst, msg);
+        }
         (None, placement) => {
             let msg =
                 format!("{op} computes new bytes: it needs an arena placement, not {placement}");

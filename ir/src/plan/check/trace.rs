@@ -77,6 +77,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             Step::Fused { kernel } => {
                                 format!("split {s} step {k} (fused kernel {kernel})")
                             }
+                            Step::MulMatAdd { .. } => format!("split {s} step {k} (mul_mat + add)"),
                         },
                         is_copy: false,
                         reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
@@ -89,11 +90,13 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                         ),
                         op: match step {
                             Step::Op { op, .. } => Some(*op),
-                            Step::Fused { .. } => None,
+                            // Not an op of its own: a partial sum it reads is
+                            // refused (mul_mat of a share is no share of it).
+                            Step::Fused { .. } | Step::MulMatAdd { .. } => None,
                         },
                         kernel: match step {
                             Step::Fused { kernel } => Some(*kernel),
-                            Step::Op { .. } => None,
+                            Step::Op { .. } | Step::MulMatAdd { .. } => None,
                         },
                         reads,
                         writes,

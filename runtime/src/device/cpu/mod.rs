@@ -21,6 +21,7 @@ pub mod numa;
 pub mod ops;
 pub mod pool;
 pub mod prepare;
+pub mod product_add;
 pub mod reference_kernel;
 pub mod tensor;
 

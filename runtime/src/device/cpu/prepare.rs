@@ -3,6 +3,7 @@
 //! thread where none supports the step (correct, slow, and listed in the
 //! load report); and a copy between host arenas, a memcpy.
 
+use super::product_add::ProductAddKernel;
 use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
 use crate::RuntimeError;
@@ -48,6 +49,25 @@ pub(super) fn prepare_step(
             });
             let (kernel, fallback) = op_kernel(fast, op, d, &s, src0_is_weight)?;
             Ok(ctx.op_step(split, (op, *dst, srcs), Box::new(CpuStep(kernel)), fallback))
+        }
+        Step::MulMatAdd { product, dst, srcs } => {
+            ctx.check_reads(split, None, srcs)?;
+            let d = ctx.raw(*dst);
+            let [w, x, r] = srcs.map(|t| ctx.raw(t));
+            let src0_is_weight =
+                ctx.plan.tensors[ctx.plan.owner(srcs[0]) as usize].role == Role::Weight;
+            // The product is written as `dst` (both are packed F32 of one
+            // extent: checker), then the addend added to it in place.
+            let (product_kernel, slow_product) =
+                op_kernel(fast, &Op::MulMat, d, &[w, x], src0_is_weight)?;
+            let (add_kernel, slow_add) = op_kernel(fast, &Op::Add, d, &[d, r], false)?;
+            let kernel = Box::new(ProductAddKernel {
+                product: product_kernel,
+                add: add_kernel,
+            });
+            let step = (*product, *dst, srcs);
+            let fallback = slow_product || slow_add;
+            Ok(ctx.product_add_step(split, step, Box::new(CpuStep(kernel)), fallback))
         }
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];

@@ -136,6 +136,27 @@ pub fn fused(body: &[Expr], out: RawTensor, inputs: &[RawTensor]) -> Result<Laun
     })
 }
 
+/// The launch of a `mul_mat` + `add` step: `mul_mat`'s launch with the
+/// addend as `t3` and the epilogue on (`i[0]`, ops.cu), so one kernel
+/// computes `dst = w · x + addend`.
+pub fn mul_mat_add(dst: RawTensor, [w, x, addend]: [RawTensor; 3]) -> Result<Launch, RuntimeError> {
+    let name = "mul_mat + add";
+    require(
+        name,
+        addend.dtype == DType::F32 && addend.ne == dst.ne,
+        || {
+            format!(
+                "the addend must be F32 with the result's extents {:?}, not {} {:?}",
+                dst.ne, addend.dtype, addend.ne
+            )
+        },
+    )?;
+    let mut launch = op(&Op::MulMat, dst, &[w, x])?;
+    launch.args.t[3] = KTensor::of(&addend);
+    launch.args.i[0] = 1;
+    Ok(launch)
+}
+
 /// The launch of an op step writing `dst` from `srcs`.
 pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, RuntimeError> {
     let name = op.name();
@@ -404,6 +425,32 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn mul_mat_add_is_mul_mat_with_the_addend_as_t3() {
+        let w = t(DType::Q4_1, [576, 1537, 1, 1]);
+        for cols in [1, 13] {
+            let x = t(DType::F32, [576, cols, 1, 1]);
+            let d = t(DType::F32, [1537, cols, 1, 1]);
+            let r = RawTensor {
+                data: 0x2000 as *mut u8,
+                ..d
+            };
+            let plain = op(&Op::MulMat, d, &[w, x]).expect("mul_mat");
+            let fused = mul_mat_add(d, [w, x, r]).expect("mul_mat + add");
+            assert_eq!(
+                (fused.kernel.clone(), fused.grid),
+                (plain.kernel, plain.grid)
+            );
+            assert_eq!((fused.args.i[0], fused.args.t[3]), (1, KTensor::of(&r)));
+            assert_eq!(plain.args.i[0], 0, "plain products add nothing");
+        }
+        let x = t(DType::F32, [576, 1, 1, 1]);
+        let d = t(DType::F32, [1537, 1, 1, 1]);
+        let short = t(DType::F32, [1536, 1, 1, 1]);
+        let err = mul_mat_add(d, [w, x, short]).unwrap_err().to_string();
+        assert!(err.contains("the addend must be F32"), "{err}");
     }
 
     #[test]

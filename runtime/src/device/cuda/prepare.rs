@@ -34,6 +34,13 @@ pub(super) fn prepare_step(
             let kernel = Box::new(CudaStep::new(device, launch));
             Ok(ctx.op_step(split, (op, *dst, srcs), kernel, false))
         }
+        Step::MulMatAdd { product, dst, srcs } => {
+            ctx.check_reads(split, None, srcs)?;
+            let launch =
+                launch::mul_mat_add(ctx.raw(*dst), srcs.map(|t| ctx.raw(t))).map_err(on_gpu)?;
+            let kernel = Box::new(CudaStep::new(device, launch));
+            Ok(ctx.product_add_step(split, (*product, *dst, srcs), kernel, false))
+        }
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];
             ctx.check_reads(split, None, &k.inputs)?;

@@ -97,6 +97,9 @@ pub fn plan_kernels(plan: &Plan) -> Result<PlanKernels, RuntimeError> {
                     let s: Vec<RawTensor> = srcs.iter().map(|&t| raw(t)).collect();
                     (launch::op(op, raw(*dst), &s), *dst)
                 }
+                Step::MulMatAdd { dst, srcs, .. } => {
+                    (launch::mul_mat_add(raw(*dst), srcs.map(raw)), *dst)
+                }
                 Step::Fused { kernel } => {
                     let k = &plan.kernels[*kernel as usize];
                     let inputs: Vec<RawTensor> = k.inputs.iter().map(|&t| raw(t)).collect();

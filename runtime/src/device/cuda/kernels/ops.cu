@@ -15,6 +15,12 @@ __device__ __forceinline__ float ldrow(const char *row, long long dt, long long 
 // blocks.cuh decodes), t2 = src1 [K, N, ne12, ne13] (floats); src0's matrix
 // (k2 / r2, k3 / r3) for dst's (k2, k3). Each kernel is a template over
 // src0's dtype, so a chunk is decoded with its scales read once.
+// Epilogue: when i[0] != 0, t3 is an addend with dst's extents, added to each
+// sum before it is stored (a product fused with its residual add); the
+// element is read and written by the same thread, after the sum is done.
+__device__ __forceinline__ float mm_out(const Args &a, float s, long long i, long long j, long long k2, long long k3) {
+  return a.i[0] ? s + ldf(at(a.t[3], i, j, k2, k3), a.t[3].dt) : s;
+}
 
 // Elements part .. part + 7 of chunk `ch` (values 32 ch ..) of the row at
 // `row` into v (floats: zero past K).
@@ -77,7 +83,7 @@ __device__ void mm_vec(const Args &a) {
 #pragma unroll
   for (int c = 0; c < MM_COLS; c++) {
     const float s = warp_sum(acc[c]);
-    if (lane == 0 && c < nc) stf(at_mut(D, i, j0 + c, k2, k3), D.dt, s);
+    if (lane == 0 && c < nc) stf(at_mut(D, i, j0 + c, k2, k3), D.dt, mm_out(a, s, i, j0 + c, k2, k3));
   }
 }
 
@@ -141,7 +147,7 @@ __device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       const long long j = j0 + tx * 4 + c;
-      if (j < N) stf(at_mut(D, i, j, k2, k3), D.dt, acc[r][c]);
+      if (j < N) stf(at_mut(D, i, j, k2, k3), D.dt, mm_out(a, acc[r][c], i, j, k2, k3));
     }
   }
 }
