@@ -199,7 +199,7 @@ impl Generator {
     /// whose prefill plan is shaped by the prompt.
     pub fn open(gguf: impl AsRef<Path>, options: GenerateOptions) -> Result<Generator> {
         let path = gguf.as_ref().to_path_buf();
-        let tokenizer = open_tokenizer(&path)?;
+        let tokenizer = open_tokenizer(&GgufFile::open(&path)?)?;
         let buckets = context_buckets(options.ctx, options.min_bucket)?;
         let weights = Weights::open(&path)?;
         let session = open_session(&options)?;
@@ -346,10 +346,12 @@ pub(super) fn open_session(options: &GenerateOptions) -> Result<Session> {
     .with_rpc(&options.rpc)
 }
 
-/// Opens `gguf`'s tokenizer, naming the file when it cannot.
-pub(super) fn open_tokenizer(path: &Path) -> Result<Tokenizer> {
-    Tokenizer::from_gguf(&GgufFile::open(path)?)
-        .map_err(|e| Error::Usage(format!("{}: reading the tokenizer: {e}", path.display())))
+/// The tokenizer of the opened GGUF `file`, naming the file when it cannot.
+pub(super) fn open_tokenizer(file: &GgufFile) -> Result<Tokenizer> {
+    Tokenizer::from_gguf(file).map_err(|e| {
+        let path = ir::files::TensorSource::path(file).display();
+        Error::Usage(format!("{path}: reading the tokenizer: {e}"))
+    })
 }
 
 /// Index of the first largest value of a logits row (the greedy token).

@@ -117,8 +117,9 @@ impl ImportedGenerator {
         options: GenerateOptions,
     ) -> Result<ImportedGenerator> {
         let path = gguf.as_ref();
-        let tokenizer = open_tokenizer(path)?;
+        // One open for the tokenizer and the metadata read here.
         let file = GgufFile::open(path)?;
+        let tokenizer = open_tokenizer(&file)?;
         let arch = file.get_str("general.architecture").unwrap_or_default();
         let n_layer = file.get_u64(&format!("{arch}.block_count")).unwrap_or(0) as usize;
         let window = sliding_window(&file, path, arch)?;
