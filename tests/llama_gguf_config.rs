@@ -289,7 +289,19 @@ fn unknown_architectures_and_bad_tensors_are_named() {
         "{e}"
     );
 
-    // Mixtral: a llama with experts.
+    // Experts outside qwen3moe and llama (Mixtral) are refused by name.
+    let e = err(
+        "mistral",
+        Options {
+            extra: vec![("expert_count", Meta::U32(8))],
+            ..Options::default()
+        },
+    );
+    assert!(
+        e.contains("mistral.expert_count is 8") && e.contains("mixture-of-experts"),
+        "{e}"
+    );
+    // A llama file with experts is Mixtral, which needs its used count.
     let e = err(
         "llama",
         Options {
@@ -297,10 +309,7 @@ fn unknown_architectures_and_bad_tensors_are_named() {
             ..Options::default()
         },
     );
-    assert!(
-        e.contains("llama.expert_count is 8") && e.contains("mixture-of-experts"),
-        "{e}"
-    );
+    assert!(e.contains("'llama.expert_used_count'"), "{e}");
 }
 
 /// (name, dtype, ne) of every state tensor.

@@ -1,11 +1,12 @@
-//! Llama 3, Qwen 3 and Qwen 3 MoE against llama.cpp, on tiny random GGUFs that gguf-py
+//! Llama 3, Qwen 3, Qwen 3 MoE and Mixtral against llama.cpp, on tiny random GGUFs that gguf-py
 //! writes (`tests/support/random_gguf.py`: 2 blocks, 64 wide, F32, SmolLM2's
 //! vocabulary) and llama.cpp decodes through the capture tool with an F32
 //! KV cache:
 //!
 //! - Llama 3 (`rope_freqs.weight`, rope's frequency factors), Qwen 3 (q/k
-//!   head norms, NeoX rope) and Qwen 3 MoE (Qwen 3's attention, 8 experts of
-//!   which each token's router picks 2): `ggplan generate` from the GGUF
+//!   head norms, NeoX rope), Qwen 3 MoE (Qwen 3's attention, 8 experts of
+//!   which each token's router picks 2) and Mixtral (llama's attention, the
+//!   same experts): `ggplan generate` from the GGUF
 //!   (ggplan's builder) gives llama.cpp's 32 greedy tokens in exact precision
 //!   and its prompt logits within NMSE 1e-9;
 //! - the builder's graph computes what llama.cpp's imported graph computes,
@@ -149,6 +150,13 @@ fn qwen3_with_head_norms_agrees_with_llama_cpp() {
 #[test]
 fn qwen3_moe_agrees_with_llama_cpp() {
     agrees_with_llama_cpp("qwen3moe");
+}
+
+/// Mixtral (a `llama` file with 8 experts, 2 per token): llama's attention
+/// with Qwen 3 MoE's routing, experts as wide as `feed_forward_length`.
+#[test]
+fn mixtral_agrees_with_llama_cpp() {
+    agrees_with_llama_cpp("mixtral");
 }
 
 /// llama.cpp's `--cpu-moe` (`-ot exps=CPU`) on one RPC server: ggplan's

@@ -38,8 +38,13 @@ ARCH is one of:
           MOE_ROUTER_GAIN so its logits spread by a few units: different
           tokens pick different experts, and the 2nd and 3rd best are rarely
           close enough for rounding to swap them.
+  mixtral architecture `llama` with experts, as llama.cpp reads Mixtral:
+          llama's attention (no head norms, normal rope, freq_base 1e6) and
+          qwen3moe's experts (8, 2 per token, the same tensors and routing),
+          each `llama.feed_forward_length` = 32 wide (llama.cpp sizes a
+          llama's experts by that key; no `expert_feed_forward_length`).
 All: n_embd 64, n_head 4, n_head_kv 2 (GQA), head_dim 16, n_layer 2 (gemma3:
-6), n_ff 128 (qwen3moe: written but unused), context length 256, rms eps
+6), n_ff 128 (qwen3moe: written but unused; mixtral: 32, the experts'), context length 256, rms eps
 1e-6, a separate (untied) `output.weight`, and every tensor F32 so that
 results can be compared closely.
 
@@ -61,7 +66,7 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
 
 N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM = 64, 4, 2, 16
 N_FF, N_CTX, RMS_EPS = 128, 256, 1e-6
-# qwen3moe only: experts per layer, experts used per token, each expert's FFN
+# qwen3moe and mixtral: experts per layer, experts used per token, each expert's FFN
 # width, and the router's gain (its logits' std for a unit-size input).
 N_EXPERT, N_EXPERT_USED, N_FF_EXP, MOE_ROUTER_GAIN = 8, 2, 32, 2.0
 ARCHS = {  # ARCH -> (gguf architecture, rope freq_base, n_layer)
@@ -69,7 +74,9 @@ ARCHS = {  # ARCH -> (gguf architecture, rope freq_base, n_layer)
     "qwen3": ("qwen3", 1000000.0, 2),
     "gemma3": ("gemma3", 1000000.0, 6),
     "qwen3moe": ("qwen3moe", 1000000.0, 2),
+    "mixtral": ("llama", 1000000.0, 2),
 }
+MOE_ARCHS = ("qwen3moe", "mixtral")
 # gemma3 only: every GEMMA3_SWA_PATTERN-th layer (the last of each group) is
 # global, the others attend to the last GEMMA3_SWA_WINDOW positions (the
 # token's own included) and use rope base GEMMA3_FREQ_BASE_SWA.
@@ -119,7 +126,7 @@ def main() -> None:
     writer.add_context_length(N_CTX)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(N_FF)
+    writer.add_feed_forward_length(N_FF_EXP if args.arch == "mixtral" else N_FF)
     writer.add_head_count(N_HEAD)
     writer.add_head_count_kv(N_HEAD_KV)
     writer.add_key_length(HEAD_DIM)
@@ -133,9 +140,10 @@ def main() -> None:
         writer.add_uint32(f"{arch}.attention.sliding_window_pattern",
                           GEMMA3_SWA_PATTERN)
         writer.add_float32(f"{arch}.rope.freq_base_swa", GEMMA3_FREQ_BASE_SWA)
-    if args.arch == "qwen3moe":
+    if args.arch in MOE_ARCHS:
         writer.add_expert_count(N_EXPERT)
         writer.add_expert_used_count(N_EXPERT_USED)
+    if args.arch == "qwen3moe":
         writer.add_expert_feed_forward_length(N_FF_EXP)
     n_vocab = copy_tokenizer(writer, args.tokenizer_from)
 
@@ -172,7 +180,7 @@ def main() -> None:
         if args.arch == "gemma3":
             tensors[blk + "post_attention_norm.weight"] = norm(N_EMBD)
         tensors[blk + "ffn_norm.weight"] = norm(N_EMBD)
-        if args.arch == "qwen3moe":
+        if args.arch in MOE_ARCHS:
             # numpy (n_expert, n_out, n_in) is ggml ne [n_in, n_out, n_expert]:
             # one (n_out, n_in) projection per expert.
             tensors[blk + "ffn_gate_inp.weight"] = matrix(

@@ -4,7 +4,9 @@
 //! Invariants:
 //! - architectures: llama and mistral (llama's graph), qwen2 (NeoX rope, q/k/v
 //!   biases), qwen3 (NeoX rope, q/k head norms), qwen3moe (qwen3's attention,
-//!   `moe.rs`'s experts in place of the dense FFN), gemma3 (NeoX rope, head
+//!   `moe.rs`'s experts in place of the dense FFN), llama with a nonzero
+//!   `llama.expert_count` (Mixtral: llama's attention, the same experts),
+//!   gemma3 (NeoX rope, head
 //!   norms, `gemma3.rs`'s additions); anything else is refused, naming the
 //!   architecture;
 //! - hyperparameters come from `{arch}.*` metadata keys; dtypes, the vocabulary
@@ -14,15 +16,16 @@
 //!   llama.cpp's Q4_K_M files: each takes its own, `LlamaConfig::matrix_dtypes`);
 //! - Llama 3's `rope_freqs.weight`, when the file has it, divides each rope
 //!   pair's angle (checked like every weight: F32 of `[n_rot / 2]`);
-//! - a tensor of the file the graph does not use (an expert matrix outside
-//!   qwen3moe, a bias of `attn_output`), an `{arch}.*` key it does not read
-//!   (`rope.scaling.factor`, a sliding window, `expert_weights_scale`, ...) and
-//!   a nonzero `{arch}.expert_count` outside qwen3moe are refused by name,
-//!   never ignored;
+//! - a tensor of the file the graph does not use (an expert matrix without
+//!   `expert_count`, a bias of `attn_output`), an `{arch}.*` key it does not
+//!   read (`rope.scaling.factor`, a sliding window, `expert_weights_scale`,
+//!   ...) and a nonzero `{arch}.expert_count` outside qwen3moe and llama are
+//!   refused by name, never ignored;
 //! - a missing or ill-typed key is an error naming the key and the file; nothing
 //!   is guessed except the defaults llama.cpp itself uses (rope base 10000, rope
 //!   over the whole head, head width `n_embd / n_head`).
 
+use super::moe::ExpertWidth;
 use super::{LlamaConfig, LlamaNames};
 use crate::Error;
 use crate::gguf_meta::GgufMeta;
@@ -115,10 +118,16 @@ impl LlamaConfig {
             )));
         }
 
-        // Only qwen3moe's mixture of experts is modelled (Mixtral is `llama`
-        // with experts, whose routing is not checked against llama.cpp).
-        let moe = (arch == "qwen3moe")
-            .then(|| super::moe::read(&meta, arch, n_ff))
+        // Mixtures of experts: qwen3moe, and Mixtral (a `llama` file with
+        // experts, which llama.cpp routes as it does qwen3moe's).
+        let n_expert = meta.opt_u64(&key("expert_count"))?.unwrap_or(0);
+        let width = match arch {
+            "qwen3moe" => Some(ExpertWidth::OwnKey),
+            "llama" if n_expert > 0 => Some(ExpertWidth::FeedForward),
+            _ => None,
+        };
+        let moe = width
+            .map(|w| super::moe::read(&meta, arch, n_ff, w))
             .transpose()?;
         if let Some(n) = meta.opt_u64(&key("expert_count"))?
             && n > 0

@@ -1,10 +1,13 @@
-//! Qwen 3 MoE's mixture-of-experts FFN, which takes the dense FFN's place in
-//! every block of a `qwen3moe` model, and how [`super::LlamaConfig::from_gguf`]
-//! reads it.
+//! The mixture-of-experts FFN of Qwen 3 MoE (`qwen3moe`) and Mixtral (`llama`
+//! with a nonzero `llama.expert_count`), which takes the dense FFN's place in
+//! every block, and how [`super::LlamaConfig::from_gguf`] reads it. llama.cpp
+//! builds both with the same `build_moe_ffn` call (softmax gating, weights
+//! renormalised, SiLU-gated experts, no shared expert); they differ in the
+//! attention (Qwen 3's head norms and NeoX rope) and in the experts' width
+//! ([`ExpertWidth`]).
 //!
 //! Per token (`x` the FFN-normed residual, `[n_embd, t]`), the nodes of
-//! llama.cpp's `build_moe_ffn` for `qwen3moe` (softmax gating, weights
-//! renormalised, SiLU-gated experts), in ggml's node order:
+//! llama.cpp's `build_moe_ffn`, in ggml's node order:
 //! - `ffn_moe_logits` = router × x (`[n_expert, t]`), `ffn_moe_probs` its
 //!   soft_max over experts;
 //! - `ffn_moe_argsort` sorts each token's probabilities descending and
@@ -24,11 +27,12 @@
 //! Invariants:
 //! - the graph has no node that mixes tokens: each token's output depends on
 //!   its own column only, so a batch computes what one-token batches compute;
-//! - a `qwen3moe` file's `expert_*` keys are all read or refused by name:
+//! - a MoE file's `expert_*` keys are all read or refused by name:
 //!   `expert_count` and `expert_used_count` (1 ≤ used ≤ count) are required,
-//!   `expert_feed_forward_length` defaults to `feed_forward_length / used` (as
-//!   llama.cpp does), `expert_weights_norm` is accepted only when true (llama.cpp
-//!   renormalises `qwen3moe`'s weights whatever it says); any other key
+//!   `expert_feed_forward_length` defaults to `feed_forward_length / used` for
+//!   `qwen3moe` and must equal `feed_forward_length` for `llama` (as llama.cpp
+//!   sizes them), `expert_weights_norm` is accepted only when true (llama.cpp
+//!   renormalises both architectures' weights whatever it says); any other key
 //!   (`expert_weights_scale`, shared experts, expert groups, per-layer arrays) is
 //!   refused;
 //! - a router whose rows disagree with `expert_count` is an error naming the
@@ -63,9 +67,26 @@ pub(super) const KEYS: [&str; 4] = [
     "expert_weights_norm",
 ];
 
-/// Reads the experts of a `qwen3moe` file (see the module doc); `n_ff` is
-/// the file's `feed_forward_length`, the default expert width's numerator.
-pub(super) fn read(meta: &GgufMeta<'_>, arch: &str, n_ff: i64) -> Result<Moe, Error> {
+/// How an architecture sizes one expert's hidden layer in llama.cpp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ExpertWidth {
+    /// `qwen3moe`: `expert_feed_forward_length`, by default
+    /// `feed_forward_length / expert_used_count`.
+    OwnKey,
+    /// `llama` with experts (Mixtral): `feed_forward_length` itself (llama.cpp
+    /// does not read `expert_feed_forward_length` there, so a file saying
+    /// another width is refused).
+    FeedForward,
+}
+
+/// Reads the experts of a `qwen3moe` file or a `llama` file with experts
+/// (see the module doc); `n_ff` is the file's `feed_forward_length`.
+pub(super) fn read(
+    meta: &GgufMeta<'_>,
+    arch: &str,
+    n_ff: i64,
+    width: ExpertWidth,
+) -> Result<Moe, Error> {
     let key = |suffix: &str| format!("{arch}.{suffix}");
     let n_expert = meta.positive(&key("expert_count"))?;
     let used_key = key("expert_used_count");
@@ -77,10 +98,19 @@ pub(super) fn read(meta: &GgufMeta<'_>, arch: &str, n_ff: i64) -> Result<Moe, Er
         ));
     }
     let ff_key = key("expert_feed_forward_length");
-    let n_ff_exp = match meta.opt_positive(&ff_key)? {
-        Some(n) => n,
-        None if n_ff >= n_expert_used => n_ff / n_expert_used,
-        None => return Err(meta.missing(&ff_key)),
+    let n_ff_exp = match (width, meta.opt_positive(&ff_key)?) {
+        (ExpertWidth::OwnKey, Some(n)) => n,
+        (ExpertWidth::OwnKey, None) if n_ff >= n_expert_used => n_ff / n_expert_used,
+        (ExpertWidth::OwnKey, None) => return Err(meta.missing(&ff_key)),
+        (ExpertWidth::FeedForward, Some(n)) if n != n_ff => {
+            return Err(meta.bad(
+                &ff_key,
+                format!(
+                    "is {n}, but llama.cpp makes {arch}'s experts feed_forward_length ({n_ff}) wide"
+                ),
+            ));
+        }
+        (ExpertWidth::FeedForward, _) => n_ff,
     };
     let norm_key = key("expert_weights_norm");
     if meta.opt_bool(&norm_key)? == Some(false) {

@@ -1,4 +1,4 @@
-//! Qwen 3 MoE: the config read from a tiny `qwen3moe` GGUF (tensors of
+//! Qwen 3 MoE and Mixtral: the config read from a tiny `qwen3moe` or `llama` GGUF (tensors of
 //! zeros; only shapes and metadata matter), every refusal naming its key or
 //! tensor, and the builder's MoE FFN against a direct f64 computation of
 //! llama.cpp's routing on the reference evaluator.
@@ -25,32 +25,44 @@ struct Edits {
 }
 
 fn tiny_qwen3moe(name: &str, edits: Edits) -> GgufFile {
+    tiny_moe("qwen3moe", name, edits)
+}
+
+/// Mixtral as llama.cpp reads it: a `llama` file with experts, no head norms,
+/// experts as wide as `feed_forward_length` (no key of their own).
+fn tiny_mixtral(name: &str, edits: Edits) -> GgufFile {
+    tiny_moe("llama", name, edits)
+}
+
+/// The tiny MoE file of `arch` (`qwen3moe` or `llama`): see the constants.
+fn tiny_moe(arch: &str, name: &str, edits: Edits) -> GgufFile {
+    let qwen = arch == "qwen3moe";
+    let key = |k: &str| format!("{arch}.{k}");
     let mut keys: Vec<(String, GgufValue)> = vec![
         (
             "general.architecture".into(),
-            GgufValue::String("qwen3moe".into()),
+            GgufValue::String(arch.into()),
         ),
-        ("qwen3moe.block_count".into(), GgufValue::U32(1)),
-        ("qwen3moe.embedding_length".into(), GgufValue::U32(8)),
-        ("qwen3moe.attention.head_count".into(), GgufValue::U32(2)),
-        ("qwen3moe.attention.head_count_kv".into(), GgufValue::U32(1)),
-        ("qwen3moe.attention.key_length".into(), GgufValue::U32(4)),
-        ("qwen3moe.feed_forward_length".into(), GgufValue::U32(20)),
+        (key("block_count"), GgufValue::U32(1)),
+        (key("embedding_length"), GgufValue::U32(8)),
+        (key("attention.head_count"), GgufValue::U32(2)),
+        (key("attention.head_count_kv"), GgufValue::U32(1)),
+        (key("attention.key_length"), GgufValue::U32(4)),
         (
-            "qwen3moe.attention.layer_norm_rms_epsilon".into(),
+            key("feed_forward_length"),
+            GgufValue::U32(if qwen { 20 } else { 6 }),
+        ),
+        (
+            key("attention.layer_norm_rms_epsilon"),
             GgufValue::F32(1e-6),
         ),
-        ("qwen3moe.rope.freq_base".into(), GgufValue::F32(1e6)),
-        (
-            "qwen3moe.expert_count".into(),
-            GgufValue::U32(N_EXPERT as u32),
-        ),
-        ("qwen3moe.expert_used_count".into(), GgufValue::U32(2)),
-        (
-            "qwen3moe.expert_feed_forward_length".into(),
-            GgufValue::U32(6),
-        ),
+        (key("rope.freq_base"), GgufValue::F32(1e6)),
+        (key("expert_count"), GgufValue::U32(N_EXPERT as u32)),
+        (key("expert_used_count"), GgufValue::U32(2)),
     ];
+    if qwen {
+        keys.push((key("expert_feed_forward_length"), GgufValue::U32(6)));
+    }
     for (key, value) in edits.keys {
         keys.retain(|(k, _)| k != key);
         if let Some(v) = value {
@@ -64,8 +76,6 @@ fn tiny_qwen3moe(name: &str, edits: Edits) -> GgufFile {
         ("blk.0.attn_k.weight".into(), vec![8, 4]),
         ("blk.0.attn_v.weight".into(), vec![8, 4]),
         ("blk.0.attn_output.weight".into(), vec![8, 8]),
-        ("blk.0.attn_q_norm.weight".into(), vec![4]),
-        ("blk.0.attn_k_norm.weight".into(), vec![4]),
         ("blk.0.ffn_norm.weight".into(), vec![8]),
         ("blk.0.ffn_gate_inp.weight".into(), vec![8, N_EXPERT]),
         ("blk.0.ffn_gate_exps.weight".into(), vec![8, 6, N_EXPERT]),
@@ -73,6 +83,10 @@ fn tiny_qwen3moe(name: &str, edits: Edits) -> GgufFile {
         ("blk.0.ffn_down_exps.weight".into(), vec![6, 8, N_EXPERT]),
         ("output_norm.weight".into(), vec![8]),
     ];
+    if qwen {
+        tensors.push(("blk.0.attn_q_norm.weight".into(), vec![4]));
+        tensors.push(("blk.0.attn_k_norm.weight".into(), vec![4]));
+    }
     for (name, ne) in edits.tensors {
         let i = (tensors.iter().position(|(n, _)| n == name))
             .unwrap_or_else(|| panic!("no tensor {name} to edit"));
@@ -98,7 +112,7 @@ fn tiny_qwen3moe(name: &str, edits: Edits) -> GgufFile {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!(
-        "ggplan-qwen3moe-{}-{n}-{name}.gguf",
+        "ggplan-{arch}-{}-{n}-{name}.gguf",
         std::process::id()
     ));
     write_gguf(&path, &keys, &data).unwrap_or_else(|e| panic!("{e}"));
@@ -142,6 +156,52 @@ fn a_qwen3moe_file_reads_its_experts_and_binds() {
         kv_dtype: DType::F32,
     };
     build_cached(&LlamaConfig { n_tokens: 1, ..cfg }, &cache).unwrap();
+}
+
+#[test]
+fn a_llama_file_with_experts_is_mixtral() {
+    let file = tiny_mixtral("mixtral", Edits::default());
+    let cfg = LlamaConfig::from_gguf(&file, 3).unwrap_or_else(|e| panic!("{e}"));
+    let moe = Moe {
+        n_expert: 4,
+        n_expert_used: 2,
+        n_ff_exp: 6,
+    };
+    assert_eq!(cfg.moe, Some(moe), "experts feed_forward_length wide");
+    assert_eq!(cfg.rope.mode, RopeMode::Normal);
+    assert!(!cfg.head_norms);
+    let g = build_prefill(&cfg).unwrap();
+    let experts = (g.nodes())
+        .filter(|&id| g.tensor(id).op.as_ref().map(ir::Op::kind) == Some(ir::OpKind::MulMatId))
+        .count();
+    assert_eq!(experts, 3, "gate, up and down experts");
+
+    // The width key is read only to check it: llama.cpp ignores it for llama.
+    let same = Edits {
+        keys: vec![("llama.expert_feed_forward_length", Some(GgufValue::U32(6)))],
+        ..Edits::default()
+    };
+    LlamaConfig::from_gguf(&tiny_mixtral("same-width", same), 3).unwrap();
+    let other = Edits {
+        keys: vec![("llama.expert_feed_forward_length", Some(GgufValue::U32(3)))],
+        ..Edits::default()
+    };
+    let file = tiny_mixtral("other-width", other);
+    let text = LlamaConfig::from_gguf(&file, 3).unwrap_err().to_string();
+    assert!(
+        text.contains("'llama.expert_feed_forward_length' is 3")
+            && text.contains("feed_forward_length (6) wide"),
+        "{text}"
+    );
+    // Keys beside the experts' are refused as for qwen3moe.
+    let scale = Edits {
+        keys: vec![("llama.expert_weights_scale", Some(GgufValue::F32(2.0)))],
+        ..Edits::default()
+    };
+    let text = (LlamaConfig::from_gguf(&tiny_mixtral("scale", scale), 3))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("'llama.expert_weights_scale'"), "{text}");
 }
 
 #[test]
