@@ -66,6 +66,7 @@ fn plans() -> Vec<(String, ir::plan::Plan)> {
     } else {
         println!("SmolLM2 not installed (scripts/setup.sh): its plans are not compiled here");
     }
+    graphs.push(("qwen3moe-decode".into(), moe_decode_graph()));
     if let Some(dir) = ggplan_tests::models::minilm_dir() {
         let cfg = models::bert::BertConfig::from_hf_dir(&dir, 16).unwrap();
         graphs.push(("minilm".into(), models::bert::build_encoder(&cfg).unwrap()));
@@ -107,6 +108,67 @@ fn every_cuda_step_of_the_example_and_model_plans_has_a_kernel() {
         generated.len() >= 3,
         "fused bodies and elementwise ops: {generated:?}"
     );
+}
+
+/// A Qwen 3 MoE decode step of the random model's shape (2 blocks, 64 wide,
+/// 8 experts of 32, 2 per token, Q4_K matrices): router, argsort, top-k
+/// view, weights gathered, clamped and divided, `mul_mat_id` experts, all
+/// on the GPU.
+fn moe_decode_graph() -> ir::Graph {
+    use ir::{DType, RopeMode, RopeParams};
+    use models::llama::{CacheConfig, LlamaConfig, LlamaNames, Moe};
+    let cfg = LlamaConfig {
+        n_layer: 2,
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 128,
+        n_vocab: 100,
+        n_tokens: 1,
+        rms_eps: 1e-6,
+        rope: RopeParams::plain(RopeMode::Neox, 64, 1e6),
+        weight_dtype: DType::Q4_K,
+        matrix_dtypes: Default::default(),
+        embd_dtype: DType::F32,
+        output_dtype: DType::F32,
+        tied_output: false,
+        qkv_bias: false,
+        rope_factors: false,
+        head_norms: true,
+        gemma3: None,
+        moe: Some(Moe {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 256,
+        }),
+        last_logits_only: false,
+        names: LlamaNames::Gguf,
+    };
+    let cache = CacheConfig {
+        n_ctx: 32,
+        kv_dtype: DType::F16,
+    };
+    models::llama::build_cached(&cfg, &cache).unwrap()
+}
+
+/// Every op of a mixture of experts runs on `cuda0` (none falls back to the
+/// CPU): `mul_mat_id` with quantized experts and `argsort` have kernels.
+#[test]
+fn a_mixture_of_experts_runs_wholly_on_cuda0() {
+    let plan = (plans().into_iter())
+        .find(|(name, _)| name == "qwen3moe-decode on cuda0")
+        .map(|(_, plan)| plan)
+        .expect("the MoE plan");
+    assert_eq!(plan.splits.len(), 1, "one split, on cuda0");
+    let k = plan_kernels(&plan).unwrap();
+    for kernel in ["mul_mat_id_vec", "argsort"] {
+        assert!(
+            k.library.contains_key(kernel),
+            "{kernel} in {:?}",
+            k.library
+        );
+    }
 }
 
 /// SmolLM2's decode step on `cuda0`: the kernel launches per token that

@@ -217,13 +217,11 @@ pub fn cuda(ordinal: u32) -> Device {
         host_visible: false,
         supports: vec![
             OpSupport {
-                // No CUDA kernel yet for a mixture of experts' product and
-                // its expert choice: those run on a CPU device.
-                ops: OpSet::AllBut(vec![OpKind::MulMatId, OpKind::Argsort]),
+                ops: OpSet::All,
                 src0: DTypeSet::Only(vec![DType::F32, DType::F16, DType::BF16]),
             },
             OpSupport {
-                ops: OpSet::Only(vec![OpKind::MulMat, OpKind::GetRows]),
+                ops: OpSet::Only(vec![OpKind::MulMat, OpKind::MulMatId, OpKind::GetRows]),
                 src0: DTypeSet::Only(quantized),
             },
             OpSupport {

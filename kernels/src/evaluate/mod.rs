@@ -314,8 +314,9 @@ fn check_indices(graph: &Graph, id: TensorId, values: &Dense) -> Result<(), Eval
     Ok(())
 }
 
-/// For an I32 leaf used as `get_rows` indices: the number of rows it may index
-/// (the smallest table, if several).
+/// For an I32 leaf used as `get_rows`/`set_rows` indices or `mul_mat_id`
+/// expert ids: the number of rows (experts) it may index (the smallest
+/// table, if several).
 fn index_bound(graph: &Graph, id: TensorId) -> Option<i64> {
     index_users(graph, id).map(|(_, rows)| rows).min()
 }
@@ -338,6 +339,10 @@ fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i
                 return Some((t.srcs[0], rows));
             }
             Some(Op::SetRows) if indexes(t.srcs[2]) => t.srcs[0],
+            // Expert ids pick matrices (dim 2) of the stacked experts.
+            Some(Op::MulMatId) if indexes(t.srcs[2]) => {
+                return Some((t.srcs[0], graph.tensor(t.srcs[0]).layout.ne[2]));
+            }
             _ => return None,
         };
         Some((table, graph.tensor(table).layout.ne[1]))

@@ -212,6 +212,46 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
                 (Kernel::Library("mul_mat_tiled"), grid, 256)
             }
         }
+        Op::MulMatId => {
+            let (w, x, ids) = (&srcs[0], &srcs[1], &srcs[2]);
+            require(name, dst.dtype == DType::F32, || {
+                format!("the products are written as F32, not {}", dst.dtype)
+            })?;
+            require(name, is_float(x.dtype) && ids.dtype == DType::I32, || {
+                format!(
+                    "src1 must be floats and the ids I32, not {} and {}",
+                    x.dtype, ids.dtype
+                )
+            })?;
+            require(name, is_float(w.dtype) || w.ne[0] % 32 == 0, || {
+                format!(
+                    "a {} row of {} values is not whole blocks",
+                    w.dtype, w.ne[0]
+                )
+            })?;
+            // One warp per (row, slot, token): ggml's shapes, dst [M, n_ids, n_tok].
+            let warps = 4;
+            let grid = [
+                dim(name, (w.ne[1] + warps - 1) / warps, GRID_X)?,
+                dim(name, ids.ne[0], GRID_YZ)?,
+                dim(name, ids.ne[1], GRID_YZ)?,
+            ];
+            (Kernel::Library("mul_mat_id_vec"), grid, 32 * warps as u32)
+        }
+        Op::Argsort { descending } => {
+            require(
+                name,
+                srcs[0].dtype == DType::F32 && dst.dtype == DType::I32,
+                || {
+                    format!(
+                        "sorts F32 into I32 indices, not {} into {}",
+                        srcs[0].dtype, dst.dtype
+                    )
+                },
+            )?;
+            a.i[0] = i32::from(descending);
+            (Kernel::Library("argsort"), row_grid(&srcs[0])?, 128)
+        }
         Op::GetRows => {
             require(name, srcs[1].dtype == DType::I32, || {
                 format!("indices must be I32, not {}", srcs[1].dtype)
@@ -344,14 +384,21 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             ));
         }
     };
-    // Block-quantized tensors only as mul_mat's and get_rows' src0 (the
-    // tensor at position 1); I32 only as indices and positions.
+    // Block-quantized tensors only as mul_mat's, mul_mat_id's and get_rows'
+    // src0 (the tensor at position 1); I32 only as indices and positions.
     for (position, t) in tensors.iter().enumerate() {
-        let weight = position == 1 && matches!(op, Op::MulMat | Op::GetRows);
+        let weight = position == 1 && matches!(op, Op::MulMat | Op::MulMatId | Op::GetRows);
         let index = t.dtype == DType::I32
             && matches!(
                 op,
-                Op::GetRows | Op::SetRows | Op::Rope(_) | Op::Argmax | Op::Cpy | Op::Cont
+                Op::GetRows
+                    | Op::SetRows
+                    | Op::Rope(_)
+                    | Op::Argmax
+                    | Op::Argsort { .. }
+                    | Op::MulMatId
+                    | Op::Cpy
+                    | Op::Cont
             );
         require(name, weight || index || is_float(t.dtype), || {
             format!(
@@ -451,6 +498,33 @@ mod tests {
         let short = t(DType::F32, [1536, 1, 1, 1]);
         let err = mul_mat_add(d, [w, x, short]).unwrap_err().to_string();
         assert!(err.contains("the addend must be F32"), "{err}");
+    }
+
+    #[test]
+    fn mixture_of_experts_ops_launch_per_slot_and_row() {
+        // Qwen 3 MoE's shapes: 8 experts of 32 rows over 64, 2 slots, 13 tokens.
+        let w = t(DType::Q4_1, [64, 32, 8, 1]);
+        let x = t(DType::F32, [64, 1, 13, 1]);
+        let ids = t(DType::I32, [2, 13, 1, 1]);
+        let d = t(DType::F32, [32, 2, 13, 1]);
+        let l = op(&Op::MulMatId, d, &[w, x, ids]).expect("mul_mat_id");
+        assert_eq!(l.kernel, Kernel::Library("mul_mat_id_vec"));
+        assert_eq!((l.grid, l.block), ([8, 2, 13], 128));
+        assert_eq!((l.args.t[1].dtype, l.args.t[3].ne[0]), (6, 2));
+        let bad = t(DType::F32, [64, 1, 13, 1]);
+        let err = (op(&Op::MulMatId, d, &[w, x, bad]).unwrap_err()).to_string();
+        assert!(err.contains("the ids I32, not f32 and f32"), "{err}");
+
+        let probs = t(DType::F32, [8, 13, 1, 1]);
+        let order = t(DType::I32, [8, 13, 1, 1]);
+        let l = op(&Op::Argsort { descending: true }, order, &[probs]).expect("argsort");
+        assert_eq!(
+            (l.kernel, l.grid, l.args.i[0]),
+            (Kernel::Library("argsort"), [13, 1, 1], 1)
+        );
+        let err =
+            (op(&Op::Argsort { descending: false }, probs, &[probs]).unwrap_err()).to_string();
+        assert!(err.contains("into I32 indices"), "{err}");
     }
 
     #[test]

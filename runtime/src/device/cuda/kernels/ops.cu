@@ -413,3 +413,75 @@ extern "C" __global__ void glu_halves(const Args a) {
     stf(at_mut(D, i[0], i[1], i[2], i[3]), D.dt, act * u);
   }
 }
+
+// mul_mat_id: t0 = dst F32 [M, n_ids, n_tok], t1 = the experts' weights
+// [K, M, n_expert] (floats or whole blocks, as mul_mat's src0), t2 = src1
+// [K, ne11, n_tok] (floats), t3 = I32 ids [n_ids, n_tok]. Column (e, t) of
+// dst is expert ids[e, t]'s matrix times column (e % ne11, t) of src1. An id
+// outside 0..n_expert writes NaN to its column and reads no weight (the CPU
+// refuses it; a GPU cannot return an error mid-kernel). One warp per dst
+// element row i of one (e, t) pair, laid out as mm_vec's one-column case:
+// grid (ceil(M / 4), n_ids, n_tok), block 128. Each (e, t) reads its expert's
+// rows once; tokens routed to the same expert are not grouped yet.
+template <int DT>
+__device__ void mm_id_vec(const Args &a) {
+  const T &D = a.t[0], &A = a.t[1], &B = a.t[2], &I = a.t[3];
+  const long long K = A.ne[0], M = A.ne[1];
+  const int lane = threadIdx.x & 31, part = (lane & 3) * 8;
+  const long long i = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const long long e = blockIdx.y, t = blockIdx.z;
+  if (i >= M) return;
+  const long long x = *(const int *)at(I, e, t, 0, 0);
+  if (x < 0 || x >= A.ne[2]) {
+    if (lane == 0) stf(at_mut(D, i, e, t, 0), D.dt, __int_as_float(0x7fc00000));
+    return;
+  }
+  const char *arow = A.d + i * A.nb[1] + x * A.nb[2];
+  const char *bcol = B.d + (e % B.ne[1]) * B.nb[1] + t * B.nb[2];
+  const long long chunks = (K + 31) / 32;
+  float acc = 0.0f;
+  for (long long ch = lane >> 2; ch < chunks; ch += 8) {
+    float w[8];
+    chunk8<DT>(arow, ch, A.nb[0], part, K, w);
+    const long long k = ch * 32 + part;
+#pragma unroll
+    for (int c = 0; c < 8; c++)
+      if (k + c < K) acc += w[c] * ldf(bcol + (k + c) * B.nb[0], B.dt);
+  }
+  const float s = warp_sum(acc);
+  if (lane == 0) stf(at_mut(D, i, e, t, 0), D.dt, s);
+}
+
+extern "C" __global__ void mul_mat_id_vec(const Args a) { MM_DISPATCH(mm_id_vec) }
+
+// Rust's f32::total_cmp order as a signed integer key (the reference sorts
+// by it): negative values' magnitude bits flipped, so -0 < +0 and NaNs sort
+// by their sign at the ends.
+__device__ __forceinline__ int total_order_key(float v) {
+  const int b = __float_as_int(v);
+  return b ^ (int)(((unsigned)(b >> 31)) >> 1);
+}
+
+// argsort: t0 = dst I32 [n, rows...], t1 = src F32 of the same extents;
+// i[0] = 1 for descending. Row r of dst lists src row r's indices in value
+// order, ties in index order (a stable sort, as the reference's). Each
+// thread ranks its elements by counting the ones that come before them
+// (n^2 comparisons per row: rows are a router's expert scores, at most a
+// few hundred), then writes its index at its rank. grid = rows, block 128.
+extern "C" __global__ void argsort(const Args a) {
+  const T &D = a.t[0], &X = a.t[1];
+  const bool descending = a.i[0] != 0;
+  long long i1, i2, i3;
+  unrow(blockIdx.x, X.ne, i1, i2, i3);
+  const long long n = X.ne[0];
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+    const int ki = total_order_key(ldf(at(X, i, i1, i2, i3), X.dt));
+    long long rank = 0;
+    for (long long j = 0; j < n; j++) {
+      const int kj = total_order_key(ldf(at(X, j, i1, i2, i3), X.dt));
+      const bool before = descending ? kj > ki : kj < ki;
+      rank += before || (kj == ki && j < i);
+    }
+    *(int *)at_mut(D, rank, i1, i2, i3) = (int)i;
+  }
+}
