@@ -157,6 +157,17 @@ pub fn mul_mat_add(dst: RawTensor, [w, x, addend]: [RawTensor; 3]) -> Result<Lau
     Ok(launch)
 }
 
+/// Weights in a block format must have rows of whole 32-value blocks (the
+/// product kernels decode chunk by chunk).
+fn whole_blocks(name: &str, w: &RawTensor) -> Result<(), RuntimeError> {
+    require(name, is_float(w.dtype) || w.ne[0] % 32 == 0, || {
+        format!(
+            "a {} row of {} values is not whole blocks",
+            w.dtype, w.ne[0]
+        )
+    })
+}
+
 /// The launch of an op step writing `dst` from `srcs`.
 pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, RuntimeError> {
     let name = op.name();
@@ -186,12 +197,7 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
             require(name, is_float(x.dtype), || {
                 format!("src1 must be a float tensor, not {}", x.dtype)
             })?;
-            require(name, is_float(w.dtype) || w.ne[0] % 32 == 0, || {
-                format!(
-                    "a {} row of {} values is not whole blocks",
-                    w.dtype, w.ne[0]
-                )
-            })?;
+            whole_blocks(name, w)?;
             let batches = dim(name, x.ne[2] * x.ne[3], GRID_YZ)?;
             if x.ne[1] <= MM_COLS {
                 // Few columns (decode): a warp per row, each weight read once.
@@ -223,12 +229,7 @@ pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, Runtime
                     x.dtype, ids.dtype
                 )
             })?;
-            require(name, is_float(w.dtype) || w.ne[0] % 32 == 0, || {
-                format!(
-                    "a {} row of {} values is not whole blocks",
-                    w.dtype, w.ne[0]
-                )
-            })?;
+            whole_blocks(name, w)?;
             // One warp per (row, slot, token): ggml's shapes, dst [M, n_ids, n_tok].
             let warps = 4;
             let grid = [
