@@ -116,7 +116,7 @@ fn every_cuda_step_of_the_example_and_model_plans_has_a_kernel() {
 /// on the GPU.
 fn moe_decode_graph() -> ir::Graph {
     use ir::{DType, RopeMode, RopeParams};
-    use models::llama::{CacheConfig, LlamaConfig, LlamaNames, Moe};
+    use models::llama::{CacheConfig, LlamaConfig, LlamaNames, Moe, QkNorm};
     let cfg = LlamaConfig {
         n_layer: 2,
         n_embd: 256,
@@ -135,12 +135,13 @@ fn moe_decode_graph() -> ir::Graph {
         tied_output: false,
         qkv_bias: false,
         rope_factors: false,
-        head_norms: true,
+        qk_norm: QkNorm::PerHead,
         gemma3: None,
         moe: Some(Moe {
             n_expert: 8,
             n_expert_used: 2,
             n_ff_exp: 256,
+            renormalise: true,
         }),
         last_logits_only: false,
         names: LlamaNames::Gguf,

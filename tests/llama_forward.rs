@@ -27,7 +27,7 @@ fn config(weight_dtype: DType, tied_output: bool) -> LlamaConfig {
         tied_output,
         qkv_bias: false,
         rope_factors: false,
-        head_norms: false,
+        qk_norm: models::llama::QkNorm::None,
         gemma3: None,
         moe: None,
         last_logits_only: false,

@@ -45,7 +45,7 @@ fn config(n_tokens: i64, weight_dtype: DType) -> LlamaConfig {
         tied_output: false,
         qkv_bias: false,
         rope_factors: false,
-        head_norms: false,
+        qk_norm: models::llama::QkNorm::None,
         gemma3: None,
         moe: None,
         last_logits_only: false,

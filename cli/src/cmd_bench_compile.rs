@@ -58,7 +58,7 @@ pub fn llama7b_shape() -> LlamaConfig {
         tied_output: false,
         qkv_bias: false,
         rope_factors: false,
-        head_norms: false,
+        qk_norm: models::llama::QkNorm::None,
         gemma3: None,
         moe: None,
         last_logits_only: false,

@@ -23,7 +23,7 @@ use std::process::ExitCode;
     ggplan generate --gguf model.gguf --prompt \"Hello\" --prefill-graph prefill.ron --decode-graph decode.ron"
 )]
 pub struct GenerateArgs {
-    /// A llama-family GGUF file (llama, mistral, qwen2, qwen3, qwen3moe, gemma3; Mixtral is llama with experts).
+    /// A llama-family GGUF file (llama, mistral, qwen2, qwen3, qwen3moe, olmoe, gemma3; Mixtral is llama with experts).
     #[arg(long, value_name = "FILE")]
     pub(crate) gguf: PathBuf,
     /// The prompt.

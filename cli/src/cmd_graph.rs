@@ -16,7 +16,7 @@ use std::process::ExitCode;
     ggplan graph --gguf all-MiniLM-L6-v2.F16.gguf --tokens 16 -o minilm.ron"
 )]
 pub struct GraphArgs {
-    /// A GGUF file: a llama-family decoder (llama incl. Mixtral, mistral, qwen2, qwen3, qwen3moe, gemma3) or a
+    /// A GGUF file: a llama-family decoder (llama incl. Mixtral, mistral, qwen2, qwen3, qwen3moe, olmoe, gemma3) or a
     /// BERT encoder (bert), by its general.architecture.
     #[arg(
         long,

@@ -345,7 +345,7 @@ fn bad_gguf_files_are_named_errors() {
         assert!(
             err.contains("t5.gguf: architecture 't5' is not supported")
                 && err.contains(
-                    "llama, mistral, qwen2, qwen3, qwen3moe, gemma3 (decoders), bert (encoders)"
+                    "llama, mistral, qwen2, qwen3, qwen3moe, olmoe, gemma3 (decoders), bert (encoders)"
                 ),
             "{args:?}: {err}"
         );

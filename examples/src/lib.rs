@@ -90,7 +90,7 @@ pub fn llama2l_config() -> LlamaConfig {
         tied_output: false,
         qkv_bias: false,
         rope_factors: false,
-        head_norms: false,
+        qk_norm: models::llama::QkNorm::None,
         gemma3: None,
         moe: None,
         last_logits_only: false,

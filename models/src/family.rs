@@ -10,12 +10,12 @@ use ir::files::gguf::GgufFile;
 
 /// Every architecture a GGUF front-end reads, for messages.
 pub const SUPPORTED_ARCHITECTURES: &str =
-    "llama, mistral, qwen2, qwen3, qwen3moe, gemma3 (decoders), bert (encoders)";
+    "llama, mistral, qwen2, qwen3, qwen3moe, olmoe, gemma3 (decoders), bert (encoders)";
 
 /// The builders, by model family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
-    /// Llama-family decoders (`llama`, `mistral`, `qwen2`, `qwen3`, `qwen3moe`,
+    /// Llama-family decoders (`llama`, `mistral`, `qwen2`, `qwen3`, `qwen3moe`, `olmoe`,
     /// `gemma3`):
     /// [`crate::llama::LlamaConfig::from_gguf`].
     Llama,
@@ -28,7 +28,9 @@ impl Family {
     pub fn of(file: &GgufFile) -> Result<Family, Error> {
         let meta = GgufMeta::new(file);
         match meta.str("general.architecture")? {
-            "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3moe" | "gemma3" => Ok(Family::Llama),
+            "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3moe" | "olmoe" | "gemma3" => {
+                Ok(Family::Llama)
+            }
             "bert" => Ok(Family::Bert),
             other => Err(Error::UnsupportedArchitecture {
                 file: meta.path().to_path_buf(),

@@ -43,8 +43,15 @@ ARCH is one of:
           qwen3moe's experts (8, 2 per token, the same tensors and routing),
           each `llama.feed_forward_length` = 32 wide (llama.cpp sizes a
           llama's experts by that key; no `expert_feed_forward_length`).
+  olmoe   architecture `olmoe`: NEOX rope (freq_base 10000), the whole query
+          and key projections RMS-normed per token before they are split into
+          heads (`attn_q_norm` and `attn_k_norm` of n_embd: OLMoE has no
+          GQA, n_head_kv 4, as llama.cpp expects), and mixtral's experts (8, 2 per token,
+          `feed_forward_length` 32 wide) with the chosen experts' soft_max
+          probabilities used as they are (llama.cpp does not renormalise
+          them for OLMoE).
 All: n_embd 64, n_head 4, n_head_kv 2 (GQA), head_dim 16, n_layer 2 (gemma3:
-6), n_ff 128 (qwen3moe: written but unused; mixtral: 32, the experts'), context length 256, rms eps
+6), n_ff 128 (qwen3moe: written but unused; mixtral, olmoe: 32, the experts'), context length 256, rms eps
 1e-6, a separate (untied) `output.weight`, and every tensor F32 so that
 results can be compared closely.
 
@@ -75,8 +82,11 @@ ARCHS = {  # ARCH -> (gguf architecture, rope freq_base, n_layer)
     "gemma3": ("gemma3", 1000000.0, 6),
     "qwen3moe": ("qwen3moe", 1000000.0, 2),
     "mixtral": ("llama", 1000000.0, 2),
+    "olmoe": ("olmoe", 10000.0, 2),
 }
-MOE_ARCHS = ("qwen3moe", "mixtral")
+MOE_ARCHS = ("qwen3moe", "mixtral", "olmoe")
+# Experts as wide as feed_forward_length (llama.cpp reads no width of theirs).
+FF_WIDE_EXPERTS = ("mixtral", "olmoe")
 # gemma3 only: every GEMMA3_SWA_PATTERN-th layer (the last of each group) is
 # global, the others attend to the last GEMMA3_SWA_WINDOW positions (the
 # token's own included) and use rope base GEMMA3_FREQ_BASE_SWA.
@@ -126,9 +136,11 @@ def main() -> None:
     writer.add_context_length(N_CTX)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(N_FF_EXP if args.arch == "mixtral" else N_FF)
+    writer.add_feed_forward_length(N_FF_EXP if args.arch in FF_WIDE_EXPERTS else N_FF)
     writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
+    # OLMoE has no GQA: llama.cpp sizes its key norm n_embd wide.
+    n_head_kv = N_HEAD if args.arch == "olmoe" else N_HEAD_KV
+    writer.add_head_count_kv(n_head_kv)
     writer.add_key_length(HEAD_DIM)
     writer.add_value_length(HEAD_DIM)
     writer.add_layer_norm_rms_eps(RMS_EPS)
@@ -158,7 +170,7 @@ def main() -> None:
     def norm(n: int) -> np.ndarray:
         return 1.0 + normal((n,), 0.1)
 
-    q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
+    q_dim, kv_dim = N_HEAD * HEAD_DIM, n_head_kv * HEAD_DIM
     # gemma3 multiplies the embedding by sqrt(n_embd), so it starts unit-size.
     embd_std = 1.0 / np.sqrt(N_EMBD) if args.arch == "gemma3" else 1.0
     tensors = {"token_embd.weight": normal((n_vocab, N_EMBD), embd_std)}
@@ -176,6 +188,9 @@ def main() -> None:
         if args.arch in ("qwen3", "gemma3", "qwen3moe"):
             tensors[blk + "attn_q_norm.weight"] = norm(HEAD_DIM)
             tensors[blk + "attn_k_norm.weight"] = norm(HEAD_DIM)
+        if args.arch == "olmoe":
+            tensors[blk + "attn_q_norm.weight"] = norm(q_dim)
+            tensors[blk + "attn_k_norm.weight"] = norm(kv_dim)
         tensors[blk + "attn_output.weight"] = matrix(N_EMBD, q_dim)
         if args.arch == "gemma3":
             tensors[blk + "post_attention_norm.weight"] = norm(N_EMBD)

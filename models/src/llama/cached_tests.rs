@@ -25,7 +25,7 @@ fn small(n_tokens: i64) -> LlamaConfig {
         tied_output: false,
         qkv_bias: false,
         rope_factors: false,
-        head_norms: false,
+        qk_norm: QkNorm::None,
         gemma3: None,
         moe: None,
         last_logits_only: false,
@@ -141,7 +141,7 @@ fn qkv_biases_follow_their_projections() {
     let cfg = LlamaConfig {
         qkv_bias: true,
         rope_factors: false,
-        head_norms: false,
+        qk_norm: QkNorm::None,
         gemma3: None,
         moe: None,
         last_logits_only: false,

@@ -6,8 +6,9 @@
 //!   biases), qwen3 (NeoX rope, q/k head norms), qwen3moe (qwen3's attention,
 //!   `moe.rs`'s experts in place of the dense FFN), llama with a nonzero
 //!   `llama.expert_count` (Mixtral: llama's attention, the same experts),
-//!   gemma3 (NeoX rope, head
-//!   norms, `gemma3.rs`'s additions); anything else is refused, naming the
+//!   olmoe (NeoX rope, whole-projection q/k norms, the experts' weights not
+//!   renormalised, an untied output), gemma3 (NeoX rope, head norms,
+//!   `gemma3.rs`'s additions); anything else is refused, naming the
 //!   architecture;
 //! - hyperparameters come from `{arch}.*` metadata keys; dtypes, the vocabulary
 //!   size, tied output and biases come from the tensor infos, and every weight
@@ -19,14 +20,14 @@
 //! - a tensor of the file the graph does not use (an expert matrix without
 //!   `expert_count`, a bias of `attn_output`), an `{arch}.*` key it does not
 //!   read (`rope.scaling.factor`, a sliding window, `expert_weights_scale`,
-//!   ...) and a nonzero `{arch}.expert_count` outside qwen3moe and llama are
+//!   ...) and a nonzero `{arch}.expert_count` outside qwen3moe, olmoe and llama are
 //!   refused by name, never ignored;
 //! - a missing or ill-typed key is an error naming the key and the file; nothing
 //!   is guessed except the defaults llama.cpp itself uses (rope base 10000, rope
 //!   over the whole head, head width `n_embd / n_head`).
 
 use super::moe::ExpertWidth;
-use super::{LlamaConfig, LlamaNames};
+use super::{LlamaConfig, LlamaNames, QkNorm};
 use crate::Error;
 use crate::gguf_meta::GgufMeta;
 use crate::llama::{BlockWeight, MoeWeight};
@@ -34,10 +35,10 @@ use ir::files::gguf::GgufFile;
 use ir::{RopeMode, RopeParams};
 
 /// The architectures [`LlamaConfig::from_gguf`] accepts.
-const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, qwen3moe, gemma3";
+const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, qwen3moe, olmoe, gemma3";
 
 impl LlamaConfig {
-    /// Reads the config of a llama, mistral, qwen2, qwen3, qwen3moe or gemma3 GGUF file for
+    /// Reads the config of a llama, mistral, qwen2, qwen3, qwen3moe, olmoe or gemma3 GGUF file for
     /// batches of `n_tokens` tokens. Weight names are [`LlamaNames::Gguf`];
     /// the output is tied to the token embedding when the file has no
     /// `output.weight`; q/k/v biases are used when the file has
@@ -54,7 +55,7 @@ impl LlamaConfig {
         // (NeoX) and adds q/k/v biases, which are read from the tensors.
         let rope_mode = match arch {
             "llama" | "mistral" => RopeMode::Normal,
-            "qwen2" | "qwen3" | "qwen3moe" | "gemma3" => RopeMode::Neox,
+            "qwen2" | "qwen3" | "qwen3moe" | "olmoe" | "gemma3" => RopeMode::Neox,
             other => {
                 return Err(Error::UnsupportedArchitecture {
                     file: meta.path().to_path_buf(),
@@ -118,23 +119,22 @@ impl LlamaConfig {
             )));
         }
 
-        // Mixtures of experts: qwen3moe, and Mixtral (a `llama` file with
-        // experts, which llama.cpp routes as it does qwen3moe's).
+        // Mixtures of experts: qwen3moe, Mixtral (a `llama` file with
+        // experts, which llama.cpp routes as it does qwen3moe's) and OLMoE
+        // (the same without renormalising the chosen experts' weights).
         let n_expert = meta.opt_u64(&key("expert_count"))?.unwrap_or(0);
-        let width = match arch {
-            "qwen3moe" => Some(ExpertWidth::OwnKey),
-            "llama" if n_expert > 0 => Some(ExpertWidth::FeedForward),
+        let routing = match arch {
+            "qwen3moe" => Some((ExpertWidth::OwnKey, true)),
+            "llama" if n_expert > 0 => Some((ExpertWidth::FeedForward, true)),
+            "olmoe" => Some((ExpertWidth::FeedForward, false)),
             _ => None,
         };
-        let moe = width
-            .map(|w| super::moe::read(&meta, arch, n_ff, w))
+        let moe = routing
+            .map(|(w, renorm)| super::moe::read(&meta, arch, n_ff, w, renorm))
             .transpose()?;
-        if let Some(n) = meta.opt_u64(&key("expert_count"))?
-            && n > 0
-            && moe.is_none()
-        {
+        if n_expert > 0 && moe.is_none() {
             return Err(meta.unsupported(format!(
-                "{} is {n}: mixture-of-experts layers are not supported",
+                "{} is {n_expert}: mixture-of-experts layers are not supported",
                 key("expert_count")
             )));
         }
@@ -202,6 +202,10 @@ impl LlamaConfig {
             ));
         }
         let output = file.tensor_info(&names.output());
+        if arch == "olmoe" {
+            // llama.cpp requires OLMoE's output projection (never tied).
+            meta.tensor(&names.output())?;
+        }
         let weight_dtype = meta.tensor(&names.block(0, BlockWeight::Wq))?.dtype;
         // Matrices of another dtype than the first (a quantization mix).
         let mut matrix_dtypes = std::collections::BTreeMap::new();
@@ -240,7 +244,12 @@ impl LlamaConfig {
             tied_output: output.is_none(),
             qkv_bias: file.tensor_info(&names.bias(0, BlockWeight::Wq)).is_some(),
             rope_factors: file.tensor_info(&names.rope_factors()).is_some(),
-            head_norms: file.tensor_info(&names.head_norm(0, false)).is_some(),
+            // OLMoE norms each token's whole query and key projections.
+            qk_norm: match (arch, file.tensor_info(&names.head_norm(0, false))) {
+                ("olmoe", _) => QkNorm::Whole,
+                (_, Some(_)) => QkNorm::PerHead,
+                (_, None) => QkNorm::None,
+            },
             gemma3,
             moe,
             last_logits_only: false,

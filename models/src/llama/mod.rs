@@ -1,4 +1,4 @@
-//! Llama-family decoders (llama, mistral, qwen2, qwen3, qwen3moe, gemma3) at a
+//! Llama-family decoders (llama, mistral, qwen2, qwen3, qwen3moe, olmoe, gemma3) at a
 //! fixed shape.
 //!
 //! Two kinds of graph:
@@ -13,7 +13,9 @@
 //! Both add the q/k/v biases (`{p}.q_bias`, `{p}.k_bias`, `{p}.v_bias`, after
 //! each projection) when `qkv_bias` is set (qwen2), an RMS norm of every
 //! query and key head before rope (`{p}.q_norm`, `{p}.k_norm`, each with its
-//! `.rms`) when `head_norms` is set (qwen3), and rope's frequency factors as
+//! `.rms`) when `qk_norm` is [`QkNorm::PerHead`] (qwen3), or of the whole
+//! projections before they are split into heads ([`QkNorm::Whole`], OLMoE),
+//! and rope's frequency factors as
 //! its third source when `rope_factors` is set (Llama 3), and Gemma 3's
 //! differences when `gemma3` is set (`gemma3.rs`: embedding scale, query
 //! scale, post-norms, GEGLU, sliding-window layers with their own mask
@@ -54,6 +56,18 @@ mod tests;
 pub use cached::{CacheConfig, build_cached, build_cached_attending, cache_k_name, cache_v_name};
 pub use gemma3::{Gemma3, SlidingWindow, sliding_window_mask};
 pub use moe::Moe;
+
+/// Where a model RMS-norms its queries and keys before rope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// Not at all (llama, mistral, qwen2, Mixtral).
+    None,
+    /// Each head on its own, weights of `head_dim` (qwen3, qwen3moe, gemma3).
+    PerHead,
+    /// Each token's whole projection, weights of `n_head · head_dim` (queries)
+    /// and `n_head_kv · head_dim` (keys), before it is split into heads (OLMoE).
+    Whole,
+}
 pub use names::{BlockWeight, LlamaNames, MoeWeight};
 pub use step::{StepError, StepInputs, step_inputs};
 
@@ -120,9 +134,9 @@ pub struct LlamaConfig {
     /// long-context scaling): the weight [`LlamaNames::rope_factors`] of
     /// `[rope.n_dims / 2]`, shared by every block.
     pub rope_factors: bool,
-    /// Every query and key head is RMS-normed (width `head_dim`, weights
-    /// [`LlamaNames::head_norm`]) before rope (qwen3).
-    pub head_norms: bool,
+    /// Whether queries and keys are RMS-normed before rope, and over what
+    /// (weights [`LlamaNames::head_norm`]).
+    pub qk_norm: QkNorm,
     /// Gemma 3's additions (see `gemma3.rs`), for `gemma3` files.
     pub gemma3: Option<Gemma3>,
     /// A mixture-of-experts FFN in every block instead of the dense one
@@ -394,12 +408,16 @@ fn declare_block_weights(
             bias[i] = Some(b.weight(cfg.names.bias(il, w), DType::F32, [ne1, 1, 1, 1])?);
         }
     }
-    let head_norms = (cfg.head_norms)
-        .then(|| -> Result<[TensorId; 2], Error> {
-            let hd = [cfg.head_dim, 1, 1, 1];
+    let norm_widths = match cfg.qk_norm {
+        QkNorm::None => None,
+        QkNorm::PerHead => Some([cfg.head_dim; 2]),
+        QkNorm::Whole => Some([q, kv]),
+    };
+    let head_norms = norm_widths
+        .map(|[wq, wk]| -> Result<[TensorId; 2], Error> {
             Ok([
-                b.weight(cfg.names.head_norm(il, false), DType::F32, hd)?,
-                b.weight(cfg.names.head_norm(il, true), DType::F32, hd)?,
+                b.weight(cfg.names.head_norm(il, false), DType::F32, [wq, 1, 1, 1])?,
+                b.weight(cfg.names.head_norm(il, true), DType::F32, [wk, 1, 1, 1])?,
             ])
         })
         .transpose()?;
@@ -475,6 +493,26 @@ fn post_norm(
     }
 }
 
+/// The RMS norm of queries (`k: false`) or keys `x` when the model norms
+/// them at this `stage` (before the heads are split: [`QkNorm::Whole`];
+/// after: [`QkNorm::PerHead`]); otherwise `x` itself.
+fn qk_norm(
+    b: &mut GraphBuilder,
+    cfg: &LlamaConfig,
+    w: &BlockWeights,
+    name: &str,
+    x: TensorId,
+    k: bool,
+    stage: QkNorm,
+) -> Result<TensorId, Error> {
+    match w.head_norms {
+        Some(norms) if cfg.qk_norm == stage => {
+            rms_norm_mul(b, name, x, norms[usize::from(k)], cfg.rms_eps)
+        }
+        _ => Ok(x),
+    }
+}
+
 /// One decoder block over the residual stream `x [n_embd, n_tokens]`.
 /// Without a `cache`, the batch's keys and values attend to each other (the
 /// prefill graph, node for node ggml's); with one, they are written into it
@@ -510,22 +548,18 @@ fn build_block(
         Some(_) => v,
     };
     let k = project(b, &p, "k", w, BlockWeight::Wk, cur)?;
+    let k = qk_norm(b, cfg, w, &format!("{p}.k_norm"), k, true, QkNorm::Whole)?;
     let k = split_heads(b, format!("{p}.k3"), k, hd, cfg.n_head_kv)?;
-    let k = match w.head_norms {
-        Some([_, norm]) => rms_norm_mul(b, &format!("{p}.k_norm"), k, norm, cfg.rms_eps)?,
-        None => k,
-    };
+    let k = qk_norm(b, cfg, w, &format!("{p}.k_norm"), k, true, QkNorm::PerHead)?;
     let k = rope(b, format!("{p}.k_rope"), k, pos, cfg, il, w)?;
     let (k, v_t) = match cache {
         None => (heads_major(b, format!("{p}.k_perm"), k)?, values),
         Some(c) => c.store_and_view(b, &p, k, values)?,
     };
     let q = project(b, &p, "q", w, BlockWeight::Wq, cur)?;
+    let q = qk_norm(b, cfg, w, &format!("{p}.q_norm"), q, false, QkNorm::Whole)?;
     let q = split_heads(b, format!("{p}.q3"), q, hd, cfg.n_head)?;
-    let q = match w.head_norms {
-        Some([norm, _]) => rms_norm_mul(b, &format!("{p}.q_norm"), q, norm, cfg.rms_eps)?,
-        None => q,
-    };
+    let q = qk_norm(b, cfg, w, &format!("{p}.q_norm"), q, false, QkNorm::PerHead)?;
     let q = rope(b, format!("{p}.q_rope"), q, pos, cfg, il, w)?;
     // Gemma scales the queries and not the scores (as llama.cpp does).
     let (q, scale) = match cfg.gemma3 {

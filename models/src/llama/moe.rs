@@ -1,10 +1,10 @@
-//! The mixture-of-experts FFN of Qwen 3 MoE (`qwen3moe`) and Mixtral (`llama`
-//! with a nonzero `llama.expert_count`), which takes the dense FFN's place in
-//! every block, and how [`super::LlamaConfig::from_gguf`] reads it. llama.cpp
-//! builds both with the same `build_moe_ffn` call (softmax gating, weights
-//! renormalised, SiLU-gated experts, no shared expert); they differ in the
-//! attention (Qwen 3's head norms and NeoX rope) and in the experts' width
-//! ([`ExpertWidth`]).
+//! The mixture-of-experts FFN of Qwen 3 MoE (`qwen3moe`), Mixtral (`llama`
+//! with a nonzero `llama.expert_count`) and OLMoE (`olmoe`), which takes the
+//! dense FFN's place in every block, and how
+//! [`super::LlamaConfig::from_gguf`] reads it. llama.cpp builds all three with
+//! `build_moe_ffn` (softmax gating, SiLU-gated experts, no shared expert),
+//! renormalising the chosen weights except for OLMoE ([`Moe::renormalise`]);
+//! they differ in the attention and in the experts' width ([`ExpertWidth`]).
 //!
 //! Per token (`x` the FFN-normed residual, `[n_embd, t]`), the nodes of
 //! llama.cpp's `build_moe_ffn`, in ggml's node order:
@@ -15,7 +15,8 @@
 //!   row stride): the chosen experts;
 //! - `ffn_moe_weights` = their probabilities (`get_rows` of the probabilities
 //!   seen as `[1, n_expert, t]`), divided by their sum clamped from below at
-//!   2^-14 (`ffn_moe_weights_sum`, `_sum_clamped`, `_norm`): they sum to 1;
+//!   2^-14 (`ffn_moe_weights_sum`, `_sum_clamped`, `_norm`): they sum to 1
+//!   (not for OLMoE, whose weights are the probabilities as they are);
 //! - `ffn_moe_gate`, `ffn_moe_up` = `mul_mat_id` of the stacked gate / up
 //!   experts with x seen as `[n_embd, 1, t]` (every slot reads the token's one
 //!   column), `ffn_moe_swiglu` = silu(gate) · up, `ffn_moe_down` the down
@@ -30,9 +31,10 @@
 //! - a MoE file's `expert_*` keys are all read or refused by name:
 //!   `expert_count` and `expert_used_count` (1 ≤ used ≤ count) are required,
 //!   `expert_feed_forward_length` defaults to `feed_forward_length / used` for
-//!   `qwen3moe` and must equal `feed_forward_length` for `llama` (as llama.cpp
-//!   sizes them), `expert_weights_norm` is accepted only when true (llama.cpp
-//!   renormalises both architectures' weights whatever it says); any other key
+//!   `qwen3moe` and must equal `feed_forward_length` for `llama` and `olmoe`
+//!   (as llama.cpp sizes them), `expert_weights_norm` is accepted only when it
+//!   says what llama.cpp does whatever it says (renormalise, but not for
+//!   `olmoe`); any other key
 //!   (`expert_weights_scale`, shared experts, expert groups, per-layer arrays) is
 //!   refused;
 //! - a router whose rows disagree with `expert_count` is an error naming the
@@ -57,6 +59,9 @@ pub struct Moe {
     pub n_expert_used: i64,
     /// Hidden width of one expert.
     pub n_ff_exp: i64,
+    /// The chosen experts' weights are divided by their (clamped) sum
+    /// (qwen3moe, Mixtral); OLMoE uses the soft_max probabilities as they are.
+    pub renormalise: bool,
 }
 
 /// The `{arch}.*` keys [`read`] consumes, beside the llama ones.
@@ -73,19 +78,22 @@ pub(super) enum ExpertWidth {
     /// `qwen3moe`: `expert_feed_forward_length`, by default
     /// `feed_forward_length / expert_used_count`.
     OwnKey,
-    /// `llama` with experts (Mixtral): `feed_forward_length` itself (llama.cpp
-    /// does not read `expert_feed_forward_length` there, so a file saying
-    /// another width is refused).
+    /// `llama` with experts (Mixtral) and `olmoe`: `feed_forward_length`
+    /// itself (llama.cpp does not read `expert_feed_forward_length` there, so
+    /// a file saying another width is refused).
     FeedForward,
 }
 
-/// Reads the experts of a `qwen3moe` file or a `llama` file with experts
-/// (see the module doc); `n_ff` is the file's `feed_forward_length`.
+/// Reads the experts of a `qwen3moe`, `olmoe` or `llama` file with experts
+/// (see the module doc); `n_ff` is the file's `feed_forward_length`;
+/// `renormalise`: whether llama.cpp renormalises this architecture's chosen
+/// weights.
 pub(super) fn read(
     meta: &GgufMeta<'_>,
     arch: &str,
     n_ff: i64,
     width: ExpertWidth,
+    renormalise: bool,
 ) -> Result<Moe, Error> {
     let key = |suffix: &str| format!("{arch}.{suffix}");
     let n_expert = meta.positive(&key("expert_count"))?;
@@ -113,9 +121,16 @@ pub(super) fn read(
         (ExpertWidth::FeedForward, _) => n_ff,
     };
     let norm_key = key("expert_weights_norm");
-    if meta.opt_bool(&norm_key)? == Some(false) {
+    if let Some(says) = meta.opt_bool(&norm_key)?
+        && says != renormalise
+    {
+        let does = if renormalise {
+            "renormalises"
+        } else {
+            "does not renormalise"
+        };
         return Err(meta.unsupported(format!(
-            "{norm_key} is false, but llama.cpp renormalises {arch}'s expert weights \
+            "{norm_key} is {says}, but llama.cpp {does} {arch}'s expert weights \
              whatever it says"
         )));
     }
@@ -123,6 +138,7 @@ pub(super) fn read(
         n_expert,
         n_expert_used,
         n_ff_exp,
+        renormalise,
     })
 }
 
@@ -214,17 +230,20 @@ pub(super) fn build_ffn(
         [row, row * t as u64, row * t as u64],
         0,
     )?;
-    let weights = b.get_rows(format!("{p}.ffn_moe_weights"), probs3, chosen)?;
-    let weights = b.reshape(format!("{p}.ffn_moe_weights2"), weights, [k, t, 1, 1])?;
-    let sum = b.sum_rows(format!("{p}.ffn_moe_weights_sum"), weights)?;
-    let sum = b.clamp(
-        format!("{p}.ffn_moe_weights_sum_clamped"),
-        sum,
-        MIN_WEIGHT_SUM,
-        f32::INFINITY,
-    )?;
-    let weights = b.div(format!("{p}.ffn_moe_weights_norm"), weights, sum)?;
-    let weights = b.reshape(format!("{p}.ffn_moe_weights3"), weights, [1, k, t, 1])?;
+    // [1, k, t]: the chosen experts' probabilities.
+    let mut weights = b.get_rows(format!("{p}.ffn_moe_weights"), probs3, chosen)?;
+    if w.shape.renormalise {
+        let flat = b.reshape(format!("{p}.ffn_moe_weights2"), weights, [k, t, 1, 1])?;
+        let sum = b.sum_rows(format!("{p}.ffn_moe_weights_sum"), flat)?;
+        let sum = b.clamp(
+            format!("{p}.ffn_moe_weights_sum_clamped"),
+            sum,
+            MIN_WEIGHT_SUM,
+            f32::INFINITY,
+        )?;
+        let normed = b.div(format!("{p}.ffn_moe_weights_norm"), flat, sum)?;
+        weights = b.reshape(format!("{p}.ffn_moe_weights3"), normed, [1, k, t, 1])?;
+    }
 
     let x3 = b.reshape(format!("{p}.ffn_norm3"), x, [n_embd, 1, t, 1])?;
     let gate = b.mul_mat_id(format!("{p}.ffn_moe_gate"), w.gate, x3, chosen)?;

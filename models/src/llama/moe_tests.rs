@@ -34,9 +34,11 @@ fn tiny_mixtral(name: &str, edits: Edits) -> GgufFile {
     tiny_moe("llama", name, edits)
 }
 
-/// The tiny MoE file of `arch` (`qwen3moe` or `llama`): see the constants.
+/// The tiny MoE file of `arch` (`qwen3moe`, `llama` or `olmoe`; the last two
+/// have experts `feed_forward_length` wide): see the constants.
 fn tiny_moe(arch: &str, name: &str, edits: Edits) -> GgufFile {
     let qwen = arch == "qwen3moe";
+    let norms = arch != "llama";
     let key = |k: &str| format!("{arch}.{k}");
     let mut keys: Vec<(String, GgufValue)> = vec![
         (
@@ -83,7 +85,7 @@ fn tiny_moe(arch: &str, name: &str, edits: Edits) -> GgufFile {
         ("blk.0.ffn_down_exps.weight".into(), vec![6, 8, N_EXPERT]),
         ("output_norm.weight".into(), vec![8]),
     ];
-    if qwen {
+    if norms {
         tensors.push(("blk.0.attn_q_norm.weight".into(), vec![4]));
         tensors.push(("blk.0.attn_k_norm.weight".into(), vec![4]));
     }
@@ -137,10 +139,11 @@ fn a_qwen3moe_file_reads_its_experts_and_binds() {
         n_expert: 4,
         n_expert_used: 2,
         n_ff_exp: 6,
+        renormalise: true,
     };
     assert_eq!(cfg.moe, Some(moe));
     assert_eq!(cfg.rope.mode, RopeMode::Neox);
-    assert!(cfg.head_norms && cfg.tied_output);
+    assert!(cfg.qk_norm == QkNorm::PerHead && cfg.tied_output);
     let g = build_prefill(&cfg).unwrap();
     let ops = |kind| {
         (g.nodes())
@@ -166,10 +169,11 @@ fn a_llama_file_with_experts_is_mixtral() {
         n_expert: 4,
         n_expert_used: 2,
         n_ff_exp: 6,
+        renormalise: true,
     };
     assert_eq!(cfg.moe, Some(moe), "experts feed_forward_length wide");
     assert_eq!(cfg.rope.mode, RopeMode::Normal);
-    assert!(!cfg.head_norms);
+    assert_eq!(cfg.qk_norm, QkNorm::None);
     let g = build_prefill(&cfg).unwrap();
     let experts = (g.nodes())
         .filter(|&id| g.tensor(id).op.as_ref().map(ir::Op::kind) == Some(ir::OpKind::MulMatId))
@@ -202,6 +206,72 @@ fn a_llama_file_with_experts_is_mixtral() {
         .unwrap_err()
         .to_string();
     assert!(text.contains("'llama.expert_weights_scale'"), "{text}");
+}
+
+/// OLMoE: NeoX rope, each token's whole query and key projections
+/// RMS-normed (weights of `n_head · head_dim` and `n_head_kv · head_dim`),
+/// experts `feed_forward_length` wide whose weights are not renormalised; a
+/// file saying they are, or without `output.weight`, is refused by name.
+#[test]
+fn an_olmoe_file_norms_whole_projections_and_keeps_its_weights() {
+    let olmoe = |name: &str, mut edits: Edits| {
+        edits.tensors.extend([
+            ("blk.0.attn_q_norm.weight", Some(vec![8])),
+            ("blk.0.attn_k_norm.weight", Some(vec![4])),
+        ]);
+        edits.add.push(("output.weight", vec![8, 16]));
+        tiny_moe("olmoe", name, edits)
+    };
+    let cfg = LlamaConfig::from_gguf(&olmoe("olmoe", Edits::default()), 3)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let moe = Moe {
+        n_expert: 4,
+        n_expert_used: 2,
+        n_ff_exp: 6,
+        renormalise: false,
+    };
+    assert_eq!(cfg.moe, Some(moe));
+    assert_eq!(
+        (cfg.rope.mode, cfg.qk_norm),
+        (RopeMode::Neox, QkNorm::Whole)
+    );
+    assert!(!cfg.tied_output);
+    let g = build_prefill(&cfg).unwrap();
+    // The norms read the 2-D projections, before the heads are split.
+    let q_norm = g.tensor(g.find("l0.q_norm").unwrap());
+    assert_eq!(q_norm.ne(), [8, 3, 1, 1]);
+    assert!(
+        g.find("l0.ffn_moe_weights_sum").is_none(),
+        "no renormalising"
+    );
+
+    let says_norm = Edits {
+        keys: vec![("olmoe.expert_weights_norm", Some(GgufValue::Bool(true)))],
+        ..Edits::default()
+    };
+    let text = (LlamaConfig::from_gguf(&olmoe("norm", says_norm), 3))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("olmoe.expert_weights_norm is true") && text.contains("does not renormalise"),
+        "{text}"
+    );
+    let tied = tiny_moe(
+        "olmoe",
+        "tied",
+        Edits {
+            tensors: vec![
+                ("blk.0.attn_q_norm.weight", Some(vec![8])),
+                ("blk.0.attn_k_norm.weight", Some(vec![4])),
+            ],
+            ..Edits::default()
+        },
+    );
+    let err = LlamaConfig::from_gguf(&tied, 3).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingTensor { tensor, .. } if tensor == "output.weight"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -309,15 +379,16 @@ fn expert_tensors_that_disagree_are_refused_by_name() {
 /// The graph's FFN output for every token equals llama.cpp's routing
 /// computed here in f64 from the same (random) weights and normed input:
 /// softmax over the router's logits, the top k, their weights over their
-/// sum, the SwiGLU experts weighted and summed. Every `k` from 1 (the
-/// `cont` path) to all experts.
+/// sum (OLMoE: as they are), the SwiGLU experts weighted and summed. Every
+/// `k` from 1 (the `cont` path) to all experts, both ways.
 #[test]
 fn the_moe_ffn_computes_llama_cpps_routing() {
-    for k in 1..=N_EXPERT as i64 {
+    for (k, renormalise) in (1..=N_EXPERT as i64).flat_map(|k| [(k, true), (k, false)]) {
         let file = tiny_qwen3moe(&format!("eval{k}"), Edits::default());
         let mut cfg = LlamaConfig::from_gguf(&file, 5).unwrap_or_else(|e| panic!("{e}"));
         cfg.moe = cfg.moe.map(|m| Moe {
             n_expert_used: k,
+            renormalise,
             ..m
         });
         let g = build_prefill(&cfg).unwrap();
@@ -344,7 +415,10 @@ fn the_moe_ffn_computes_llama_cpps_routing() {
             let mut order: Vec<usize> = (0..n).collect();
             order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
             let chosen = &order[..k as usize];
-            let total: f64 = chosen.iter().map(|&c| probs[c]).sum();
+            let total: f64 = match renormalise {
+                true => chosen.iter().map(|&c| probs[c]).sum(),
+                false => 1.0,
+            };
             let mut out = vec![0.0; e];
             for &c in chosen {
                 let hidden: Vec<f64> = (0..f)
@@ -363,6 +437,9 @@ fn the_moe_ffn_computes_llama_cpps_routing() {
         }
         let err: f64 = got.iter().zip(&want).map(|(a, b)| (a - b).powi(2)).sum();
         let nmse = err / want.iter().map(|v| v * v).sum::<f64>();
-        assert!(nmse < 1e-10, "k = {k}: NMSE {nmse:e}");
+        assert!(
+            nmse < 1e-10,
+            "k = {k}, renormalise {renormalise}: NMSE {nmse:e}"
+        );
     }
 }

@@ -21,7 +21,7 @@ fn smollm2_like(n_tokens: i64) -> LlamaConfig {
         tied_output: true,
         qkv_bias: false,
         rope_factors: false,
-        head_norms: false,
+        qk_norm: QkNorm::None,
         gemma3: None,
         moe: None,
         last_logits_only: false,
