@@ -31,6 +31,7 @@ fn step_io(p: &Plan, step: &Step) -> (Vec<u32>, u32) {
     let (srcs, dst) = match step {
         Step::Op { srcs, dst, .. } => (srcs.clone(), *dst),
         Step::MulMatAdd { srcs, dst, .. } => (srcs.to_vec(), *dst),
+        Step::Attention { srcs, dst, .. } => (srcs.clone(), *dst),
         Step::Fused { kernel } => {
             let k = &p.kernels[*kernel as usize];
             (k.inputs.clone(), k.output)

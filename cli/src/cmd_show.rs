@@ -135,6 +135,13 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
                     tensor_name(&plan, *product)
                 )
             }
+            Work::Step(Step::Attention { scores, probs, .. }) => {
+                format!(
+                    "attention (its scores '{}' and probabilities '{}' are never stored)",
+                    tensor_name(&plan, *scores),
+                    tensor_name(&plan, *probs)
+                )
+            }
             Work::Step(Step::Fused { kernel }) => match plan.kernels.get(*kernel as usize) {
                 Some(kern) => {
                     let names: Vec<&str> =

@@ -72,6 +72,39 @@ fn check(c: &mut Checker<'_>, target: &Target) {
                         }
                     }
                 }
+                Step::Attention {
+                    scores,
+                    permuted,
+                    dst,
+                    srcs,
+                    scale,
+                    max_bias,
+                    ..
+                } => {
+                    // Each op with its own src0: k, the scores, v, the view.
+                    let softmax = Op::SoftMax {
+                        scale: *scale,
+                        max_bias: *max_bias,
+                    };
+                    let ops = [
+                        (Op::MulMat, srcs.first().copied()),
+                        (softmax, Some(*scores)),
+                        (Op::MulMat, srcs.get(2).copied()),
+                        (Op::Cont, Some(*permuted)),
+                    ];
+                    for (op, src0) in ops {
+                        let Some(t) = src0.and_then(|t| c.tensor(t)) else {
+                            continue; // format
+                        };
+                        if !dev.supports(&op, t.dtype) {
+                            let msg = format!(
+                                "split {s} step {k} runs attention, whose {op} has a {} src0, on {}, which does not support it",
+                                t.dtype, dev.name
+                            );
+                            c.tensor_problem(Support, *dst, msg);
+                        }
+                    }
+                }
             }
         }
     }

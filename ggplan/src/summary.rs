@@ -36,8 +36,15 @@ pub fn summary(plan: &Plan) -> String {
         0 => String::new(),
         n => format!(" and {}", count(n, "mul_mat + add", "mul_mat + adds")),
     };
+    let attentions = (plan.splits.iter().flat_map(|sp| &sp.steps))
+        .filter(|st| matches!(st, Step::Attention { .. }))
+        .count();
+    let and_attentions = match attentions {
+        0 => String::new(),
+        n => format!(" and {}", count(n, "attention", "attentions")),
+    };
     out += &format!(
-        "{} splits, {} steps ({} fused kernels{and_product_adds} covering {} nodes; {} intermediates take no memory), estimated {:.1} us\n",
+        "{} splits, {} steps ({} fused kernels{and_product_adds}{and_attentions} covering {} nodes; {} intermediates take no memory), estimated {:.1} us\n",
         s.n_splits,
         n_steps,
         plan.kernels.len(),

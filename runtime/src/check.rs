@@ -16,6 +16,7 @@
 //!   threshold of the ops the plan runs (errors accumulate through them).
 
 use crate::{Flow, Observer, Runtime, RuntimeError, StepInfo, Weights};
+use ir::plan::{Plan, Step};
 use ir::{Op, Role};
 use kernels::reference::{Dense, compute, gather, scatter};
 use kernels::testing::{nmse, nmse_threshold};
@@ -162,6 +163,15 @@ impl Observer for StepChecker<'_> {
                 let out = kernels::reference::fused::eval_fused(body, &refs, layout.ne);
                 (out, nmse_threshold("fused"), false)
             }
+            (None, None, _) if s.kind == "attention" => {
+                let step = &plan.splits[s.split].steps;
+                let out = (step.iter()).find_map(|st| attention_reference(plan, st, s.dst, &refs));
+                (
+                    out.expect("an attention step writes it"),
+                    nmse_threshold("attention"),
+                    false,
+                )
+            }
             (None, None, _) => (self.inputs[0].clone(), 0.0, true),
         };
         let expected = rounded(&expected, &layout);
@@ -253,4 +263,36 @@ pub fn check_outputs(
         });
     }
     Ok(out)
+}
+
+/// The reference of `step` when it is the attention step writing `dst`.
+fn attention_reference(plan: &Plan, step: &Step, dst: u32, refs: &[&Dense]) -> Option<Dense> {
+    let Step::Attention {
+        scores,
+        probs,
+        product,
+        dst: written,
+        scale,
+        max_bias,
+        ..
+    } = step
+    else {
+        return None;
+    };
+    if *written != dst {
+        return None;
+    }
+    let [scores, probs, product, dst] =
+        [*scores, *probs, *product, dst].map(|t| plan.tensors[t as usize].layout());
+    let layouts = kernels::reference::attention::AttentionLayouts {
+        scores: &scores,
+        probs: &probs,
+        product: &product,
+        dst: &dst,
+    };
+    Some(kernels::reference::attention::attention(
+        refs,
+        (*scale, *max_bias),
+        layouts,
+    ))
 }

@@ -16,6 +16,7 @@
 //!   on their device's compute stream, copies on their destination's copy stream;
 //!   no events yet (the `sync` pass adds them).
 
+mod attention;
 mod lifetimes;
 
 pub use lifetimes::compute_liveness;
@@ -144,6 +145,13 @@ pub fn emit_plan(
                 }
                 continue;
             }
+            if let Some(a) = fusion.attention_of(node) {
+                // The chain runs inside its result's step.
+                if a.dst == node {
+                    steps.push(attention::step(graph, a, |s| table.local(graph, s, d))?);
+                }
+                continue;
+            }
             match fusion.group_of(node).map(|g| &fusion.groups[g]) {
                 Some(group) if group.nodes.last() != Some(&node) => continue,
                 Some(group) => {
@@ -201,6 +209,11 @@ pub fn emit_plan(
     }
     for pair in &fusion.products {
         table.tensors[pair.product.index()].placement = Placement::Fused;
+    }
+    for a in &fusion.attentions {
+        for inner in [a.scores, a.probs, a.product, a.permuted] {
+            table.tensors[inner.index()].placement = Placement::Fused;
+        }
     }
 
     let mut arenas = Vec::new();

@@ -59,6 +59,13 @@ pub(super) fn compute(
                     Step::Op { dst, .. } => vec![*dst],
                     Step::Fused { kernel } => kernels[*kernel as usize].nodes.clone(),
                     Step::MulMatAdd { product, dst, .. } => vec![*product, *dst],
+                    Step::Attention {
+                        scores,
+                        probs,
+                        product,
+                        dst,
+                        ..
+                    } => vec![*scores, *probs, *product, *dst],
                 };
                 for n in nodes {
                     estimated_us += cost::op_time_us(target, device, graph, TensorId(n));
@@ -85,6 +92,9 @@ pub(super) fn compute(
         fused_nodes: kernels.iter().map(|k| k.nodes.len() as u32).sum::<u32>()
             + 2 * (splits.iter().flat_map(|s| &s.steps))
                 .filter(|st| matches!(st, Step::MulMatAdd { .. }))
+                .count() as u32
+            + 5 * (splits.iter().flat_map(|s| &s.steps))
+                .filter(|st| matches!(st, Step::Attention { .. }))
                 .count() as u32,
         estimated_us: round_ns(estimated_us),
         split_us,

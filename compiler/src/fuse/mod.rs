@@ -47,10 +47,14 @@
 //! Then, among the nodes no group took, each `mul_mat` whose one reader is an
 //! `add` joins it as a [`ProductAdd`] (rules in [`product_add`]): one step
 //! computing the product and adding the other operand before it stores.
+//! Last, each `cont(permute(mul_mat(v, soft_max(mul_mat(k, q)))))` no group or
+//! pair took becomes an [`Attention`] (rules in [`attention`]).
 
+pub mod attention;
 mod body;
 pub mod product_add;
 
+pub use attention::Attention;
 pub use product_add::ProductAdd;
 
 use crate::assign::Assignment;
@@ -64,6 +68,8 @@ pub struct Fusion {
     pub groups: Vec<FusedGroup>,
     /// Products fused with their add, in the order of their adds.
     pub products: Vec<ProductAdd>,
+    /// Attention chains run as one step, in the order of their results.
+    pub attentions: Vec<Attention>,
 }
 
 impl Fusion {
@@ -72,9 +78,17 @@ impl Fusion {
         self.groups.iter().position(|g| g.nodes.contains(&id))
     }
 
-    /// The number of nodes that are members of some group or product-add.
+    /// The number of nodes that are members of some group, product-add or
+    /// attention.
     pub fn n_fused_nodes(&self) -> usize {
-        self.groups.iter().map(|g| g.nodes.len()).sum::<usize>() + 2 * self.products.len()
+        self.groups.iter().map(|g| g.nodes.len()).sum::<usize>()
+            + 2 * self.products.len()
+            + 5 * self.attentions.len()
+    }
+
+    /// The attention whose node (intermediate or result) is `id`, if any.
+    pub fn attention_of(&self, id: TensorId) -> Option<&Attention> {
+        self.attentions.iter().find(|a| a.nodes().contains(&id))
     }
 
     /// The product-add pair whose add or product is node `id`, if any.
@@ -213,7 +227,16 @@ pub fn fuse_elementwise_where(
         }
     }
     let products = product_add::find(&ctx, order, &taken);
-    Fusion { groups, products }
+    for pair in &products {
+        taken[pair.product.index()] = true;
+        taken[pair.add.index()] = true;
+    }
+    let attentions = attention::find(&ctx, order, &taken);
+    Fusion {
+        groups,
+        products,
+        attentions,
+    }
 }
 
 /// What the rules need to know about the graph, computed once.

@@ -12,6 +12,7 @@ use kernels::reference::fused::{check_fused, eval_fused};
 use kernels::testing::Rng;
 use std::collections::BTreeMap;
 
+mod attention;
 mod product_add;
 mod rules;
 

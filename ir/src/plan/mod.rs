@@ -362,6 +362,29 @@ pub enum Step {
         /// The product's weight and activations, then the addend.
         srcs: [u32; 3],
     },
+    /// Attention over a KV cache as one kernel (`compiler::fuse::attention`
+    /// states when): `scores = mul_mat(k, q)`, `probs = soft_max(scores ·
+    /// scale (+ mask))`, `product = mul_mat(v, probs)`, `permuted` = the
+    /// product with axes 1 and 2 swapped, `dst = cont(permuted)`. The four
+    /// intermediates are never stored: they are placed `Fused`.
+    Attention {
+        /// The `mul_mat(k, q)` node (no bytes).
+        scores: u32,
+        /// The `soft_max` node (no bytes).
+        probs: u32,
+        /// The `mul_mat(v, probs)` node (no bytes).
+        product: u32,
+        /// The `permute(product, 0, 2, 1, 3)` view (no bytes).
+        permuted: u32,
+        /// The tensor written: the `cont` node.
+        dst: u32,
+        /// `k`, `q`, `v`, then the softmax's mask when it has one.
+        srcs: Vec<u32>,
+        /// The softmax's scale.
+        scale: f32,
+        /// The softmax's ALiBi maximum bias (0: none).
+        max_bias: f32,
+    },
 }
 
 /// A maximal run of steps on one device's compute stream.
@@ -422,7 +445,7 @@ pub struct Stats {
     /// Copies per link direction.
     pub links: Vec<LinkStats>,
     /// Number of graph nodes that became fused-kernel members (a
-    /// `MulMatAdd` step's two nodes count too).
+    /// `MulMatAdd` step's two nodes and an `Attention` step's five count too).
     pub fused_nodes: u32,
     /// Estimated time of one run, microseconds (the cost model's figure).
     pub estimated_us: f64,

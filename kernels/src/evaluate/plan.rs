@@ -21,6 +21,7 @@
 
 use super::bind::{Leaf, bind_leaf};
 use super::{Bindings, EvalError};
+use crate::reference::attention::{AttentionLayouts, attention};
 use crate::reference::fused::eval_fused;
 use crate::reference::{Dense, compute, gather, scatter};
 use ir::plan::{Placement, Plan, Step};
@@ -238,6 +239,35 @@ pub fn evaluate_plan<'p>(
                     let [w, x, r] = srcs.map(|s| memory.read(s));
                     let p = compute(&Op::MulMat, &[&w?, &x?], &layout_of(plan, *product));
                     let out = compute(&Op::Add, &[&p, &r?], &layout_of(plan, *dst));
+                    memory.write(*dst, &out)?;
+                }
+                Step::Attention {
+                    scores,
+                    probs,
+                    product,
+                    dst,
+                    srcs,
+                    scale,
+                    max_bias,
+                    ..
+                } => {
+                    // The five ops one after another, the intermediates held
+                    // here only (they have no bytes in the plan).
+                    check_reads(plan, device, None, srcs)?;
+                    let values: Vec<Dense> = srcs
+                        .iter()
+                        .map(|&s| memory.read(s))
+                        .collect::<Result<_, _>>()?;
+                    let refs: Vec<&Dense> = values.iter().collect();
+                    let [scores, probs, product, dst_layout] =
+                        [*scores, *probs, *product, *dst].map(|t| layout_of(plan, t));
+                    let layouts = AttentionLayouts {
+                        scores: &scores,
+                        probs: &probs,
+                        product: &product,
+                        dst: &dst_layout,
+                    };
+                    let out = attention(&refs, (*scale, *max_bias), layouts);
                     memory.write(*dst, &out)?;
                 }
                 Step::Fused { kernel } => {

@@ -18,6 +18,7 @@
 //! (sum_rows, mean, argmax). Semantic choices a fast kernel must match are in those
 //! module docs: an all -inf soft_max row gives zeros; argmax takes the first maximum.
 
+pub mod attention;
 pub mod dense;
 pub mod fused;
 

@@ -30,6 +30,7 @@ pub mod cuda;
 pub mod host;
 pub mod load;
 pub mod prepare;
+mod prepare_attention;
 #[cfg(test)]
 mod recording;
 pub mod registry;

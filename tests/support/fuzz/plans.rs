@@ -218,6 +218,31 @@ fn edit(plan: &mut Plan, u: &mut Unstructured<'_>) -> Option<()> {
                         k => srcs[k - 2] = to,
                     }
                 }
+                Step::Attention {
+                    scores,
+                    probs,
+                    product,
+                    permuted,
+                    dst,
+                    srcs,
+                    scale,
+                    ..
+                } => {
+                    let to = u.int_in_range(0..=n).ok()?;
+                    // An id of any of its tensors, the mask dropped or
+                    // added, or the scale changed.
+                    match u.choose_index(7 + srcs.len()).ok()? {
+                        0 => *scores = to,
+                        1 => *probs = to,
+                        2 => *product = to,
+                        3 => *permuted = to,
+                        4 => *dst = to,
+                        5 if srcs.len() == 4 => drop(srcs.pop()),
+                        5 => srcs.push(to),
+                        6 => *scale = -*scale,
+                        k => srcs[k - 7] = to,
+                    }
+                }
             }
         }
         9 => {

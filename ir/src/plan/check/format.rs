@@ -321,5 +321,6 @@ fn check_step(c: &mut Checker<'_>, s: usize, k: usize, step: &Step) {
                 c.problem(Format, name, msg);
             }
         }
+        Step::Attention { .. } => super::attention::check_format(c, name, step),
     }
 }

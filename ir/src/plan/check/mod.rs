@@ -91,6 +91,7 @@
 //!     its extents, dtype and axis, and their slices tile the source along
 //!     that axis with no gap and no overlap.
 
+mod attention;
 mod collective;
 mod format;
 mod fused;

@@ -24,8 +24,8 @@ pub(super) fn check(c: &mut Checker<'_>) {
     arenas(c);
 }
 
-/// The non-last members of every fused kernel, and the product of every
-/// `mul_mat` + `add` step.
+/// The non-last members of every fused kernel, the product of every
+/// `mul_mat` + `add` step and the intermediates of every attention step.
 fn fused_members(c: &Checker<'_>) -> BTreeSet<u32> {
     let mut members: BTreeSet<u32> = (c.plan.splits.iter().flat_map(|s| &s.steps))
         .filter_map(|step| match step {
@@ -33,6 +33,9 @@ fn fused_members(c: &Checker<'_>) -> BTreeSet<u32> {
             _ => None,
         })
         .collect();
+    for step in c.plan.splits.iter().flat_map(|s| &s.steps) {
+        members.extend(super::attention::inner(step).into_iter().flatten());
+    }
     for kernel in &c.plan.kernels {
         if let Some((_, inner)) = kernel.nodes.split_last() {
             members.extend(inner.iter().copied());
@@ -117,7 +120,7 @@ fn tensor(c: &mut Checker<'_>, i: u32, members: &BTreeSet<u32>) {
         Placement::Fused => {
             if !members.contains(&i) {
                 let msg = "is placed Fused but is no fused kernel's inner member nor a \
-                           mul_mat + add step's product (a kernel's output needs bytes)";
+                           fused step's intermediate (a kernel's output needs bytes)";
                 c.tensor_problem(PlacementKind, i, msg.to_string());
             }
         }

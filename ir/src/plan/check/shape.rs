@@ -3,7 +3,8 @@
 //! write-into op (`cpy`, `set_rows`) writes a view of its destination's bytes,
 //! every other op a tensor with arena bytes (family 2, placement). A
 //! `mul_mat` + `add` step is held to both ops' rules, its product placed
-//! `Fused` and its addend of the product's extents.
+//! `Fused` and its addend of the product's extents; an attention step to its
+//! five ops' (`attention.rs`).
 //!
 //! The rules are run only on layouts small enough that their arithmetic cannot
 //! overflow; a step over larger ones is refused as too large to check.
@@ -24,6 +25,7 @@ pub(super) fn check(c: &mut Checker<'_>) {
                 Step::MulMatAdd { product, dst, srcs } => {
                     check_mul_mat_add(c, *product, *dst, srcs);
                 }
+                Step::Attention { .. } => super::attention::check_shapes(c, step, check_op),
                 Step::Fused { .. } => {}
             }
         }
@@ -52,7 +54,7 @@ fn check_mul_mat_add(c: &mut Checker<'_>, product: u32, dst: u32, srcs: &[u32; 3
 
 /// Checks one op's result against its rule; `fused`: the result is computed
 /// inside its step and never stored (placed `Fused`).
-fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32], fused: bool) {
+pub(super) fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32], fused: bool) {
     if op.is_view() || !crate::rules::arity(op).contains(&srcs.len()) {
         return; // reported by the format family
     }
@@ -114,7 +116,7 @@ fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32], fused: bool) {
         (None, Placement::Fused) if fused => {}
         (None, placement) if fused => {
             let msg = format!(
-                "{op} is computed inside its mul_mat + add step: it must be placed Fused, not {placement}"
+                "{op} is computed inside its fused step: it must be placed Fused, not {placement}"
             );
             c.tensor_problem(PlacementKind, dst, msg);
         }

@@ -7,6 +7,7 @@
 //! sized once, after every step was prepared, for the largest step.
 
 use super::affinity::{allowed_cores, pin_or_warn};
+use super::attention::SharedAttentionBuffers;
 use super::prepare::{CopyKernel, CpuStep, prepare_step};
 use super::{FastKernels, ThreadCtx, ThreadPool, numa};
 use crate::RuntimeError;
@@ -33,6 +34,8 @@ pub struct CpuDevice {
     /// Its arenas, owned until the device is dropped.
     arenas: Mutex<Vec<AlignedBuffer>>,
     scratch: OnceLock<AlignedBuffer>,
+    /// The intermediates its attention steps share (`attention.rs`).
+    attention: SharedAttentionBuffers,
     /// The NUMA node whose memory the arenas are bound to.
     node: Option<u32>,
     /// What the user should know (an arena left unbound, and why).
@@ -49,6 +52,7 @@ impl CpuDevice {
             kernels,
             arenas: Mutex::new(Vec::new()),
             scratch: OnceLock::new(),
+            attention: SharedAttentionBuffers::default(),
             node: None,
             notes: Mutex::new(Vec::new()),
         }
@@ -231,7 +235,7 @@ impl Device for CpuDevice {
         _index: usize,
         step: &Step,
     ) -> Result<PreparedStep, RuntimeError> {
-        prepare_step(ctx, &self.kernels, split, step)
+        prepare_step(ctx, (&self.kernels, &self.attention), split, step)
     }
 
     fn prepare_copy(

@@ -10,6 +10,7 @@ pub mod jit_choices;
 // libLLVM): the same interface, declining every kernel, so the plain-Rust
 // and reference kernels take those steps.
 pub mod affinity;
+pub mod attention;
 mod device;
 pub mod fast;
 #[cfg(not(feature = "llvm"))]

@@ -3,6 +3,7 @@
 //! thread where none supports the step (correct, slow, and listed in the
 //! load report); and a copy between host arenas, a memcpy.
 
+use super::attention::{AttentionBuffers, SharedAttentionBuffers};
 use super::product_add::ProductAddKernel;
 use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
@@ -30,10 +31,11 @@ impl DeviceStep for CpuStep {
     }
 }
 
-/// Prepares `step` of split `split` with `fast`, or the reference kernel.
+/// Prepares `step` of split `split` with `fast`, or the reference kernel
+/// (an attention step over the device's `attention` buffers).
 pub(super) fn prepare_step(
     ctx: &PrepareCtx<'_>,
-    fast: &FastKernels,
+    (fast, attention): (&FastKernels, &SharedAttentionBuffers),
     split: usize,
     step: &Step,
 ) -> Result<PreparedStep, RuntimeError> {
@@ -69,6 +71,7 @@ pub(super) fn prepare_step(
             let fallback = slow_product || slow_add;
             Ok(ctx.product_add_step(split, step, Box::new(CpuStep(kernel)), fallback))
         }
+        Step::Attention { .. } => attention_step(ctx, (fast, attention), split, step),
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];
             ctx.check_reads(split, None, &k.inputs)?;
@@ -131,4 +134,46 @@ impl CpuKernel for CopyKernel {
     fn describe(&self) -> String {
         format!("copy {} bytes", self.bytes)
     }
+}
+
+/// An attention step: the four ops' kernels over the device's attention
+/// buffers (see [`super::attention`]).
+fn attention_step(
+    ctx: &PrepareCtx<'_>,
+    (fast, shared): (&FastKernels, &SharedAttentionBuffers),
+    split: usize,
+    step: &Step,
+) -> Result<PreparedStep, RuntimeError> {
+    let Step::Attention {
+        scores,
+        product,
+        permuted,
+        dst,
+        srcs,
+        scale,
+        max_bias,
+        ..
+    } = step
+    else {
+        unreachable!("called for attention steps only");
+    };
+    ctx.check_reads(split, None, srcs)?;
+    let layout = |t: u32| ctx.plan.tensors[t as usize].layout();
+    let at = (ctx.plan, ctx.plan.splits[split].device);
+    let layouts = [*scores, *product, *permuted].map(layout);
+    let b = AttentionBuffers::new(shared, at, layouts)?;
+    let [k, q, v] = [0, 1, 2].map(|i| ctx.raw(srcs[i]));
+    let mut softmax_srcs = vec![b.scores];
+    softmax_srcs.extend(srcs.get(3).map(|&m| ctx.raw(m)));
+    let softmax = Op::SoftMax {
+        scale: *scale,
+        max_bias: *max_bias,
+    };
+    let (s, slow_s) = op_kernel(fast, &Op::MulMat, b.scores, &[k, q], false)?;
+    let (p, slow_p) = op_kernel(fast, &softmax, b.scores, &softmax_srcs, false)?;
+    let (o, slow_o) = op_kernel(fast, &Op::MulMat, b.product, &[v, b.scores], false)?;
+    let (c, slow_c) = op_kernel(fast, &Op::Cont, ctx.raw(*dst), &[b.permuted], false)?;
+    let fallback = slow_s || slow_p || slow_o || slow_c;
+    let kernel = Box::new(b.kernel([s, p, o, c]));
+    Ok(ctx.attention_step(split, step, Box::new(CpuStep(kernel)), fallback))
 }

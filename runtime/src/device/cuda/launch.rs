@@ -14,6 +14,9 @@ use crate::device::cpu::RawTensor;
 use ir::plan::Expr;
 use ir::{DType, Op, RopeMode};
 
+mod attention;
+pub use attention::{MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM, attention};
+
 /// Which kernel a launch runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kernel {

@@ -41,6 +41,20 @@ pub(super) fn prepare_step(
             let kernel = Box::new(CudaStep::new(device, launch));
             Ok(ctx.product_add_step(split, (*product, *dst, srcs), kernel, false))
         }
+        Step::Attention {
+            dst,
+            srcs,
+            scale,
+            max_bias,
+            ..
+        } => {
+            ctx.check_reads(split, None, srcs)?;
+            let s: Vec<RawTensor> = srcs.iter().map(|&t| ctx.raw(t)).collect();
+            let launch =
+                launch::attention(ctx.raw(*dst), &s, (*scale, *max_bias)).map_err(on_gpu)?;
+            let kernel = Box::new(CudaStep::new(device, launch));
+            Ok(ctx.attention_step(split, step, kernel, false))
+        }
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];
             ctx.check_reads(split, None, &k.inputs)?;

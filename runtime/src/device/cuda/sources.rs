@@ -10,13 +10,14 @@ use ir::plan::{DeviceKind, Plan, Step};
 use std::collections::BTreeMap;
 
 /// The op library's source (`kernels/common.cuh` + `kernels/blocks.cuh` +
-/// `kernels/ops.cu`).
+/// `kernels/ops.cu` + `kernels/attention.cu`).
 pub fn library_source() -> String {
     format!(
-        "{}\n{}\n{}",
+        "{}\n{}\n{}\n{}",
         include_str!("kernels/common.cuh"),
         include_str!("kernels/blocks.cuh"),
-        include_str!("kernels/ops.cu")
+        include_str!("kernels/ops.cu"),
+        include_str!("kernels/attention.cu")
     )
 }
 
@@ -34,6 +35,7 @@ pub const LIBRARY_KERNELS: &[&str] = &[
     "argmax",
     "diag_mask_inf",
     "glu_halves",
+    "attention",
 ];
 
 /// The module of one generated kernel: common.cuh, then its source. Each
@@ -99,6 +101,16 @@ pub fn plan_kernels(plan: &Plan) -> Result<PlanKernels, RuntimeError> {
                 }
                 Step::MulMatAdd { dst, srcs, .. } => {
                     (launch::mul_mat_add(raw(*dst), srcs.map(raw)), *dst)
+                }
+                Step::Attention {
+                    dst,
+                    srcs,
+                    scale,
+                    max_bias,
+                    ..
+                } => {
+                    let s: Vec<RawTensor> = srcs.iter().map(|&t| raw(t)).collect();
+                    (launch::attention(raw(*dst), &s, (*scale, *max_bias)), *dst)
                 }
                 Step::Fused { kernel } => {
                     let k = &plan.kernels[*kernel as usize];
