@@ -30,7 +30,9 @@ fn compile_example(graph: &str, target: &str, placement: PlacementOptions, micro
 fn step_io(p: &Plan, step: &Step) -> (Vec<u32>, u32) {
     let (srcs, dst) = match step {
         Step::Op { srcs, dst, .. } => (srcs.clone(), *dst),
-        Step::MulMatAdd { srcs, dst, .. } => (srcs.to_vec(), *dst),
+        Step::MulMatAdd { srcs, dst, .. } | Step::MulMatGlu { srcs, dst, .. } => {
+            (srcs.to_vec(), *dst)
+        }
         Step::Fused { kernel } => {
             let k = &p.kernels[*kernel as usize];
             (k.inputs.clone(), k.output)

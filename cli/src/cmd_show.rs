@@ -135,6 +135,10 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
                     tensor_name(&plan, *product)
                 )
             }
+            Work::Step(Step::MulMatGlu { products, .. }) => {
+                let [g, u] = products.map(|p| tensor_name(&plan, p));
+                format!("mul_mat + glu (its products '{g}' and '{u}' are never stored)")
+            }
             Work::Step(Step::Fused { kernel }) => match plan.kernels.get(*kernel as usize) {
                 Some(kern) => {
                     let names: Vec<&str> =

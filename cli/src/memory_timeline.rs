@@ -155,6 +155,9 @@ fn accesses(plan: &Plan) -> (Vec<Access>, Vec<String>, Vec<(usize, String)>) {
             Work::Step(Step::MulMatAdd { .. }) => {
                 format!("split {s} step {k} (mul_mat + add -> {dst})")
             }
+            Work::Step(Step::MulMatGlu { .. }) => {
+                format!("split {s} step {k} (mul_mat + glu -> {dst})")
+            }
         });
         acc.push(Access { reads, writes });
     }

@@ -57,7 +57,9 @@ fn tensor_name(plan: &Plan, t: u32) -> &str {
 
 fn step_output(plan: &Plan, step: &Step) -> Option<u32> {
     match step {
-        Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } => Some(*dst),
+        Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } | Step::MulMatGlu { dst, .. } => {
+            Some(*dst)
+        }
         Step::Fused { kernel } => plan.kernels.get(*kernel as usize).map(|k| k.output),
     }
 }
@@ -67,6 +69,7 @@ fn step_kind(step: &Step) -> String {
         Step::Op { op, .. } => op.name().to_string(),
         Step::Fused { .. } => "fused".to_string(),
         Step::MulMatAdd { .. } => "mul_mat + add".to_string(),
+        Step::MulMatGlu { .. } => "mul_mat + glu".to_string(),
     }
 }
 
@@ -300,6 +303,7 @@ fn detail(plan: &Plan) -> String {
             None => "?".to_string(),
         },
         Step::MulMatAdd { dst, .. } => format!("{} (mul_mat + add)", tensor_name(plan, *dst)),
+        Step::MulMatGlu { dst, .. } => format!("{} (mul_mat + glu)", tensor_name(plan, *dst)),
     };
     let mut writer = BTreeMap::new();
     for (i, split) in plan.splits.iter().enumerate() {

@@ -56,7 +56,9 @@ pub(crate) fn prepare_all(
             let index = out.len();
             let prepared = device.prepare_step(ctx, s, index, step).map_err(|e| {
                 let dst = match step {
-                    Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } => *dst,
+                    Step::Op { dst, .. }
+                    | Step::MulMatAdd { dst, .. }
+                    | Step::MulMatGlu { dst, .. } => *dst,
                     Step::Fused { kernel } => {
                         (plan.kernels.get(*kernel as usize)).map_or(0, |k| k.output)
                     }

@@ -55,7 +55,11 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
             let donors = match item.work {
                 // A product-add writes its product into dst before it adds
                 // the addend (on a CPU), so no operand may share dst's bytes.
-                Work::Copy(_) | Work::Step(Step::MulMatAdd { .. }) => vec![],
+                // A product-GLU writes its gate product into dst first (on
+                // a CPU): the same.
+                Work::Copy(_) | Work::Step(Step::MulMatAdd { .. } | Step::MulMatGlu { .. }) => {
+                    vec![]
+                }
                 Work::Step(Step::Op { op, srcs, .. }) => {
                     in_place_operand(op, srcs.len()).into_iter().collect()
                 }

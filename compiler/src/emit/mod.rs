@@ -131,6 +131,13 @@ pub fn emit_plan(
             if op.is_view() {
                 continue;
             }
+            if let Some(unit) = fusion.product_glu_of(node) {
+                // Both products and the unit run as the output's step.
+                if unit.dst == node {
+                    steps.push(product_glu_step(graph, &mut table, unit, d)?);
+                }
+                continue;
+            }
             if let Some(pair) = fusion.product_add_of(node) {
                 // The product runs inside the add's step.
                 if pair.add == node {
@@ -201,6 +208,11 @@ pub fn emit_plan(
     }
     for pair in &fusion.products {
         table.tensors[pair.product.index()].placement = Placement::Fused;
+    }
+    for unit in &fusion.glus {
+        for n in unit.nodes().filter(|&n| n != unit.dst) {
+            table.tensors[n.index()].placement = Placement::Fused;
+        }
     }
 
     let mut arenas = Vec::new();
@@ -338,4 +350,21 @@ fn compute_stream(device: ir::plan::DeviceId) -> u32 {
 /// The copy stream of `device` (copies run on their destination's).
 fn copy_stream(device: ir::plan::DeviceId) -> u32 {
     2 * device.0 + 1
+}
+
+/// The step of a product-GLU unit on device `d`.
+fn product_glu_step(
+    graph: &Graph,
+    table: &mut tensors::TensorTable,
+    unit: &crate::fuse::ProductGlu,
+    d: ir::plan::DeviceId,
+) -> Result<Step, Error> {
+    let [wg, wu, x] = unit.reads(graph).map(|s| table.local(graph, s, d));
+    Ok(Step::MulMatGlu {
+        kind: unit.kind,
+        products: [unit.gate.0, unit.up.0],
+        inner: unit.inner.iter().map(|n| n.0).collect(),
+        dst: unit.dst.0,
+        srcs: [wg?, wu?, x?],
+    })
 }

@@ -59,6 +59,12 @@ pub(super) fn compute(
                     Step::Op { dst, .. } => vec![*dst],
                     Step::Fused { kernel } => kernels[*kernel as usize].nodes.clone(),
                     Step::MulMatAdd { product, dst, .. } => vec![*product, *dst],
+                    Step::MulMatGlu {
+                        products,
+                        inner,
+                        dst,
+                        ..
+                    } => products.iter().chain(inner).chain([dst]).copied().collect(),
                 };
                 for n in nodes {
                     estimated_us += cost::op_time_us(target, device, graph, TensorId(n));
@@ -85,7 +91,13 @@ pub(super) fn compute(
         fused_nodes: kernels.iter().map(|k| k.nodes.len() as u32).sum::<u32>()
             + 2 * (splits.iter().flat_map(|s| &s.steps))
                 .filter(|st| matches!(st, Step::MulMatAdd { .. }))
-                .count() as u32,
+                .count() as u32
+            + (splits.iter().flat_map(|s| &s.steps))
+                .map(|st| match st {
+                    Step::MulMatGlu { inner, .. } => 3 + inner.len() as u32,
+                    _ => 0,
+                })
+                .sum::<u32>(),
         estimated_us: round_ns(estimated_us),
         split_us,
     }

@@ -44,14 +44,19 @@
 //! Memory: the group output keeps its tensor (and its bytes); the other members
 //! are never materialised and take no memory.
 //!
-//! Then, among the nodes no group took, each `mul_mat` whose one reader is an
+//! Then two `mul_mat`s of one activation tensor read only by a GLU (a
+//! two-source `glu` node, or a group computing `act(gate) * up`) join it as a
+//! [`ProductGlu`] (rules in [`product_glu`]; the group leaves `groups`); and
+//! among the nodes no group took, each `mul_mat` whose one reader is an
 //! `add` joins it as a [`ProductAdd`] (rules in [`product_add`]): one step
 //! computing the product and adding the other operand before it stores.
 
 mod body;
 pub mod product_add;
+pub mod product_glu;
 
 pub use product_add::ProductAdd;
+pub use product_glu::ProductGlu;
 
 use crate::assign::Assignment;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
@@ -64,6 +69,9 @@ pub struct Fusion {
     pub groups: Vec<FusedGroup>,
     /// Products fused with their add, in the order of their adds.
     pub products: Vec<ProductAdd>,
+    /// Gate and up products fused with their GLU, in the order of their
+    /// outputs (the groups they took are no longer in `groups`).
+    pub glus: Vec<ProductGlu>,
 }
 
 impl Fusion {
@@ -72,9 +80,17 @@ impl Fusion {
         self.groups.iter().position(|g| g.nodes.contains(&id))
     }
 
-    /// The number of nodes that are members of some group or product-add.
+    /// The number of nodes that are members of some group, product-add or
+    /// product-GLU.
     pub fn n_fused_nodes(&self) -> usize {
-        self.groups.iter().map(|g| g.nodes.len()).sum::<usize>() + 2 * self.products.len()
+        self.groups.iter().map(|g| g.nodes.len()).sum::<usize>()
+            + 2 * self.products.len()
+            + self.glus.iter().map(|u| u.nodes().count()).sum::<usize>()
+    }
+
+    /// The product-GLU unit computing node `id`, if any.
+    pub fn product_glu_of(&self, id: TensorId) -> Option<&ProductGlu> {
+        self.glus.iter().find(|u| u.nodes().any(|n| n == id))
     }
 
     /// The product-add pair whose add or product is node `id`, if any.
@@ -212,8 +228,16 @@ pub fn fuse_elementwise_where(
             groups.push(group);
         }
     }
+    let (glus, used) = product_glu::find(&ctx, order, &groups, &taken);
+    for g in used.into_iter().rev() {
+        groups.remove(g);
+    }
     let products = product_add::find(&ctx, order, &taken);
-    Fusion { groups, products }
+    Fusion {
+        groups,
+        products,
+        glus,
+    }
 }
 
 /// What the rules need to know about the graph, computed once.

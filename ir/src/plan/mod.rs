@@ -42,7 +42,7 @@ pub use text::{PLAN_FORMAT_VERSION, parse_plan, plan_to_ron, read_plan, write_pl
 pub use words::events_in_words;
 
 use crate::dtype::DType;
-use crate::op::Op;
+use crate::op::{GluKind, Op};
 use crate::tensor::{ConstInit, Role};
 use serde::{Deserialize, Serialize};
 
@@ -362,6 +362,25 @@ pub enum Step {
         /// The product's weight and activations, then the addend.
         srcs: [u32; 3],
     },
+    /// Two products of the same activations and their gated linear unit as
+    /// one kernel (a feed-forward block's gate and up projections):
+    /// `dst = act(srcs[0] · srcs[2]) * (srcs[1] · srcs[2])`, `act` the
+    /// activation of `kind`. The products, and `inner`, are never stored:
+    /// their tensors are placed `Fused`.
+    MulMatGlu {
+        /// The activation applied to the gate product.
+        kind: GluKind,
+        /// The gate and up `mul_mat` nodes computed inside the step.
+        products: [u32; 2],
+        /// The graph nodes between the products and `dst` that the step
+        /// computes too (the activation node when the graph spells the unit
+        /// as `act` then `mul`); no bytes.
+        inner: Vec<u32>,
+        /// The tensor written: the unit's output node.
+        dst: u32,
+        /// The gate weight, the up weight, then the activations.
+        srcs: [u32; 3],
+    },
 }
 
 /// A maximal run of steps on one device's compute stream.
@@ -422,7 +441,7 @@ pub struct Stats {
     /// Copies per link direction.
     pub links: Vec<LinkStats>,
     /// Number of graph nodes that became fused-kernel members (a
-    /// `MulMatAdd` step's two nodes count too).
+    /// `MulMatAdd` step's two nodes count too, and a `MulMatGlu` step's).
     pub fused_nodes: u32,
     /// Estimated time of one run, microseconds (the cost model's figure).
     pub estimated_us: f64,

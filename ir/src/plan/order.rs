@@ -41,12 +41,13 @@ impl<'a> GlobalItem<'a> {
 
     /// The tensors it reads: a copy's source, an op's sources, a fused
     /// kernel's inputs (none for a kernel out of range of `kernels`), a
-    /// product-add's weight, activations and addend.
+    /// product-add's weight, activations and addend, a product-GLU's two
+    /// weights and activations.
     pub fn reads(&self, kernels: &'a [FusedKernel]) -> &'a [u32] {
         match self.work {
             Work::Copy(c) => std::slice::from_ref(&c.src),
             Work::Step(Step::Op { srcs, .. }) => srcs,
-            Work::Step(Step::MulMatAdd { srcs, .. }) => srcs,
+            Work::Step(Step::MulMatAdd { srcs, .. } | Step::MulMatGlu { srcs, .. }) => srcs,
             Work::Step(Step::Fused { kernel }) => kernels
                 .get(*kernel as usize)
                 .map_or(&[], |k| k.inputs.as_slice()),
@@ -58,7 +59,9 @@ impl<'a> GlobalItem<'a> {
     pub fn writes(&self, kernels: &[FusedKernel]) -> Option<u32> {
         match self.work {
             Work::Copy(c) => Some(c.dst),
-            Work::Step(Step::Op { dst, .. } | Step::MulMatAdd { dst, .. }) => Some(*dst),
+            Work::Step(
+                Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } | Step::MulMatGlu { dst, .. },
+            ) => Some(*dst),
             Work::Step(Step::Fused { kernel }) => kernels.get(*kernel as usize).map(|k| k.output),
         }
     }

@@ -9,8 +9,9 @@ use crate::text::extensions;
 use std::path::Path;
 
 /// The plan format version this build reads and writes.
-/// Version 3 added `Step::MulMatAdd`: a version-2 runtime would not know it.
-pub const PLAN_FORMAT_VERSION: u32 = 3;
+/// Version 3 added `Step::MulMatAdd`: a version-2 runtime would not know it;
+/// version 4 `Step::MulMatGlu`.
+pub const PLAN_FORMAT_VERSION: u32 = 4;
 
 /// One value as single-line RON (implicit `Some`, no header): how messages
 /// quote a plan value, in the file's own notation.
@@ -94,15 +95,15 @@ fn field_at(out: &mut String, indent: &str, name: &str, value: String) {
 /// streams and events were explicit) because its order between devices was
 /// implied, and re-deriving it is the compiler's job, which the runtime never
 /// runs; a version-2 plan (made before products fused with their residual
-/// add) because it would run a kernel more per fused pair than a recompiled
-/// one.
+/// add) or a version-3 one (before gate and up products fused with their
+/// GLU) because it would run more kernels than a recompiled one.
 pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
     const RECOMPILE: &str = "recompile its graph with \
                              `ggplan compile GRAPH --target TARGET -o PLAN.ron` (the plan's \
                              target_name and options say which)";
     crate::text::parse_versioned(text, path, PLAN_FORMAT_VERSION).map_err(|e| match e {
         Error::FormatVersion {
-            found: found @ (1 | 2),
+            found: found @ (1..=3),
             ..
         } => Error::Outdated {
             path: path.to_string(),
@@ -110,7 +111,8 @@ pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
             supported: PLAN_FORMAT_VERSION,
             remedy: match found {
                 1 => format!("it predates explicit streams and events; {RECOMPILE}"),
-                _ => format!("it predates mul_mat steps fused with their add; {RECOMPILE}"),
+                2 => format!("it predates mul_mat steps fused with their add; {RECOMPILE}"),
+                _ => format!("it predates mul_mat steps fused with their GLU; {RECOMPILE}"),
             },
         },
         other => other,

@@ -240,6 +240,27 @@ pub fn evaluate_plan<'p>(
                     let out = compute(&Op::Add, &[&p, &r?], &layout_of(plan, *dst));
                     memory.write(*dst, &out)?;
                 }
+                Step::MulMatGlu {
+                    kind,
+                    products,
+                    dst,
+                    srcs,
+                    ..
+                } => {
+                    // Both products, then the unit; the products (and any
+                    // inner node) are held here only.
+                    check_reads(plan, device, None, srcs)?;
+                    let [wg, wu, x] = srcs.map(|s| memory.read(s));
+                    let x = x?;
+                    let gate = compute(&Op::MulMat, &[&wg?, &x], &layout_of(plan, products[0]));
+                    let up = compute(&Op::MulMat, &[&wu?, &x], &layout_of(plan, products[1]));
+                    let glu = Op::Glu {
+                        kind: *kind,
+                        swapped: false,
+                    };
+                    let out = compute(&glu, &[&gate, &up], &layout_of(plan, *dst));
+                    memory.write(*dst, &out)?;
+                }
                 Step::Fused { kernel } => {
                     let k = plan
                         .kernels

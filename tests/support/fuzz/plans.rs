@@ -218,6 +218,21 @@ fn edit(plan: &mut Plan, u: &mut Unstructured<'_>) -> Option<()> {
                         k => srcs[k - 2] = to,
                     }
                 }
+                Step::MulMatGlu {
+                    products,
+                    inner,
+                    dst,
+                    srcs,
+                    ..
+                } => {
+                    let to = u.int_in_range(0..=n).ok()?;
+                    match u.choose_index(7).ok()? {
+                        k @ 0..=1 => products[k] = to,
+                        2 => *dst = to,
+                        3 => inner.push(to),
+                        k => srcs[k - 4] = to,
+                    }
+                }
             }
         }
         9 => {

@@ -321,5 +321,10 @@ fn check_step(c: &mut Checker<'_>, s: usize, k: usize, step: &Step) {
                 c.problem(Format, name, msg);
             }
         }
+        Step::MulMatGlu { .. } => {
+            if let Some(f) = super::product_glu::Fields::of(step) {
+                super::product_glu::format(c, name, &f);
+            }
+        }
     }
 }

@@ -98,6 +98,7 @@ mod lifetime;
 mod order;
 mod partial;
 mod placement;
+mod product_glu;
 mod race;
 mod shape;
 mod shards;

@@ -25,7 +25,8 @@ pub(super) fn check(c: &mut Checker<'_>) {
 }
 
 /// The non-last members of every fused kernel, and the product of every
-/// `mul_mat` + `add` step.
+/// `mul_mat` + `add` step, and what every `mul_mat` + GLU step computes
+/// inside.
 fn fused_members(c: &Checker<'_>) -> BTreeSet<u32> {
     let mut members: BTreeSet<u32> = (c.plan.splits.iter().flat_map(|s| &s.steps))
         .filter_map(|step| match step {
@@ -33,6 +34,7 @@ fn fused_members(c: &Checker<'_>) -> BTreeSet<u32> {
             _ => None,
         })
         .collect();
+    members.extend(super::product_glu::fused_nodes(c));
     for kernel in &c.plan.kernels {
         if let Some((_, inner)) = kernel.nodes.split_last() {
             members.extend(inner.iter().copied());
@@ -117,7 +119,7 @@ fn tensor(c: &mut Checker<'_>, i: u32, members: &BTreeSet<u32>) {
         Placement::Fused => {
             if !members.contains(&i) {
                 let msg = "is placed Fused but is no fused kernel's inner member nor a \
-                           mul_mat + add step's product (a kernel's output needs bytes)";
+                           fused mul_mat step's product (a kernel's output needs bytes)";
                 c.tensor_problem(PlacementKind, i, msg.to_string());
             }
         }

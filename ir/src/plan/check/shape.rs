@@ -24,6 +24,11 @@ pub(super) fn check(c: &mut Checker<'_>) {
                 Step::MulMatAdd { product, dst, srcs } => {
                     check_mul_mat_add(c, *product, *dst, srcs);
                 }
+                Step::MulMatGlu { .. } => {
+                    if let Some(f) = super::product_glu::Fields::of(step) {
+                        super::product_glu::shape(c, &f);
+                    }
+                }
                 Step::Fused { .. } => {}
             }
         }
@@ -52,7 +57,7 @@ fn check_mul_mat_add(c: &mut Checker<'_>, product: u32, dst: u32, srcs: &[u32; 3
 
 /// Checks one op's result against its rule; `fused`: the result is computed
 /// inside its step and never stored (placed `Fused`).
-fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32], fused: bool) {
+pub(super) fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32], fused: bool) {
     if op.is_view() || !crate::rules::arity(op).contains(&srcs.len()) {
         return; // reported by the format family
     }
@@ -114,7 +119,7 @@ fn check_op(c: &mut Checker<'_>, op: &Op, dst: u32, srcs: &[u32], fused: bool) {
         (None, Placement::Fused) if fused => {}
         (None, placement) if fused => {
             let msg = format!(
-                "{op} is computed inside its mul_mat + add step: it must be placed Fused, not {placement}"
+                "{op} is computed inside its fused mul_mat step: it must be placed Fused, not {placement}"
             );
             c.tensor_problem(PlacementKind, dst, msg);
         }

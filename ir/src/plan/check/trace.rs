@@ -78,6 +78,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                                 format!("split {s} step {k} (fused kernel {kernel})")
                             }
                             Step::MulMatAdd { .. } => format!("split {s} step {k} (mul_mat + add)"),
+                            Step::MulMatGlu { .. } => format!("split {s} step {k} (mul_mat + glu)"),
                         },
                         is_copy: false,
                         reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
@@ -92,11 +93,13 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             Step::Op { op, .. } => Some(*op),
                             // Not an op of its own: a partial sum it reads is
                             // refused (mul_mat of a share is no share of it).
-                            Step::Fused { .. } | Step::MulMatAdd { .. } => None,
+                            Step::Fused { .. } | Step::MulMatAdd { .. } | Step::MulMatGlu { .. } => {
+                                None
+                            }
                         },
                         kernel: match step {
                             Step::Fused { kernel } => Some(*kernel),
-                            Step::Op { .. } | Step::MulMatAdd { .. } => None,
+                            Step::Op { .. } | Step::MulMatAdd { .. } | Step::MulMatGlu { .. } => None,
                         },
                         reads,
                         writes,

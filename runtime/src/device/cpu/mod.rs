@@ -22,6 +22,7 @@ pub mod ops;
 pub mod pool;
 pub mod prepare;
 pub mod product_add;
+pub mod product_glu;
 pub mod reference_kernel;
 pub mod tensor;
 

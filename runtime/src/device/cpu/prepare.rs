@@ -4,6 +4,7 @@
 //! load report); and a copy between host arenas, a memcpy.
 
 use super::product_add::ProductAddKernel;
+use super::product_glu::ProductGluKernel;
 use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
 use crate::RuntimeError;
@@ -68,6 +69,40 @@ pub(super) fn prepare_step(
             let step = (*product, *dst, srcs);
             let fallback = slow_product || slow_add;
             Ok(ctx.product_add_step(split, step, Box::new(CpuStep(kernel)), fallback))
+        }
+        Step::MulMatGlu {
+            kind, dst, srcs, ..
+        } => {
+            ctx.check_reads(split, None, srcs)?;
+            let d = ctx.raw(*dst);
+            let [wg, wu, x] = srcs.map(|t| ctx.raw(t));
+            let is_weight =
+                |t: u32| ctx.plan.tensors[ctx.plan.owner(t) as usize].role == Role::Weight;
+            // The gate product is written as `dst` (both packed F32 of one
+            // extent: checker), the up product into the step's buffer, then
+            // the unit in place over `dst`.
+            let glu = Op::Glu {
+                kind: *kind,
+                swapped: false,
+            };
+            let (gate, slow_gate) = op_kernel(fast, &Op::MulMat, d, &[wg, x], is_weight(srcs[0]))?;
+            let slow = std::cell::Cell::new(slow_gate);
+            let kernel = ProductGluKernel::new(
+                d,
+                gate,
+                |up| {
+                    let (k, s) = op_kernel(fast, &Op::MulMat, up, &[wu, x], is_weight(srcs[1]))?;
+                    slow.set(slow.get() || s);
+                    Ok::<_, RuntimeError>(k)
+                },
+                |up| {
+                    let (k, s) = op_kernel(fast, &glu, d, &[d, up], false)?;
+                    slow.set(slow.get() || s);
+                    Ok(k)
+                },
+            )?;
+            let kernel = Box::new(CpuStep(Box::new(kernel)));
+            Ok(ctx.product_glu_step(split, step, kernel, slow.get()))
         }
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];

@@ -157,6 +157,36 @@ pub fn mul_mat_add(dst: RawTensor, [w, x, addend]: [RawTensor; 3]) -> Result<Lau
     Ok(launch)
 }
 
+/// The launch of a `mul_mat` + GLU step: the gate product's `mul_mat`
+/// launch, run by `mul_mat_glu_vec` / `mul_mat_glu_tiled` (product_glu.cu)
+/// with the up weight as `t3` and the activation in `i[1]`, so one kernel
+/// computes `dst = act(w_gate · x) * (w_up · x)`.
+pub fn mul_mat_glu(
+    kind: ir::GluKind,
+    dst: RawTensor,
+    [gate, up, x]: [RawTensor; 3],
+) -> Result<Launch, RuntimeError> {
+    let name = "mul_mat + glu";
+    require(name, up.dtype == gate.dtype && up.ne == gate.ne, || {
+        format!(
+            "the up weight must be the gate weight's dtype and shape, {} {:?}, not {} {:?}",
+            gate.dtype, gate.ne, up.dtype, up.ne
+        )
+    })?;
+    let mut launch = op(&Op::MulMat, dst, &[gate, x])?;
+    launch.kernel = match launch.kernel {
+        Kernel::Library("mul_mat_vec") => Kernel::Library("mul_mat_glu_vec"),
+        _ => Kernel::Library("mul_mat_glu_tiled"),
+    };
+    launch.args.t[3] = KTensor::of(&up);
+    launch.args.i[1] = match kind {
+        ir::GluKind::SwiGlu => 0,
+        ir::GluKind::GeGlu => 1,
+        ir::GluKind::GeGluErf => 2,
+    };
+    Ok(launch)
+}
+
 /// The launch of an op step writing `dst` from `srcs`.
 pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, RuntimeError> {
     let name = op.name();
@@ -451,6 +481,35 @@ mod tests {
         let short = t(DType::F32, [1536, 1, 1, 1]);
         let err = mul_mat_add(d, [w, x, short]).unwrap_err().to_string();
         assert!(err.contains("the addend must be F32"), "{err}");
+    }
+
+    #[test]
+    fn mul_mat_glu_is_the_gate_products_launch_with_the_up_weight_as_t3() {
+        let g = t(DType::Q4_1, [576, 1536, 1, 1]);
+        let u = RawTensor {
+            data: 0x3000 as *mut u8,
+            ..g
+        };
+        for (cols, plain_name, glu_name) in [
+            (1, "mul_mat_vec", "mul_mat_glu_vec"),
+            (13, "mul_mat_tiled", "mul_mat_glu_tiled"),
+        ] {
+            let x = t(DType::F32, [576, cols, 1, 1]);
+            let d = t(DType::F32, [1536, cols, 1, 1]);
+            let plain = op(&Op::MulMat, d, &[g, x]).expect("mul_mat");
+            let fused = mul_mat_glu(ir::GluKind::GeGlu, d, [g, u, x]).expect("mul_mat + glu");
+            assert_eq!(plain.kernel, Kernel::Library(plain_name));
+            assert_eq!(fused.kernel, Kernel::Library(glu_name));
+            assert_eq!((fused.grid, fused.block), (plain.grid, plain.block));
+            assert_eq!(fused.args.t[..3], plain.args.t[..3]);
+            assert_eq!((fused.args.t[3], fused.args.i[1]), (KTensor::of(&u), 1));
+            assert_eq!(fused.args.i[0], 0, "no addend");
+        }
+        let x = t(DType::F32, [576, 1, 1, 1]);
+        let d = t(DType::F32, [1536, 1, 1, 1]);
+        let q8 = t(DType::Q8_0, [576, 1536, 1, 1]);
+        let err = mul_mat_glu(ir::GluKind::SwiGlu, d, [g, q8, x]).unwrap_err();
+        assert!(err.to_string().contains("the gate weight's dtype"), "{err}");
     }
 
     #[test]

@@ -41,6 +41,15 @@ pub(super) fn prepare_step(
             let kernel = Box::new(CudaStep::new(device, launch));
             Ok(ctx.product_add_step(split, (*product, *dst, srcs), kernel, false))
         }
+        Step::MulMatGlu {
+            kind, dst, srcs, ..
+        } => {
+            ctx.check_reads(split, None, srcs)?;
+            let launch = launch::mul_mat_glu(*kind, ctx.raw(*dst), srcs.map(|t| ctx.raw(t)))
+                .map_err(on_gpu)?;
+            let kernel = Box::new(CudaStep::new(device, launch));
+            Ok(ctx.product_glu_step(split, step, kernel, false))
+        }
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];
             ctx.check_reads(split, None, &k.inputs)?;

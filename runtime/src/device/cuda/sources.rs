@@ -10,13 +10,14 @@ use ir::plan::{DeviceKind, Plan, Step};
 use std::collections::BTreeMap;
 
 /// The op library's source (`kernels/common.cuh` + `kernels/blocks.cuh` +
-/// `kernels/ops.cu`).
+/// `kernels/ops.cu` + `kernels/product_glu.cu`).
 pub fn library_source() -> String {
     format!(
-        "{}\n{}\n{}",
+        "{}\n{}\n{}\n{}",
         include_str!("kernels/common.cuh"),
         include_str!("kernels/blocks.cuh"),
-        include_str!("kernels/ops.cu")
+        include_str!("kernels/ops.cu"),
+        include_str!("kernels/product_glu.cu")
     )
 }
 
@@ -34,6 +35,8 @@ pub const LIBRARY_KERNELS: &[&str] = &[
     "argmax",
     "diag_mask_inf",
     "glu_halves",
+    "mul_mat_glu_vec",
+    "mul_mat_glu_tiled",
 ];
 
 /// The module of one generated kernel: common.cuh, then its source. Each
@@ -100,6 +103,9 @@ pub fn plan_kernels(plan: &Plan) -> Result<PlanKernels, RuntimeError> {
                 Step::MulMatAdd { dst, srcs, .. } => {
                     (launch::mul_mat_add(raw(*dst), srcs.map(raw)), *dst)
                 }
+                Step::MulMatGlu {
+                    kind, dst, srcs, ..
+                } => (launch::mul_mat_glu(*kind, raw(*dst), srcs.map(raw)), *dst),
                 Step::Fused { kernel } => {
                     let k = &plan.kernels[*kernel as usize];
                     let inputs: Vec<RawTensor> = k.inputs.iter().map(|&t| raw(t)).collect();
