@@ -1,11 +1,13 @@
 //! Products that share their activations, run as one step on the CPU
-//! runtime: a gate and an up product fused with the GLU that reads them
-//! (`mul_mat + glu`) compute, bit for bit, what the unfused nodes compute (the
-//! same product kernels, then the same unit), for every weight family the CPU
-//! has (F32 panels, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), both precisions, 1
-//! and 3 threads, at odd sizes with a seed, whether the graph spells the unit
-//! as a `glu` op or as `act` then `mul` (an elementwise group); each fused
-//! step and the outputs also pass against the reference.
+//! runtime: sibling products (`mul_mat x N`, 2 to 5 products of different
+//! rows, every result stored), and a gate and an up product fused with the
+//! GLU that reads them (`mul_mat + glu`), compute, bit for bit, what the
+//! unfused nodes compute (the same product kernels, then the same unit), for
+//! every weight family the CPU has (F32 panels, F16, Q8_0, Q4_0, Q4_1, Q4_K,
+//! Q6_K), both precisions, 1 and 3 threads, at odd sizes with a seed, whether
+//! the graph spells the unit as a `glu` op or as `act` then `mul` (an
+//! elementwise group); each fused step and the outputs also pass against the
+//! reference.
 
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
@@ -161,5 +163,86 @@ fn the_reference_plan_evaluator_runs_the_step_as_its_nodes() {
         let (a, b) = (a.read_name("h").unwrap(), b.read_name("h").unwrap());
         let e = kernels::testing::nmse(&b.data, &a.data);
         assert!(e <= 1e-12, "{unit:?}: NMSE {e}");
+    }
+}
+
+/// `y_i = mul_mat(w_i, x)` for weights of `dtype` with `rows` rows each,
+/// x [k, n], every product an output. `apart`: each product but the first
+/// reads its own copy of x (`cont`), which keeps them apart with the same
+/// values.
+fn siblings(dtype: DType, k: i64, rows: &[i64], n: i64, apart: bool) -> Graph {
+    let mut b = GraphBuilder::new("product_many");
+    let x = b.input("x", DType::F32, [k, n, 1, 1]).unwrap();
+    for (i, &m) in rows.iter().enumerate() {
+        let w = b.weight(format!("w{i}"), dtype, [k, m, 1, 1]).unwrap();
+        let xi = if apart && i > 0 {
+            b.cont(format!("x{i}"), x).unwrap()
+        } else {
+            x
+        };
+        let y = b.mul_mat(format!("y{i}"), w, xi).unwrap();
+        b.mark_output(y).unwrap();
+    }
+    b.finish().unwrap()
+}
+
+fn product_manys(plan: &Plan) -> Vec<usize> {
+    (plan.splits.iter().flat_map(|s| &s.steps))
+        .filter_map(|s| match s {
+            Step::MulMatMany { dsts, .. } => Some(dsts.len()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn fused_sibling_products_compute_the_unfused_products_bits_on_every_weight_family() {
+    let cases: &[(DType, i64, &[i64], i64)] = &[
+        (DType::F32, 17, &[5, 3, 5], 1),
+        (DType::F32, 783, &[17, 9], 13),
+        (DType::F16, 33, &[17, 3, 17], 3),
+        (DType::Q8_0, 96, &[17, 5, 5], 1),
+        (DType::Q4_0, 64, &[3, 7], 13),
+        (DType::Q4_1, 160, &[9, 3, 3], 2),
+        (DType::Q4_K, 256, &[17, 3], 3),
+        (DType::Q6_K, 512, &[3, 5, 2, 7, 1, 4], 1),
+    ];
+    for &(dtype, k, rows, n) in cases {
+        let fused = cpu_plan(&siblings(dtype, k, rows, n, false));
+        let apart = cpu_plan(&siblings(dtype, k, rows, n, true));
+        // At most five products a step: six make five and one.
+        let want = if rows.len() > 5 {
+            vec![5]
+        } else {
+            vec![rows.len()]
+        };
+        assert_eq!(product_manys(&fused), want, "{dtype} {rows:?}");
+        assert!(product_manys(&apart).is_empty(), "{dtype}: apart");
+        for precision in [Precision::Fast, Precision::Exact] {
+            for threads in [1, 3] {
+                let what = format!("{dtype} {k} {rows:?} {n} {precision:?} {threads} threads");
+                let mut rt = load(fused.clone(), precision, threads);
+                let inputs: BTreeMap<_, _> = (rt.input_names().into_iter())
+                    .map(|n| {
+                        let v = rt.set_random_input(&n, 4).unwrap();
+                        (n, v)
+                    })
+                    .collect();
+                assert_every_step_passes(&mut rt, &what);
+                let step = (rt.steps().iter()).find(|s| s.kind == "mul_mat_many");
+                assert!(
+                    step.is_some_and(|s| !s.fallback),
+                    "{what}: a fast fused step"
+                );
+                let got = outputs(&mut rt);
+                assert_eq!(got.len(), rows.len(), "{what}");
+                let weights = Weights::Random { seed: 23 };
+                for c in runtime::check::check_outputs(&rt, &weights, inputs).unwrap() {
+                    assert!(c.passed(), "{what}: {c:?}");
+                }
+                let want = outputs(&mut load(apart.clone(), precision, threads));
+                assert_eq!(bits(&got), bits(&want), "{what}");
+            }
+        }
     }
 }

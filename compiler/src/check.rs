@@ -72,6 +72,20 @@ fn check(c: &mut Checker<'_>, target: &Target) {
                         }
                     }
                 }
+                Step::MulMatMany { dsts, srcs } => {
+                    for (&dst, &w) in dsts.iter().zip(srcs) {
+                        let Some(t) = c.tensor(w) else { continue };
+                        if !dev.supports(&Op::MulMat, t.dtype) {
+                            let msg = format!(
+                                "split {s} step {k} runs mul_mat x {} with a {} weight on {}, which does not support it",
+                                dsts.len(),
+                                t.dtype,
+                                dev.name
+                            );
+                            c.tensor_problem(Support, dst, msg);
+                        }
+                    }
+                }
                 Step::MulMatGlu {
                     kind,
                     products,

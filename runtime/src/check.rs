@@ -139,7 +139,18 @@ impl Observer for StepChecker<'_> {
         // `exact`: the step promises these bits, not just these values.
         let glu = (s.kind == "mul_mat_glu")
             .then(|| product_glu_expected(plan, s, &refs, &layout))
-            .flatten();
+            .flatten()
+            .or_else(|| {
+                // mul_mat x N: its first result (`dst`), from the first
+                // weight and the activations; the others through outputs.
+                let (Some(&w), Some(&x)) = (refs.first(), refs.last()) else {
+                    return None;
+                };
+                (s.kind == "mul_mat_many").then(|| {
+                    let out = compute(&Op::MulMat, &[w, x], &layout);
+                    (out, nmse_threshold("mul_mat_many"), false)
+                })
+            });
         let (mut expected, mut threshold, mut exact) = match (s.op, s.fused_kernel, s.product) {
             // mul_mat + add: the product at its own layout, then the add.
             (_, _, Some(product)) if refs.len() == 3 => {

@@ -59,6 +59,7 @@ pub(crate) fn prepare_all(
                     Step::Op { dst, .. }
                     | Step::MulMatAdd { dst, .. }
                     | Step::MulMatGlu { dst, .. } => *dst,
+                    Step::MulMatMany { dsts, .. } => dsts.first().copied().unwrap_or(0),
                     Step::Fused { kernel } => {
                         (plan.kernels.get(*kernel as usize)).map_or(0, |k| k.output)
                     }

@@ -131,6 +131,17 @@ pub fn emit_plan(
             if op.is_view() {
                 continue;
             }
+            if let Some(group) = fusion.product_many_of(node) {
+                // Every product runs at the first one's position.
+                if group.products[0] == node {
+                    let srcs = (group.reads(graph).into_iter())
+                        .map(|s| table.local(graph, s, d))
+                        .collect::<Result<_, _>>()?;
+                    let dsts = group.products.iter().map(|p| p.0).collect();
+                    steps.push(Step::MulMatMany { dsts, srcs });
+                }
+                continue;
+            }
             if let Some(unit) = fusion.product_glu_of(node) {
                 // Both products and the unit run as the output's step.
                 if unit.dst == node {

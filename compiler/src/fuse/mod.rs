@@ -50,13 +50,18 @@
 //! among the nodes no group took, each `mul_mat` whose one reader is an
 //! `add` joins it as a [`ProductAdd`] (rules in [`product_add`]): one step
 //! computing the product and adding the other operand before it stores.
+//! Last, `mul_mat`s of one activation tensor that no fusion took join as a
+//! [`ProductMany`] (rules in [`product_many`]): one step, every product
+//! stored.
 
 mod body;
 pub mod product_add;
 pub mod product_glu;
+pub mod product_many;
 
 pub use product_add::ProductAdd;
 pub use product_glu::ProductGlu;
+pub use product_many::ProductMany;
 
 use crate::assign::Assignment;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
@@ -72,6 +77,9 @@ pub struct Fusion {
     /// Gate and up products fused with their GLU, in the order of their
     /// outputs (the groups they took are no longer in `groups`).
     pub glus: Vec<ProductGlu>,
+    /// Sibling products computed as one step, in the order of their first
+    /// members.
+    pub many: Vec<ProductMany>,
 }
 
 impl Fusion {
@@ -80,12 +88,18 @@ impl Fusion {
         self.groups.iter().position(|g| g.nodes.contains(&id))
     }
 
-    /// The number of nodes that are members of some group, product-add or
-    /// product-GLU.
+    /// The number of nodes that are members of some group, product-add,
+    /// product-GLU or sibling-product group.
     pub fn n_fused_nodes(&self) -> usize {
         self.groups.iter().map(|g| g.nodes.len()).sum::<usize>()
             + 2 * self.products.len()
             + self.glus.iter().map(|u| u.nodes().count()).sum::<usize>()
+            + self.many.iter().map(|m| m.products.len()).sum::<usize>()
+    }
+
+    /// The sibling-product group computing node `id`, if any.
+    pub fn product_many_of(&self, id: TensorId) -> Option<&ProductMany> {
+        self.many.iter().find(|m| m.products.contains(&id))
     }
 
     /// The product-GLU unit computing node `id`, if any.
@@ -233,10 +247,17 @@ pub fn fuse_elementwise_where(
         groups.remove(g);
     }
     let products = product_add::find(&ctx, order, &taken);
+    let fused = (glus.iter().flat_map(|u| u.nodes().collect::<Vec<_>>()))
+        .chain(products.iter().flat_map(|p| [p.product, p.add]));
+    for n in fused {
+        taken[n.index()] = true;
+    }
+    let many = product_many::find(&ctx, order, &taken);
     Fusion {
         groups,
         products,
         glus,
+        many,
     }
 }
 

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 mod product_add;
 mod product_glu;
+mod product_many;
 mod rules;
 
 fn examples() -> Vec<(String, Graph)> {
@@ -127,6 +128,22 @@ fn check_rules(g: &Graph, a: &Assignment, order: &[TensorId], f: &Fusion) {
                     "{} read outside its unit",
                     g.tensor(p).name
                 );
+            }
+        }
+    }
+    // Sibling products (rules in `product_many`): one activation tensor,
+    // one device, in order, each node in one group.
+    for m in &f.many {
+        assert!((2..=5).contains(&m.products.len()));
+        let x = g.tensor(m.products[0]).srcs[1];
+        for (k, &p) in m.products.iter().enumerate() {
+            assert!(!seen.contains(&p), "{p} is in two fusions");
+            seen.push(p);
+            assert_eq!(g.tensor(p).op, Some(Op::MulMat));
+            assert_eq!(g.tensor(p).srcs[1], x, "one activation tensor");
+            assert_eq!(a.device[p.index()], a.device[m.products[0].index()]);
+            if k > 0 {
+                assert!(pos(m.products[k - 1]) < pos(p));
             }
         }
     }

@@ -381,6 +381,15 @@ pub enum Step {
         /// The gate weight, the up weight, then the activations.
         srcs: [u32; 3],
     },
+    /// Products of one activation tensor as one kernel (a block's Q, K and
+    /// V projections): `dsts[i] = srcs[i] · srcs[n]` for each of the `n`
+    /// results (2 to 5), each stored.
+    MulMatMany {
+        /// The `mul_mat` nodes written, one per weight.
+        dsts: Vec<u32>,
+        /// The weights, one per result, then the activations.
+        srcs: Vec<u32>,
+    },
 }
 
 /// A maximal run of steps on one device's compute stream.
@@ -441,7 +450,8 @@ pub struct Stats {
     /// Copies per link direction.
     pub links: Vec<LinkStats>,
     /// Number of graph nodes that became fused-kernel members (a
-    /// `MulMatAdd` step's two nodes count too, and a `MulMatGlu` step's).
+    /// `MulMatAdd` step's two nodes count too, and a `MulMatGlu` step's, and
+    /// a `MulMatMany` step's products).
     pub fused_nodes: u32,
     /// Estimated time of one run, microseconds (the cost model's figure).
     pub estimated_us: f64,

@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// The plan format version this build reads and writes.
 /// Version 3 added `Step::MulMatAdd`: a version-2 runtime would not know it;
-/// version 4 `Step::MulMatGlu`.
+/// version 4 `Step::MulMatGlu` and `Step::MulMatMany`.
 pub const PLAN_FORMAT_VERSION: u32 = 4;
 
 /// One value as single-line RON (implicit `Some`, no header): how messages

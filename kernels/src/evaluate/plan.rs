@@ -240,6 +240,19 @@ pub fn evaluate_plan<'p>(
                     let out = compute(&Op::Add, &[&p, &r?], &layout_of(plan, *dst));
                     memory.write(*dst, &out)?;
                 }
+                Step::MulMatMany { dsts, srcs } => {
+                    // Each product, as its own mul_mat would.
+                    check_reads(plan, device, None, srcs)?;
+                    let (x, weights) = srcs
+                        .split_last()
+                        .ok_or_else(|| invalid("a mul_mat x N step reads nothing".to_string()))?;
+                    let x = memory.read(*x)?;
+                    for (&dst, &w) in dsts.iter().zip(weights) {
+                        let w = memory.read(w)?;
+                        let out = compute(&Op::MulMat, &[&w, &x], &layout_of(plan, dst));
+                        memory.write(dst, &out)?;
+                    }
+                }
                 Step::MulMatGlu {
                     kind,
                     products,

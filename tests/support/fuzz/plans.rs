@@ -218,6 +218,17 @@ fn edit(plan: &mut Plan, u: &mut Unstructured<'_>) -> Option<()> {
                         k => srcs[k - 2] = to,
                     }
                 }
+                Step::MulMatMany { dsts, srcs } => {
+                    let to = u.int_in_range(0..=n).ok()?;
+                    let slot = u.choose_index(dsts.len() + srcs.len() + 1).ok()?;
+                    if slot < dsts.len() {
+                        dsts[slot] = to;
+                    } else if slot < dsts.len() + srcs.len() {
+                        srcs[slot - dsts.len()] = to;
+                    } else {
+                        dsts.push(to);
+                    }
+                }
                 Step::MulMatGlu {
                     products,
                     inner,

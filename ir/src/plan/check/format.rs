@@ -326,5 +326,6 @@ fn check_step(c: &mut Checker<'_>, s: usize, k: usize, step: &Step) {
                 super::product_glu::format(c, name, &f);
             }
         }
+        Step::MulMatMany { dsts, srcs } => super::product_many::format(c, name, dsts, srcs),
     }
 }

@@ -29,6 +29,7 @@ pub(super) fn check(c: &mut Checker<'_>) {
                         super::product_glu::shape(c, &f);
                     }
                 }
+                Step::MulMatMany { dsts, srcs } => super::product_many::shape(c, dsts, srcs),
                 Step::Fused { .. } => {}
             }
         }

@@ -45,7 +45,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
             let (s, k) = (item.split, item.position);
             let split = &plan.splits[s];
             let reads = (item.reads(&plan.kernels).iter().copied()).filter(in_range).collect();
-            let writes = item.writes(&plan.kernels).into_iter().filter(in_range).collect();
+            let writes = (item.writes(&plan.kernels).iter().copied()).filter(in_range).collect();
             match item.work {
                 Work::Copy(copy) => Access {
                     device: split.device.0,
@@ -79,6 +79,9 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             }
                             Step::MulMatAdd { .. } => format!("split {s} step {k} (mul_mat + add)"),
                             Step::MulMatGlu { .. } => format!("split {s} step {k} (mul_mat + glu)"),
+                            Step::MulMatMany { dsts, .. } => {
+                                format!("split {s} step {k} (mul_mat x {})", dsts.len())
+                            }
                         },
                         is_copy: false,
                         reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
@@ -93,13 +96,19 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             Step::Op { op, .. } => Some(*op),
                             // Not an op of its own: a partial sum it reads is
                             // refused (mul_mat of a share is no share of it).
-                            Step::Fused { .. } | Step::MulMatAdd { .. } | Step::MulMatGlu { .. } => {
+                            Step::Fused { .. }
+                            | Step::MulMatAdd { .. }
+                            | Step::MulMatGlu { .. }
+                            | Step::MulMatMany { .. } => {
                                 None
                             }
                         },
                         kernel: match step {
                             Step::Fused { kernel } => Some(*kernel),
-                            Step::Op { .. } | Step::MulMatAdd { .. } | Step::MulMatGlu { .. } => None,
+                            Step::Op { .. }
+                            | Step::MulMatAdd { .. }
+                            | Step::MulMatGlu { .. }
+                            | Step::MulMatMany { .. } => None,
                         },
                         reads,
                         writes,

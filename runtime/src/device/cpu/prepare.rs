@@ -5,6 +5,7 @@
 
 use super::product_add::ProductAddKernel;
 use super::product_glu::ProductGluKernel;
+use super::product_many::ProductManyKernel;
 use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
 use crate::RuntimeError;
@@ -69,6 +70,21 @@ pub(super) fn prepare_step(
             let step = (*product, *dst, srcs);
             let fallback = slow_product || slow_add;
             Ok(ctx.product_add_step(split, step, Box::new(CpuStep(kernel)), fallback))
+        }
+        Step::MulMatMany { dsts, srcs } => {
+            ctx.check_reads(split, None, srcs)?;
+            let x = ctx.raw(*srcs.last().expect("checker: operands"));
+            let mut products = Vec::with_capacity(dsts.len());
+            let mut fallback = false;
+            for (&dst, &w) in dsts.iter().zip(srcs) {
+                let is_weight = ctx.plan.tensors[ctx.plan.owner(w) as usize].role == Role::Weight;
+                let (k, slow) =
+                    op_kernel(fast, &Op::MulMat, ctx.raw(dst), &[ctx.raw(w), x], is_weight)?;
+                products.push(k);
+                fallback |= slow;
+            }
+            let kernel = Box::new(CpuStep(Box::new(ProductManyKernel { products })));
+            Ok(ctx.product_many_step(split, step, kernel, fallback))
         }
         Step::MulMatGlu {
             kind, dst, srcs, ..

@@ -24,7 +24,7 @@ pub(super) fn prepare_step(
         return Err(RuntimeError::Unsupported {
             op: "fused".to_string(),
             detail: format!(
-                "a fused kernel, mul_mat + add or mul_mat + glu on remote device '{}' (ggml runs ops one by one; \
+                "a fused kernel or fused mul_mat step on remote device '{}' (ggml runs ops one by one; \
                  the compiler does not fuse there)",
                 ctx.device_name(split)
             ),
@@ -112,6 +112,7 @@ pub(super) fn f32_weights(plan: &Plan) -> Vec<bool> {
                 Step::MulMatAdd { srcs, .. } | Step::MulMatGlu { srcs, .. } => {
                     srcs.iter().for_each(|&s| refuse(s))
                 }
+                Step::MulMatMany { srcs, .. } => srcs.iter().for_each(|&s| refuse(s)),
                 Step::Fused { kernel } => {
                     for &s in plan
                         .kernels
