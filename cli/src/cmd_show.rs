@@ -142,6 +142,11 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
                     tensor_name(&plan, *probs)
                 )
             }
+            Work::Step(Step::MulMatMany { dsts, .. }) => format!("mul_mat x {}", dsts.len()),
+            Work::Step(Step::MulMatGlu { products, .. }) => {
+                let [g, u] = products.map(|p| tensor_name(&plan, p));
+                format!("mul_mat + glu (its products '{g}' and '{u}' are never stored)")
+            }
             Work::Step(Step::Fused { kernel }) => match plan.kernels.get(*kernel as usize) {
                 Some(kern) => {
                     let names: Vec<&str> =
@@ -154,10 +159,15 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
                 }
             },
         };
-        if writes == Some(id) {
+        if writes.contains(&id) {
             println!("  split {s} step {k}: written by {what}");
         } else if reads.contains(&id) {
-            let written = writes.map_or("?", |w| tensor_name(&plan, w));
+            let written: Vec<&str> = writes.iter().map(|&w| tensor_name(&plan, w)).collect();
+            let written = if written.is_empty() {
+                "?".to_string()
+            } else {
+                written.join("', '")
+            };
             println!("  split {s} step {k}: read by {what} writing '{written}'");
         }
     }

@@ -142,7 +142,7 @@ fn accesses(plan: &Plan) -> (Vec<Access>, Vec<String>, Vec<(usize, String)>) {
             ));
         }
         let reads = item.reads(&plan.kernels).to_vec();
-        let writes: Vec<u32> = item.writes(&plan.kernels).into_iter().collect();
+        let writes: Vec<u32> = item.writes(&plan.kernels).to_vec();
         let dst = writes.first().map_or("?", |&w| tensor_name(plan, w));
         labels.push(match item.work {
             Work::Copy(c) => format!("split {s} copy {k} ({} -> {dst})", tensor_name(plan, c.src)),
@@ -157,6 +157,15 @@ fn accesses(plan: &Plan) -> (Vec<Access>, Vec<String>, Vec<(usize, String)>) {
             }
             Work::Step(Step::Attention { .. }) => {
                 format!("split {s} step {k} (attention -> {dst})")
+            }
+            Work::Step(Step::MulMatGlu { .. }) => {
+                format!("split {s} step {k} (mul_mat + glu -> {dst})")
+            }
+            Work::Step(Step::MulMatMany { dsts, .. }) => {
+                format!(
+                    "split {s} step {k} (mul_mat x {} -> {dst}, ...)",
+                    dsts.len()
+                )
             }
         });
         acc.push(Access { reads, writes });

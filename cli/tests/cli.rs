@@ -339,7 +339,8 @@ fn verify_lists_every_violation_of_a_corrupted_plan() {
     assert!(text(&out).contains("format_version 9"), "{}", text(&out));
 
     // A version-1 plan (implied order between devices), a version-2 one
-    // (before mul_mat + add steps) and a version-3 one (before attention
+    // (before mul_mat + add steps) and a version-3 one (before attention and
+    // mul_mat + GLU
     // steps) are refused with the command that remakes them.
     for old in [1, 2, 3] {
         std::fs::write(

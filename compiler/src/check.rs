@@ -105,6 +105,49 @@ fn check(c: &mut Checker<'_>, target: &Target) {
                         }
                     }
                 }
+                Step::MulMatMany { dsts, srcs } => {
+                    for (&dst, &w) in dsts.iter().zip(srcs) {
+                        let Some(t) = c.tensor(w) else { continue };
+                        if !dev.supports(&Op::MulMat, t.dtype) {
+                            let msg = format!(
+                                "split {s} step {k} runs mul_mat x {} with a {} weight on {}, which does not support it",
+                                dsts.len(),
+                                t.dtype,
+                                dev.name
+                            );
+                            c.tensor_problem(Support, dst, msg);
+                        }
+                    }
+                }
+                Step::MulMatGlu {
+                    kind,
+                    products,
+                    dst,
+                    srcs,
+                    ..
+                } => {
+                    // Both products (src0: each weight), then the unit (src0:
+                    // the gate product).
+                    let glu = Op::Glu {
+                        kind: *kind,
+                        swapped: false,
+                    };
+                    let ops = [
+                        (Op::MulMat, srcs[0]),
+                        (Op::MulMat, srcs[1]),
+                        (glu, products[0]),
+                    ];
+                    for (op, src0) in ops {
+                        let Some(t) = c.tensor(src0) else { continue };
+                        if !dev.supports(&op, t.dtype) {
+                            let msg = format!(
+                                "split {s} step {k} runs mul_mat + glu, whose {op} has a {} src0, on {}, which does not support it",
+                                t.dtype, dev.name
+                            );
+                            c.tensor_problem(Support, *dst, msg);
+                        }
+                    }
+                }
             }
         }
     }

@@ -134,7 +134,7 @@ fn accesses(plan: &Plan) -> Vec<Access> {
                 site,
                 stream: stream as usize,
                 reads: bytes(&mut item.reads(kernels).iter().copied()),
-                writes: bytes(&mut item.writes(kernels).into_iter()),
+                writes: bytes(&mut item.writes(kernels).iter().copied()),
             }
         })
         .collect()

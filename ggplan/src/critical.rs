@@ -75,7 +75,7 @@ pub fn critical_path(plan: &Plan) -> Option<CriticalPath> {
                 }
             }
             Work::Step(_) => {
-                if let Some(t) = item.writes(&plan.kernels) {
+                for &t in item.writes(&plan.kernels) {
                     writer.insert(t, i);
                 }
             }

@@ -55,11 +55,21 @@ fn tensor_name(plan: &Plan, t: u32) -> &str {
         .map_or("?", |t| t.name.as_str())
 }
 
+/// Every tensor `step` writes (several for a `mul_mat` x N step).
+fn step_outputs(plan: &Plan, step: &Step) -> Vec<u32> {
+    match step {
+        Step::MulMatMany { dsts, .. } => dsts.clone(),
+        _ => step_output(plan, step).into_iter().collect(),
+    }
+}
+
 fn step_output(plan: &Plan, step: &Step) -> Option<u32> {
     match step {
-        Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } | Step::Attention { dst, .. } => {
-            Some(*dst)
-        }
+        Step::MulMatMany { dsts, .. } => dsts.first().copied(),
+        Step::Op { dst, .. }
+        | Step::MulMatAdd { dst, .. }
+        | Step::MulMatGlu { dst, .. }
+        | Step::Attention { dst, .. } => Some(*dst),
         Step::Fused { kernel } => plan.kernels.get(*kernel as usize).map(|k| k.output),
     }
 }
@@ -70,6 +80,8 @@ fn step_kind(step: &Step) -> String {
         Step::Fused { .. } => "fused".to_string(),
         Step::MulMatAdd { .. } => "mul_mat + add".to_string(),
         Step::Attention { .. } => "attention".to_string(),
+        Step::MulMatGlu { .. } => "mul_mat + glu".to_string(),
+        Step::MulMatMany { dsts, .. } => format!("mul_mat x {}", dsts.len()),
     }
 }
 
@@ -233,7 +245,7 @@ fn summary(plan: &Plan) -> String {
     let mut writer: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, split) in plan.splits.iter().enumerate() {
         for step in &split.steps {
-            if let Some(t) = step_output(plan, step) {
+            for t in step_outputs(plan, step) {
                 writer.insert(t, i);
             }
         }
@@ -304,6 +316,11 @@ fn detail(plan: &Plan) -> String {
         },
         Step::MulMatAdd { dst, .. } => format!("{} (mul_mat + add)", tensor_name(plan, *dst)),
         Step::Attention { dst, .. } => format!("{} (attention)", tensor_name(plan, *dst)),
+        Step::MulMatGlu { dst, .. } => format!("{} (mul_mat + glu)", tensor_name(plan, *dst)),
+        Step::MulMatMany { dsts, .. } => {
+            let names: Vec<&str> = dsts.iter().map(|&d| tensor_name(plan, d)).collect();
+            format!("{} (mul_mat x {})", names.join(", "), dsts.len())
+        }
     };
     let mut writer = BTreeMap::new();
     for (i, split) in plan.splits.iter().enumerate() {
@@ -320,7 +337,7 @@ fn detail(plan: &Plan) -> String {
                 "    s{i}_{k} [label=\"{}\", fillcolor=white];",
                 step_label(step).replace('"', "'")
             );
-            if let Some(t) = step_output(plan, step) {
+            for t in step_outputs(plan, step) {
                 writer.insert(t, format!("s{i}_{k}"));
             }
         }

@@ -32,9 +32,21 @@ pub fn summary(plan: &Plan) -> String {
     let product_adds = (plan.splits.iter().flat_map(|sp| &sp.steps))
         .filter(|st| matches!(st, Step::MulMatAdd { .. }))
         .count();
+    let product_glus = (plan.splits.iter().flat_map(|sp| &sp.steps))
+        .filter(|st| matches!(st, Step::MulMatGlu { .. }))
+        .count();
+    let product_manys = (plan.splits.iter().flat_map(|sp| &sp.steps))
+        .filter(|st| matches!(st, Step::MulMatMany { .. }))
+        .count();
     let and_product_adds = match product_adds {
         0 => String::new(),
         n => format!(" and {}", count(n, "mul_mat + add", "mul_mat + adds")),
+    } + &match product_glus {
+        0 => String::new(),
+        n => format!(" and {}", count(n, "mul_mat + glu", "mul_mat + glus")),
+    } + &match product_manys {
+        0 => String::new(),
+        n => format!(" and {}", count(n, "mul_mat x N", "mul_mat x Ns")),
     };
     let attentions = (plan.splits.iter().flat_map(|sp| &sp.steps))
         .filter(|st| matches!(st, Step::Attention { .. }))

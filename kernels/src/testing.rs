@@ -78,7 +78,9 @@ pub fn nmse(reference: &[f64], actual: &[f64]) -> f64 {
 /// experts' mul_mat_id) and attention, 1e-6 for soft_max, 1e-7 otherwise.
 pub fn nmse_threshold(op_name: &str) -> f64 {
     match op_name {
-        "mul_mat" | "mul_mat_id" | "mul_mat_add" | "attention" => 5e-4,
+        "mul_mat" | "mul_mat_id" | "mul_mat_add" | "attention" | "mul_mat_glu" | "mul_mat_many" => {
+            5e-4
+        }
         "soft_max" => 1e-6,
         _ => 1e-7,
     }

@@ -138,7 +138,21 @@ impl Observer for StepChecker<'_> {
         let layout = plan.tensors[s.dst as usize].layout();
         let refs: Vec<&Dense> = self.inputs.iter().collect();
         // `exact`: the step promises these bits, not just these values.
-        let (expected, threshold, exact) = match (s.op, s.fused_kernel, s.product) {
+        let glu = (s.kind == "mul_mat_glu")
+            .then(|| product_glu_expected(plan, s, &refs, &layout))
+            .flatten()
+            .or_else(|| {
+                // mul_mat x N: its first result (`dst`), from the first
+                // weight and the activations; the others through outputs.
+                let (Some(&w), Some(&x)) = (refs.first(), refs.last()) else {
+                    return None;
+                };
+                (s.kind == "mul_mat_many").then(|| {
+                    let out = compute(&Op::MulMat, &[w, x], &layout);
+                    (out, nmse_threshold("mul_mat_many"), false)
+                })
+            });
+        let (mut expected, mut threshold, mut exact) = match (s.op, s.fused_kernel, s.product) {
             // mul_mat + add: the product at its own layout, then the add.
             (_, _, Some(product)) if refs.len() == 3 => {
                 let product_layout = plan.tensors[product as usize].layout();
@@ -174,6 +188,9 @@ impl Observer for StepChecker<'_> {
             }
             (None, None, _) => (self.inputs[0].clone(), 0.0, true),
         };
+        if let Some(glu) = glu {
+            (expected, threshold, exact) = glu;
+        }
         let expected = rounded(&expected, &layout);
         let actual = rt
             .tensor_values(s.dst)
@@ -295,4 +312,29 @@ fn attention_reference(plan: &Plan, step: &Step, dst: u32, refs: &[&Dense]) -> O
         (*scale, *max_bias),
         layouts,
     ))
+}
+
+/// What a `mul_mat` + GLU step should write: both products at their own
+/// layouts, then the unit (`None` when `s` is no such step of the plan).
+fn product_glu_expected(
+    plan: &ir::plan::Plan,
+    s: &crate::device::PreparedStep,
+    refs: &[&Dense],
+    layout: &ir::Layout,
+) -> Option<(Dense, f64, bool)> {
+    let step = (plan.splits.get(s.split)?.steps.iter())
+        .find(|st| matches!(st, ir::plan::Step::MulMatGlu { dst, .. } if *dst == s.dst))?;
+    let ir::plan::Step::MulMatGlu { kind, products, .. } = step else {
+        return None;
+    };
+    let &[wg, wu, x] = refs else { return None };
+    let at = |t: u32| plan.tensors[t as usize].layout();
+    let gate = compute(&Op::MulMat, &[wg, x], &at(products[0]));
+    let up = compute(&Op::MulMat, &[wu, x], &at(products[1]));
+    let glu = Op::Glu {
+        kind: *kind,
+        swapped: false,
+    };
+    let out = compute(&glu, &[&gate, &up], layout);
+    Some((out, nmse_threshold("mul_mat_glu"), false))
 }

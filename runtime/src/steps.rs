@@ -58,7 +58,9 @@ pub(crate) fn prepare_all(
                 let dst = match step {
                     Step::Op { dst, .. }
                     | Step::MulMatAdd { dst, .. }
+                    | Step::MulMatGlu { dst, .. }
                     | Step::Attention { dst, .. } => *dst,
+                    Step::MulMatMany { dsts, .. } => dsts.first().copied().unwrap_or(0),
                     Step::Fused { kernel } => {
                         (plan.kernels.get(*kernel as usize)).map_or(0, |k| k.output)
                     }

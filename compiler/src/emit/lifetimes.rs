@@ -44,6 +44,9 @@ pub(super) struct Live {
 /// One step's accesses.
 struct Access {
     writes: u32,
+    /// Further tensors written (the other results of a `mul_mat` x N step,
+    /// which has no donors).
+    more_writes: Vec<u32>,
     reads: Vec<u32>,
     /// Operand positions that may donate their bytes to `writes`.
     donors: Vec<usize>,
@@ -57,7 +60,16 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
                 // the addend (on a CPU), so no operand may share dst's bytes.
                 // An attention reads its operands long after it started
                 // writing (a CPU's last kernel writes dst): no donor either.
-                Work::Copy(_) | Work::Step(Step::MulMatAdd { .. } | Step::Attention { .. }) => {
+                // A product-GLU writes its gate product into dst first (on
+                // a CPU): the same.
+                // A mul_mat x N step writes several results: no donor.
+                Work::Copy(_)
+                | Work::Step(
+                    Step::MulMatAdd { .. }
+                    | Step::MulMatGlu { .. }
+                    | Step::MulMatMany { .. }
+                    | Step::Attention { .. },
+                ) => {
                     vec![]
                 }
                 Work::Step(Step::Op { op, srcs, .. }) => {
@@ -79,7 +91,8 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
                 }
             };
             Access {
-                writes: item.writes(kernels).expect("emitted kernels exist"),
+                writes: *item.writes(kernels).first().expect("emitted kernels exist"),
+                more_writes: item.writes(kernels).get(1..).unwrap_or_default().to_vec(),
                 reads: item.reads(kernels).to_vec(),
                 donors,
             }
@@ -111,9 +124,11 @@ pub(super) fn compute(
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
     for (s, a) in steps.iter().enumerate() {
-        let w = table.owner[a.writes as usize] as usize;
-        first[w] = first[w].min(s);
-        last[w] = last[w].max(s);
+        for &w in [a.writes].iter().chain(&a.more_writes) {
+            let w = table.owner[w as usize] as usize;
+            first[w] = first[w].min(s);
+            last[w] = last[w].max(s);
+        }
         for &r in &a.reads {
             let o = table.owner[r as usize] as usize;
             last[o] = last[o].max(s);

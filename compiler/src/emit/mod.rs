@@ -132,6 +132,24 @@ pub fn emit_plan(
             if op.is_view() {
                 continue;
             }
+            if let Some(group) = fusion.product_many_of(node) {
+                // Every product runs at the first one's position.
+                if group.products[0] == node {
+                    let srcs = (group.reads(graph).into_iter())
+                        .map(|s| table.local(graph, s, d))
+                        .collect::<Result<_, _>>()?;
+                    let dsts = group.products.iter().map(|p| p.0).collect();
+                    steps.push(Step::MulMatMany { dsts, srcs });
+                }
+                continue;
+            }
+            if let Some(unit) = fusion.product_glu_of(node) {
+                // Both products and the unit run as the output's step.
+                if unit.dst == node {
+                    steps.push(product_glu_step(graph, &mut table, unit, d)?);
+                }
+                continue;
+            }
             if let Some(pair) = fusion.product_add_of(node) {
                 // The product runs inside the add's step.
                 if pair.add == node {
@@ -213,6 +231,11 @@ pub fn emit_plan(
     for a in &fusion.attentions {
         for inner in [a.scores, a.probs, a.product, a.permuted] {
             table.tensors[inner.index()].placement = Placement::Fused;
+        }
+    }
+    for unit in &fusion.glus {
+        for n in unit.nodes().filter(|&n| n != unit.dst) {
+            table.tensors[n.index()].placement = Placement::Fused;
         }
     }
 
@@ -351,4 +374,21 @@ fn compute_stream(device: ir::plan::DeviceId) -> u32 {
 /// The copy stream of `device` (copies run on their destination's).
 fn copy_stream(device: ir::plan::DeviceId) -> u32 {
     2 * device.0 + 1
+}
+
+/// The step of a product-GLU unit on device `d`.
+fn product_glu_step(
+    graph: &Graph,
+    table: &mut tensors::TensorTable,
+    unit: &crate::fuse::ProductGlu,
+    d: ir::plan::DeviceId,
+) -> Result<Step, Error> {
+    let [wg, wu, x] = unit.reads(graph).map(|s| table.local(graph, s, d));
+    Ok(Step::MulMatGlu {
+        kind: unit.kind,
+        products: [unit.gate.0, unit.up.0],
+        inner: unit.inner.iter().map(|n| n.0).collect(),
+        dst: unit.dst.0,
+        srcs: [wg?, wu?, x?],
+    })
 }

@@ -66,6 +66,13 @@ pub(super) fn compute(
                         dst,
                         ..
                     } => vec![*scores, *probs, *product, *dst],
+                    Step::MulMatGlu {
+                        products,
+                        inner,
+                        dst,
+                        ..
+                    } => products.iter().chain(inner).chain([dst]).copied().collect(),
+                    Step::MulMatMany { dsts, .. } => dsts.clone(),
                 };
                 for n in nodes {
                     estimated_us += cost::op_time_us(target, device, graph, TensorId(n));
@@ -95,7 +102,14 @@ pub(super) fn compute(
                 .count() as u32
             + 5 * (splits.iter().flat_map(|s| &s.steps))
                 .filter(|st| matches!(st, Step::Attention { .. }))
-                .count() as u32,
+                .count() as u32
+            + (splits.iter().flat_map(|s| &s.steps))
+                .map(|st| match st {
+                    Step::MulMatGlu { inner, .. } => 3 + inner.len() as u32,
+                    Step::MulMatMany { dsts, .. } => dsts.len() as u32,
+                    _ => 0,
+                })
+                .sum::<u32>(),
         estimated_us: round_ns(estimated_us),
         split_us,
     }

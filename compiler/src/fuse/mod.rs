@@ -44,18 +44,28 @@
 //! Memory: the group output keeps its tensor (and its bytes); the other members
 //! are never materialised and take no memory.
 //!
-//! Then, among the nodes no group took, each `mul_mat` whose one reader is an
+//! Then two `mul_mat`s of one activation tensor read only by a GLU (a
+//! two-source `glu` node, or a group computing `act(gate) * up`) join it as a
+//! [`ProductGlu`] (rules in [`product_glu`]; the group leaves `groups`); and
+//! among the nodes no group took, each `mul_mat` whose one reader is an
 //! `add` joins it as a [`ProductAdd`] (rules in [`product_add`]): one step
 //! computing the product and adding the other operand before it stores.
-//! Last, each `cont(permute(mul_mat(v, soft_max(mul_mat(k, q)))))` no group or
+//! Then each `cont(permute(mul_mat(v, soft_max(mul_mat(k, q)))))` no group or
 //! pair took becomes an [`Attention`] (rules in [`attention`]).
+//! Last, `mul_mat`s of one activation tensor that no fusion took join as a
+//! [`ProductMany`] (rules in [`product_many`]): one step, every product
+//! stored.
 
 pub mod attention;
 mod body;
 pub mod product_add;
+pub mod product_glu;
+pub mod product_many;
 
 pub use attention::Attention;
 pub use product_add::ProductAdd;
+pub use product_glu::ProductGlu;
+pub use product_many::ProductMany;
 
 use crate::assign::Assignment;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
@@ -70,6 +80,12 @@ pub struct Fusion {
     pub products: Vec<ProductAdd>,
     /// Attention chains run as one step, in the order of their results.
     pub attentions: Vec<Attention>,
+    /// Gate and up products fused with their GLU, in the order of their
+    /// outputs (the groups they took are no longer in `groups`).
+    pub glus: Vec<ProductGlu>,
+    /// Sibling products computed as one step, in the order of their first
+    /// members.
+    pub many: Vec<ProductMany>,
 }
 
 impl Fusion {
@@ -78,17 +94,29 @@ impl Fusion {
         self.groups.iter().position(|g| g.nodes.contains(&id))
     }
 
-    /// The number of nodes that are members of some group, product-add or
-    /// attention.
+    /// The number of nodes that are members of some group, product-add,
+    /// attention, product-GLU or sibling-product group.
     pub fn n_fused_nodes(&self) -> usize {
         self.groups.iter().map(|g| g.nodes.len()).sum::<usize>()
             + 2 * self.products.len()
             + 5 * self.attentions.len()
+            + self.glus.iter().map(|u| u.nodes().count()).sum::<usize>()
+            + self.many.iter().map(|m| m.products.len()).sum::<usize>()
     }
 
     /// The attention whose node (intermediate or result) is `id`, if any.
     pub fn attention_of(&self, id: TensorId) -> Option<&Attention> {
         self.attentions.iter().find(|a| a.nodes().contains(&id))
+    }
+
+    /// The sibling-product group computing node `id`, if any.
+    pub fn product_many_of(&self, id: TensorId) -> Option<&ProductMany> {
+        self.many.iter().find(|m| m.products.contains(&id))
+    }
+
+    /// The product-GLU unit computing node `id`, if any.
+    pub fn product_glu_of(&self, id: TensorId) -> Option<&ProductGlu> {
+        self.glus.iter().find(|u| u.nodes().any(|n| n == id))
     }
 
     /// The product-add pair whose add or product is node `id`, if any.
@@ -226,16 +254,27 @@ pub fn fuse_elementwise_where(
             groups.push(group);
         }
     }
+    let (glus, used) = product_glu::find(&ctx, order, &groups, &taken);
+    for g in used.into_iter().rev() {
+        groups.remove(g);
+    }
     let products = product_add::find(&ctx, order, &taken);
-    for pair in &products {
-        taken[pair.product.index()] = true;
-        taken[pair.add.index()] = true;
+    let fused = (glus.iter().flat_map(|u| u.nodes().collect::<Vec<_>>()))
+        .chain(products.iter().flat_map(|p| [p.product, p.add]));
+    for n in fused {
+        taken[n.index()] = true;
     }
     let attentions = attention::find(&ctx, order, &taken);
+    for n in attentions.iter().flat_map(|a| a.nodes()) {
+        taken[n.index()] = true;
+    }
+    let many = product_many::find(&ctx, order, &taken);
     Fusion {
         groups,
         products,
         attentions,
+        glus,
+        many,
     }
 }
 

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 
 mod attention;
 mod product_add;
+mod product_glu;
+mod product_many;
 mod rules;
 
 fn examples() -> Vec<(String, Graph)> {
@@ -106,6 +108,46 @@ fn check_rules(g: &Graph, a: &Assignment, order: &[TensorId], f: &Fusion) {
             .expect("member in order")
     };
     let mut seen = Vec::new();
+    // Product-GLU units (rules in `product_glu`): two products of one
+    // activation tensor, read only by the unit, before it, on its device.
+    for u in &f.glus {
+        let unit: Vec<TensorId> = u.inner.iter().copied().chain([u.dst]).collect();
+        for n in u.nodes() {
+            assert!(!seen.contains(&n), "{n} is in two units");
+            seen.push(n);
+            assert_eq!(a.device[n.index()], a.device[u.dst.index()]);
+        }
+        let (gt, ut) = (g.tensor(u.gate), g.tensor(u.up));
+        assert!(gt.op == Some(Op::MulMat) && ut.op == Some(Op::MulMat));
+        assert_eq!(gt.srcs[1], ut.srcs[1], "one activation tensor");
+        for p in [u.gate, u.up] {
+            assert!(pos(p) < pos(u.dst));
+            assert_eq!(g.tensor(p).role, Role::Intermediate);
+            for r in g.ids().filter(|&r| g.tensor(r).srcs.contains(&p)) {
+                assert!(
+                    unit.contains(&r),
+                    "{} read outside its unit",
+                    g.tensor(p).name
+                );
+            }
+        }
+    }
+    // Sibling products (rules in `product_many`): one activation tensor,
+    // one device, in order, each node in one group.
+    for m in &f.many {
+        assert!((2..=5).contains(&m.products.len()));
+        let x = g.tensor(m.products[0]).srcs[1];
+        for (k, &p) in m.products.iter().enumerate() {
+            assert!(!seen.contains(&p), "{p} is in two fusions");
+            seen.push(p);
+            assert_eq!(g.tensor(p).op, Some(Op::MulMat));
+            assert_eq!(g.tensor(p).srcs[1], x, "one activation tensor");
+            assert_eq!(a.device[p.index()], a.device[m.products[0].index()]);
+            if k > 0 {
+                assert!(pos(m.products[k - 1]) < pos(p));
+            }
+        }
+    }
     for gr in &f.groups {
         let out = g.tensor(*gr.nodes.last().unwrap());
         assert!(gr.nodes.len() >= 2, "{gr:?}");
@@ -164,10 +206,11 @@ fn fuse_example_graphs_find_the_expected_patterns() {
         let layer = |l: &'static str| pats.iter().map(move |p| p.replace("L.", &format!("{l}.")));
         layer("l0").chain(layer("l1")).collect()
     };
+    // Each layer's `ffn_silu + ffn_gate_par` runs with its gate and up
+    // products as one `mul_mat + glu` step (`product_glu`), not as a group.
     let mut llama = per_layer(&[
         "L.attn_norm.rms + L.attn_norm",
         "L.ffn_norm.rms + L.ffn_norm",
-        "L.ffn_silu + L.ffn_gate_par",
     ]);
     llama.push("result_norm.rms + result_norm".into());
     let mut bert = vec![
@@ -199,6 +242,16 @@ fn fuse_example_graphs_find_the_expected_patterns() {
         }
         if let Some(want) = expected.get(name.as_str()) {
             assert_eq!(&found, want, "{name}");
+        }
+        let units: Vec<String> = (f.glus.iter())
+            .map(|u| g.tensor(u.dst).name.clone())
+            .collect();
+        let want_units: Vec<String> = match name.as_str() {
+            "llama2l" => per_layer(&["L.ffn_gate_par"]),
+            _ => Vec::new(),
+        };
+        if expected.contains_key(name.as_str()) {
+            assert_eq!(units, want_units, "{name}");
         }
         let order: Vec<TensorId> = g.nodes().collect();
         check_rules(&g, &assignment(&g, &[]), &order, &f);

@@ -42,7 +42,7 @@ pub use text::{PLAN_FORMAT_VERSION, parse_plan, plan_to_ron, read_plan, write_pl
 pub use words::events_in_words;
 
 use crate::dtype::DType;
-use crate::op::Op;
+use crate::op::{GluKind, Op};
 use crate::tensor::{ConstInit, Role};
 use serde::{Deserialize, Serialize};
 
@@ -385,6 +385,34 @@ pub enum Step {
         /// The softmax's ALiBi maximum bias (0: none).
         max_bias: f32,
     },
+    /// Two products of the same activations and their gated linear unit as
+    /// one kernel (a feed-forward block's gate and up projections):
+    /// `dst = act(srcs[0] · srcs[2]) * (srcs[1] · srcs[2])`, `act` the
+    /// activation of `kind`. The products, and `inner`, are never stored:
+    /// their tensors are placed `Fused`.
+    MulMatGlu {
+        /// The activation applied to the gate product.
+        kind: GluKind,
+        /// The gate and up `mul_mat` nodes computed inside the step.
+        products: [u32; 2],
+        /// The graph nodes between the products and `dst` that the step
+        /// computes too (the activation node when the graph spells the unit
+        /// as `act` then `mul`); no bytes.
+        inner: Vec<u32>,
+        /// The tensor written: the unit's output node.
+        dst: u32,
+        /// The gate weight, the up weight, then the activations.
+        srcs: [u32; 3],
+    },
+    /// Products of one activation tensor as one kernel (a block's Q, K and
+    /// V projections): `dsts[i] = srcs[i] · srcs[n]` for each of the `n`
+    /// results (2 to 5), each stored.
+    MulMatMany {
+        /// The `mul_mat` nodes written, one per weight.
+        dsts: Vec<u32>,
+        /// The weights, one per result, then the activations.
+        srcs: Vec<u32>,
+    },
 }
 
 /// A maximal run of steps on one device's compute stream.
@@ -445,7 +473,8 @@ pub struct Stats {
     /// Copies per link direction.
     pub links: Vec<LinkStats>,
     /// Number of graph nodes that became fused-kernel members (a
-    /// `MulMatAdd` step's two nodes and an `Attention` step's five count too).
+    /// `MulMatAdd` step's two nodes count too, an `Attention` step's five, a
+    /// `MulMatGlu` step's, and a `MulMatMany` step's products).
     pub fused_nodes: u32,
     /// Estimated time of one run, microseconds (the cost model's figure).
     pub estimated_us: f64,

@@ -42,12 +42,13 @@ impl<'a> GlobalItem<'a> {
     /// The tensors it reads: a copy's source, an op's sources, a fused
     /// kernel's inputs (none for a kernel out of range of `kernels`), a
     /// product-add's weight, activations and addend, an attention's
-    /// k, q, v and mask.
+    /// k, q, v and mask, a product-GLU's two weights and activations.
     pub fn reads(&self, kernels: &'a [FusedKernel]) -> &'a [u32] {
         match self.work {
             Work::Copy(c) => std::slice::from_ref(&c.src),
             Work::Step(Step::Op { srcs, .. }) => srcs,
-            Work::Step(Step::MulMatAdd { srcs, .. }) => srcs,
+            Work::Step(Step::MulMatAdd { srcs, .. } | Step::MulMatGlu { srcs, .. }) => srcs,
+            Work::Step(Step::MulMatMany { srcs, .. }) => srcs,
             Work::Step(Step::Attention { srcs, .. }) => srcs,
             Work::Step(Step::Fused { kernel }) => kernels
                 .get(*kernel as usize)
@@ -55,15 +56,22 @@ impl<'a> GlobalItem<'a> {
         }
     }
 
-    /// The tensor it writes: a copy's destination, an op's result, a fused
-    /// kernel's output (`None` for a kernel out of range of `kernels`).
-    pub fn writes(&self, kernels: &[FusedKernel]) -> Option<u32> {
+    /// The tensors it writes: a copy's destination, an op's result, a fused
+    /// kernel's output (none for a kernel out of range of `kernels`), every
+    /// result of a `mul_mat` x N step.
+    pub fn writes(&self, kernels: &'a [FusedKernel]) -> &'a [u32] {
         match self.work {
-            Work::Copy(c) => Some(c.dst),
+            Work::Copy(c) => std::slice::from_ref(&c.dst),
             Work::Step(
-                Step::Op { dst, .. } | Step::MulMatAdd { dst, .. } | Step::Attention { dst, .. },
-            ) => Some(*dst),
-            Work::Step(Step::Fused { kernel }) => kernels.get(*kernel as usize).map(|k| k.output),
+                Step::Op { dst, .. }
+                | Step::MulMatAdd { dst, .. }
+                | Step::MulMatGlu { dst, .. }
+                | Step::Attention { dst, .. },
+            ) => std::slice::from_ref(dst),
+            Work::Step(Step::MulMatMany { dsts, .. }) => dsts,
+            Work::Step(Step::Fused { kernel }) => kernels
+                .get(*kernel as usize)
+                .map_or(&[], |k| std::slice::from_ref(&k.output)),
         }
     }
 }
@@ -135,18 +143,18 @@ mod tests {
         let kernels = [];
         let got: Vec<_> = global_order(&splits)
             .map(|i| {
-                let rw = (i.reads(&kernels).to_vec(), i.writes(&kernels));
+                let rw = (i.reads(&kernels).to_vec(), i.writes(&kernels).to_vec());
                 (i.index, i.split, i.position, i.is_copy(), rw)
             })
             .collect();
         assert_eq!(
             got,
             [
-                (0, 0, 0, false, (vec![0], Some(1))),
-                (1, 0, 1, false, (vec![1], Some(2))),
-                (2, 1, 0, true, (vec![2], Some(3))),
-                (3, 1, 0, false, (vec![3, 3], Some(4))),
-                (4, 1, 1, false, (vec![9], Some(5))),
+                (0, 0, 0, false, (vec![0], vec![1])),
+                (1, 0, 1, false, (vec![1], vec![2])),
+                (2, 1, 0, true, (vec![2], vec![3])),
+                (3, 1, 0, false, (vec![3, 3], vec![4])),
+                (4, 1, 1, false, (vec![9], vec![5])),
             ]
         );
         let fused = GlobalItem {
@@ -157,7 +165,7 @@ mod tests {
         };
         assert_eq!(
             (fused.reads(&kernels), fused.writes(&kernels)),
-            (&[][..], None)
+            (&[][..], &[][..])
         );
     }
 }

@@ -9,8 +9,8 @@ use crate::text::extensions;
 use std::path::Path;
 
 /// The plan format version this build reads and writes.
-/// Version 3 added `Step::MulMatAdd`, version 4 `Step::Attention`: an
-/// older runtime would not know them.
+/// Version 3 added `Step::MulMatAdd`: a version-2 runtime would not know it;
+/// version 4 `Step::Attention`, `Step::MulMatGlu` and `Step::MulMatMany`.
 pub const PLAN_FORMAT_VERSION: u32 = 4;
 
 /// One value as single-line RON (implicit `Some`, no header): how messages
@@ -95,8 +95,9 @@ fn field_at(out: &mut String, indent: &str, name: &str, value: String) {
 /// streams and events were explicit) because its order between devices was
 /// implied, and re-deriving it is the compiler's job, which the runtime never
 /// runs; a version-2 plan (made before products fused with their residual
-/// add) or a version-3 one (made before attention ran as one step) because
-/// it would run more kernels than a recompiled one.
+/// add) or a version-3 one (before attention, and gate and up products with
+/// their GLU, ran as one step) because it would run more kernels than a
+/// recompiled one.
 pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
     const RECOMPILE: &str = "recompile its graph with \
                              `ggplan compile GRAPH --target TARGET -o PLAN.ron` (the plan's \
@@ -112,7 +113,10 @@ pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
             remedy: match found {
                 1 => format!("it predates explicit streams and events; {RECOMPILE}"),
                 2 => format!("it predates mul_mat steps fused with their add; {RECOMPILE}"),
-                _ => format!("it predates attention steps; {RECOMPILE}"),
+                _ => format!(
+                    "it predates attention steps and mul_mat steps fused with their GLU; \
+                     {RECOMPILE}"
+                ),
             },
         },
         other => other,

@@ -270,6 +270,40 @@ pub fn evaluate_plan<'p>(
                     let out = attention(&refs, (*scale, *max_bias), layouts);
                     memory.write(*dst, &out)?;
                 }
+                Step::MulMatMany { dsts, srcs } => {
+                    // Each product, as its own mul_mat would.
+                    check_reads(plan, device, None, srcs)?;
+                    let (x, weights) = srcs
+                        .split_last()
+                        .ok_or_else(|| invalid("a mul_mat x N step reads nothing".to_string()))?;
+                    let x = memory.read(*x)?;
+                    for (&dst, &w) in dsts.iter().zip(weights) {
+                        let w = memory.read(w)?;
+                        let out = compute(&Op::MulMat, &[&w, &x], &layout_of(plan, dst));
+                        memory.write(dst, &out)?;
+                    }
+                }
+                Step::MulMatGlu {
+                    kind,
+                    products,
+                    dst,
+                    srcs,
+                    ..
+                } => {
+                    // Both products, then the unit; the products (and any
+                    // inner node) are held here only.
+                    check_reads(plan, device, None, srcs)?;
+                    let [wg, wu, x] = srcs.map(|s| memory.read(s));
+                    let x = x?;
+                    let gate = compute(&Op::MulMat, &[&wg?, &x], &layout_of(plan, products[0]));
+                    let up = compute(&Op::MulMat, &[&wu?, &x], &layout_of(plan, products[1]));
+                    let glu = Op::Glu {
+                        kind: *kind,
+                        swapped: false,
+                    };
+                    let out = compute(&glu, &[&gate, &up], &layout_of(plan, *dst));
+                    memory.write(*dst, &out)?;
+                }
                 Step::Fused { kernel } => {
                     let k = plan
                         .kernels

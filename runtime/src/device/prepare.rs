@@ -156,6 +156,74 @@ impl PrepareCtx<'_> {
         }
     }
 
+    /// A `mul_mat` + GLU step (`step`, a `Step::MulMatGlu`) of split `split`
+    /// running `kernel`; its costs are both products' and two operations per
+    /// output element. Its kind is `mul_mat_glu`; `srcs` are the gate weight,
+    /// the up weight and the activations.
+    pub fn product_glu_step(
+        &self,
+        split: usize,
+        step: &ir::plan::Step,
+        kernel: Box<dyn super::DeviceStep>,
+        fallback: bool,
+    ) -> PreparedStep {
+        let ir::plan::Step::MulMatGlu { dst, srcs, .. } = step else {
+            unreachable!("product_glu_step is given MulMatGlu steps only")
+        };
+        let dst = *dst;
+        let bytes = self.span(dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
+        let out = self.raw(dst).n_elements() as u64;
+        PreparedStep {
+            kernel,
+            split,
+            device: self.plan.splits[split].device.index(),
+            kind: "mul_mat_glu",
+            op: None,
+            fused_kernel: None,
+            product: None,
+            dst,
+            srcs: srcs.to_vec(),
+            bytes,
+            flops: 4 * self.raw(srcs[0]).ne[0] as u64 * out + 2 * out,
+            fallback,
+        }
+    }
+
+    /// A `mul_mat` x N step (`step`, a `Step::MulMatMany`) of split `split`
+    /// running `kernel`; its costs are its products'. Its kind is
+    /// `mul_mat_many`, its `dst` the first product (every result is the
+    /// plan's to check), `srcs` the weights then the activations.
+    pub fn product_many_step(
+        &self,
+        split: usize,
+        step: &ir::plan::Step,
+        kernel: Box<dyn super::DeviceStep>,
+        fallback: bool,
+    ) -> PreparedStep {
+        let ir::plan::Step::MulMatMany { dsts, srcs } = step else {
+            unreachable!("product_many_step is given MulMatMany steps only")
+        };
+        let bytes = (dsts.iter().chain(srcs))
+            .map(|&t| self.span(t))
+            .sum::<u64>();
+        let k = srcs.first().map_or(0, |&w| self.raw(w).ne[0] as u64);
+        let outs: u64 = dsts.iter().map(|&d| self.raw(d).n_elements() as u64).sum();
+        PreparedStep {
+            kernel,
+            split,
+            device: self.plan.splits[split].device.index(),
+            kind: "mul_mat_many",
+            op: None,
+            fused_kernel: None,
+            product: None,
+            dst: dsts[0],
+            srcs: srcs.clone(),
+            bytes,
+            flops: 2 * k * outs,
+            fallback,
+        }
+    }
+
     /// A step of split `split` running fused kernel `index` as `kernel`, with
     /// its costs (one operation per output element per body instruction).
     pub fn fused_step(

@@ -35,7 +35,9 @@ pub struct PreparedStep {
     /// a step; for a copy, the end that moves the bytes (module doc), whose
     /// copy stream may belong to the other end.
     pub device: usize,
-    /// What it is: an op name, `fused`, `mul_mat_add`, `attention`, or `copy`.
+    /// What it is: an op name, `fused`, `mul_mat_add`, `attention`,
+    /// `mul_mat_glu`, `mul_mat_many` (whose `dst` is its first result), or
+    /// `copy`.
     pub kind: &'static str,
     /// The op, for an op step.
     pub op: Option<Op>,

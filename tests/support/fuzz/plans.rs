@@ -243,6 +243,32 @@ fn edit(plan: &mut Plan, u: &mut Unstructured<'_>) -> Option<()> {
                         k => srcs[k - 7] = to,
                     }
                 }
+                Step::MulMatMany { dsts, srcs } => {
+                    let to = u.int_in_range(0..=n).ok()?;
+                    let slot = u.choose_index(dsts.len() + srcs.len() + 1).ok()?;
+                    if slot < dsts.len() {
+                        dsts[slot] = to;
+                    } else if slot < dsts.len() + srcs.len() {
+                        srcs[slot - dsts.len()] = to;
+                    } else {
+                        dsts.push(to);
+                    }
+                }
+                Step::MulMatGlu {
+                    products,
+                    inner,
+                    dst,
+                    srcs,
+                    ..
+                } => {
+                    let to = u.int_in_range(0..=n).ok()?;
+                    match u.choose_index(7).ok()? {
+                        k @ 0..=1 => products[k] = to,
+                        2 => *dst = to,
+                        3 => inner.push(to),
+                        k => srcs[k - 4] = to,
+                    }
+                }
             }
         }
         9 => {

@@ -322,5 +322,11 @@ fn check_step(c: &mut Checker<'_>, s: usize, k: usize, step: &Step) {
             }
         }
         Step::Attention { .. } => super::attention::check_format(c, name, step),
+        Step::MulMatGlu { .. } => {
+            if let Some(f) = super::product_glu::Fields::of(step) {
+                super::product_glu::format(c, name, &f);
+            }
+        }
+        Step::MulMatMany { dsts, srcs } => super::product_many::format(c, name, dsts, srcs),
     }
 }

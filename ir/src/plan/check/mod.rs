@@ -32,7 +32,7 @@
 //!    ends inside the arena (span = ggml_nbytes, computed here); a view names a
 //!    tensor with an arena placement on the same device and stays inside its
 //!    span; `Fused` placements are exactly the non-last members of fused
-//!    kernels; an arena fits the device's `max_buffer_bytes` (the compiler
+//!    kernels and what fused `mul_mat` steps compute inside; an arena fits the device's `max_buffer_bytes` (the compiler
 //!    chunks arenas) and the sum of a device's arenas its `memory_bytes`; the result of
 //!    a write-into op (`cpy`, `set_rows`) is a view of its destination's bytes.
 //! 3. `order` — [`ViolationKind::Order`] and [`ViolationKind::Device`]: walking
@@ -99,6 +99,8 @@ mod lifetime;
 mod order;
 mod partial;
 mod placement;
+mod product_glu;
+mod product_many;
 mod race;
 mod shape;
 mod shards;

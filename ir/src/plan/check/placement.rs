@@ -25,7 +25,8 @@ pub(super) fn check(c: &mut Checker<'_>) {
 }
 
 /// The non-last members of every fused kernel, the product of every
-/// `mul_mat` + `add` step and the intermediates of every attention step.
+/// `mul_mat` + `add` step, what every `mul_mat` + GLU step computes inside
+/// and the intermediates of every attention step.
 fn fused_members(c: &Checker<'_>) -> BTreeSet<u32> {
     let mut members: BTreeSet<u32> = (c.plan.splits.iter().flat_map(|s| &s.steps))
         .filter_map(|step| match step {
@@ -36,6 +37,7 @@ fn fused_members(c: &Checker<'_>) -> BTreeSet<u32> {
     for step in c.plan.splits.iter().flat_map(|s| &s.steps) {
         members.extend(super::attention::inner(step).into_iter().flatten());
     }
+    members.extend(super::product_glu::fused_nodes(c));
     for kernel in &c.plan.kernels {
         if let Some((_, inner)) = kernel.nodes.split_last() {
             members.extend(inner.iter().copied());

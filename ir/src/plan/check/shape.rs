@@ -26,6 +26,12 @@ pub(super) fn check(c: &mut Checker<'_>) {
                     check_mul_mat_add(c, *product, *dst, srcs);
                 }
                 Step::Attention { .. } => super::attention::check_shapes(c, step, check_op),
+                Step::MulMatGlu { .. } => {
+                    if let Some(f) = super::product_glu::Fields::of(step) {
+                        super::product_glu::shape(c, &f);
+                    }
+                }
+                Step::MulMatMany { dsts, srcs } => super::product_many::shape(c, dsts, srcs),
                 Step::Fused { .. } => {}
             }
         }

@@ -45,7 +45,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
             let (s, k) = (item.split, item.position);
             let split = &plan.splits[s];
             let reads = (item.reads(&plan.kernels).iter().copied()).filter(in_range).collect();
-            let writes = item.writes(&plan.kernels).into_iter().filter(in_range).collect();
+            let writes = (item.writes(&plan.kernels).iter().copied()).filter(in_range).collect();
             match item.work {
                 Work::Copy(copy) => Access {
                     device: split.device.0,
@@ -79,6 +79,10 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             }
                             Step::MulMatAdd { .. } => format!("split {s} step {k} (mul_mat + add)"),
                             Step::Attention { .. } => format!("split {s} step {k} (attention)"),
+                            Step::MulMatGlu { .. } => format!("split {s} step {k} (mul_mat + glu)"),
+                            Step::MulMatMany { dsts, .. } => {
+                                format!("split {s} step {k} (mul_mat x {})", dsts.len())
+                            }
                         },
                         is_copy: false,
                         reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
@@ -95,13 +99,17 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             // refused (mul_mat of a share is no share of it).
                             Step::Fused { .. }
                             | Step::MulMatAdd { .. }
+                            | Step::MulMatGlu { .. }
+                            | Step::MulMatMany { .. }
                             | Step::Attention { .. } => None,
                         },
                         kernel: match step {
                             Step::Fused { kernel } => Some(*kernel),
-                            Step::Op { .. } | Step::MulMatAdd { .. } | Step::Attention { .. } => {
-                                None
-                            }
+                            Step::Op { .. }
+                            | Step::MulMatAdd { .. }
+                            | Step::MulMatGlu { .. }
+                            | Step::MulMatMany { .. }
+                            | Step::Attention { .. } => None,
                         },
                         reads,
                         writes,

@@ -23,6 +23,8 @@ pub mod ops;
 pub mod pool;
 pub mod prepare;
 pub mod product_add;
+pub mod product_glu;
+pub mod product_many;
 pub mod reference_kernel;
 pub mod tensor;
 

@@ -5,6 +5,8 @@
 
 use super::attention::{AttentionBuffers, SharedAttentionBuffers};
 use super::product_add::ProductAddKernel;
+use super::product_glu::ProductGluKernel;
+use super::product_many::ProductManyKernel;
 use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
 use crate::RuntimeError;
@@ -72,6 +74,55 @@ pub(super) fn prepare_step(
             Ok(ctx.product_add_step(split, step, Box::new(CpuStep(kernel)), fallback))
         }
         Step::Attention { .. } => attention_step(ctx, (fast, attention), split, step),
+        Step::MulMatMany { dsts, srcs } => {
+            ctx.check_reads(split, None, srcs)?;
+            let x = ctx.raw(*srcs.last().expect("checker: operands"));
+            let mut products = Vec::with_capacity(dsts.len());
+            let mut fallback = false;
+            for (&dst, &w) in dsts.iter().zip(srcs) {
+                let is_weight = ctx.plan.tensors[ctx.plan.owner(w) as usize].role == Role::Weight;
+                let (k, slow) =
+                    op_kernel(fast, &Op::MulMat, ctx.raw(dst), &[ctx.raw(w), x], is_weight)?;
+                products.push(k);
+                fallback |= slow;
+            }
+            let kernel = Box::new(CpuStep(Box::new(ProductManyKernel { products })));
+            Ok(ctx.product_many_step(split, step, kernel, fallback))
+        }
+        Step::MulMatGlu {
+            kind, dst, srcs, ..
+        } => {
+            ctx.check_reads(split, None, srcs)?;
+            let d = ctx.raw(*dst);
+            let [wg, wu, x] = srcs.map(|t| ctx.raw(t));
+            let is_weight =
+                |t: u32| ctx.plan.tensors[ctx.plan.owner(t) as usize].role == Role::Weight;
+            // The gate product is written as `dst` (both packed F32 of one
+            // extent: checker), the up product into the step's buffer, then
+            // the unit in place over `dst`.
+            let glu = Op::Glu {
+                kind: *kind,
+                swapped: false,
+            };
+            let (gate, slow_gate) = op_kernel(fast, &Op::MulMat, d, &[wg, x], is_weight(srcs[0]))?;
+            let slow = std::cell::Cell::new(slow_gate);
+            let kernel = ProductGluKernel::new(
+                d,
+                gate,
+                |up| {
+                    let (k, s) = op_kernel(fast, &Op::MulMat, up, &[wu, x], is_weight(srcs[1]))?;
+                    slow.set(slow.get() || s);
+                    Ok::<_, RuntimeError>(k)
+                },
+                |up| {
+                    let (k, s) = op_kernel(fast, &glu, d, &[d, up], false)?;
+                    slow.set(slow.get() || s);
+                    Ok(k)
+                },
+            )?;
+            let kernel = Box::new(CpuStep(Box::new(kernel)));
+            Ok(ctx.product_glu_step(split, step, kernel, slow.get()))
+        }
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];
             ctx.check_reads(split, None, &k.inputs)?;

@@ -171,6 +171,77 @@ fn whole_blocks(name: &str, w: &RawTensor) -> Result<(), RuntimeError> {
     })
 }
 
+/// The launch of a `mul_mat` + GLU step: the gate product's `mul_mat`
+/// launch, run by `mul_mat_glu_vec` / `mul_mat_glu_tiled` (product_glu.cu)
+/// with the up weight as `t3` and the activation in `i[1]`, so one kernel
+/// computes `dst = act(w_gate · x) * (w_up · x)`.
+pub fn mul_mat_glu(
+    kind: ir::GluKind,
+    dst: RawTensor,
+    [gate, up, x]: [RawTensor; 3],
+) -> Result<Launch, RuntimeError> {
+    let name = "mul_mat + glu";
+    require(name, up.dtype == gate.dtype && up.ne == gate.ne, || {
+        format!(
+            "the up weight must be the gate weight's dtype and shape, {} {:?}, not {} {:?}",
+            gate.dtype, gate.ne, up.dtype, up.ne
+        )
+    })?;
+    let mut launch = op(&Op::MulMat, dst, &[gate, x])?;
+    launch.kernel = match launch.kernel {
+        Kernel::Library("mul_mat_vec") => Kernel::Library("mul_mat_glu_vec"),
+        _ => Kernel::Library("mul_mat_glu_tiled"),
+    };
+    launch.args.t[3] = KTensor::of(&up);
+    launch.args.i[1] = match kind {
+        ir::GluKind::SwiGlu => 0,
+        ir::GluKind::GeGlu => 1,
+        ir::GluKind::GeGluErf => 2,
+    };
+    Ok(launch)
+}
+
+/// The launch of a `mul_mat` x N step (product_many.cu): `dsts[i] =
+/// weights[i] · x` for 2 to 5 products of one weight dtype, each checked as
+/// its own `mul_mat` launch would be; blocks in x run the products one after
+/// the other (each as many as its own launch's x), y and z as theirs.
+pub fn mul_mat_many(
+    dsts: &[RawTensor],
+    weights: &[RawTensor],
+    x: RawTensor,
+) -> Result<Launch, RuntimeError> {
+    let name = "mul_mat x N";
+    require(
+        name,
+        (2..=5).contains(&dsts.len()) && weights.len() == dsts.len(),
+        || format!("{} results from {} weights", dsts.len(), weights.len()),
+    )?;
+    let dtype = weights[0].dtype;
+    require(name, weights.iter().all(|w| w.dtype == dtype), || {
+        "weights of more than one dtype".to_string()
+    })?;
+    let mut blocks = 0i64;
+    let mut first: Option<Launch> = None;
+    for (&d, &w) in dsts.iter().zip(weights) {
+        let one = op(&Op::MulMat, d, &[w, x])?;
+        blocks += i64::from(one.grid[0]);
+        first.get_or_insert(one);
+    }
+    let mut launch = first.expect("two or more products");
+    launch.kernel = match launch.kernel {
+        Kernel::Library("mul_mat_vec") => Kernel::Library("mul_mat_many_vec"),
+        _ => Kernel::Library("mul_mat_many_tiled"),
+    };
+    launch.grid[0] = dim(name, blocks, GRID_X)?;
+    // t0 = dst 0, t1 = weight 0, t2 = x (as mul_mat's), then the pairs.
+    for (p, (d, w)) in dsts.iter().zip(weights).enumerate().skip(1) {
+        launch.args.t[1 + 2 * p] = KTensor::of(d);
+        launch.args.t[2 + 2 * p] = KTensor::of(w);
+    }
+    launch.args.i[1] = dsts.len() as i32;
+    Ok(launch)
+}
+
 /// The launch of an op step writing `dst` from `srcs`.
 pub fn op(op: &Op, dst: RawTensor, srcs: &[RawTensor]) -> Result<Launch, RuntimeError> {
     let name = op.name();
@@ -529,6 +600,88 @@ mod tests {
         let err =
             (op(&Op::Argsort { descending: false }, probs, &[probs]).unwrap_err()).to_string();
         assert!(err.contains("into I32 indices"), "{err}");
+    }
+
+    #[test]
+    fn mul_mat_glu_is_the_gate_products_launch_with_the_up_weight_as_t3() {
+        let g = t(DType::Q4_1, [576, 1536, 1, 1]);
+        let u = RawTensor {
+            data: 0x3000 as *mut u8,
+            ..g
+        };
+        for (cols, plain_name, glu_name) in [
+            (1, "mul_mat_vec", "mul_mat_glu_vec"),
+            (13, "mul_mat_tiled", "mul_mat_glu_tiled"),
+        ] {
+            let x = t(DType::F32, [576, cols, 1, 1]);
+            let d = t(DType::F32, [1536, cols, 1, 1]);
+            let plain = op(&Op::MulMat, d, &[g, x]).expect("mul_mat");
+            let fused = mul_mat_glu(ir::GluKind::GeGlu, d, [g, u, x]).expect("mul_mat + glu");
+            assert_eq!(plain.kernel, Kernel::Library(plain_name));
+            assert_eq!(fused.kernel, Kernel::Library(glu_name));
+            assert_eq!((fused.grid, fused.block), (plain.grid, plain.block));
+            assert_eq!(fused.args.t[..3], plain.args.t[..3]);
+            assert_eq!((fused.args.t[3], fused.args.i[1]), (KTensor::of(&u), 1));
+            assert_eq!(fused.args.i[0], 0, "no addend");
+        }
+        let x = t(DType::F32, [576, 1, 1, 1]);
+        let d = t(DType::F32, [1536, 1, 1, 1]);
+        let q8 = t(DType::Q8_0, [576, 1536, 1, 1]);
+        let err = mul_mat_glu(ir::GluKind::SwiGlu, d, [g, q8, x]).unwrap_err();
+        assert!(err.to_string().contains("the gate weight's dtype"), "{err}");
+    }
+
+    #[test]
+    fn mul_mat_many_runs_each_products_blocks_one_after_the_other() {
+        let q = t(DType::Q4_1, [576, 576, 1, 1]);
+        let k = t(DType::Q4_1, [576, 192, 1, 1]);
+        for (cols, plain_name, many_name) in [
+            (1, "mul_mat_vec", "mul_mat_many_vec"),
+            (13, "mul_mat_tiled", "mul_mat_many_tiled"),
+        ] {
+            let x = t(DType::F32, [576, cols, 1, 1]);
+            let dq = t(DType::F32, [576, cols, 1, 1]);
+            let dk = RawTensor {
+                data: 0x5000 as *mut u8,
+                ..t(DType::F32, [192, cols, 1, 1])
+            };
+            let dv = RawTensor {
+                data: 0x6000 as *mut u8,
+                ..dk
+            };
+            let v = RawTensor {
+                data: 0x7000 as *mut u8,
+                ..k
+            };
+            let each =
+                [(dq, q), (dk, k), (dv, v)].map(|(d, w)| op(&Op::MulMat, d, &[w, x]).unwrap());
+            let many = mul_mat_many(&[dq, dk, dv], &[q, k, v], x).unwrap();
+            assert_eq!(each[0].kernel, Kernel::Library(plain_name));
+            assert_eq!(many.kernel, Kernel::Library(many_name));
+            let blocks: u32 = each.iter().map(|l| l.grid[0]).sum();
+            assert_eq!(many.grid, [blocks, each[0].grid[1], each[0].grid[2]]);
+            assert_eq!(many.block, each[0].block);
+            assert_eq!(many.args.t[..3], each[0].args.t[..3]);
+            assert_eq!(
+                many.args.t[3..7],
+                [
+                    each[1].args.t[0],
+                    each[1].args.t[1],
+                    each[2].args.t[0],
+                    each[2].args.t[1]
+                ]
+            );
+            assert_eq!((many.args.i[0], many.args.i[1]), (0, 3));
+        }
+        let x = t(DType::F32, [576, 1, 1, 1]);
+        let d = t(DType::F32, [576, 1, 1, 1]);
+        let q8 = t(DType::Q8_0, [576, 576, 1, 1]);
+        let err = mul_mat_many(&[d, d], &[q, q8], x).unwrap_err();
+        assert!(err.to_string().contains("more than one dtype"), "{err}");
+        assert!(
+            mul_mat_many(&[d], &[q], x).is_err(),
+            "one product is a mul_mat"
+        );
     }
 
     #[test]

@@ -55,6 +55,24 @@ pub(super) fn prepare_step(
             let kernel = Box::new(CudaStep::new(device, launch));
             Ok(ctx.attention_step(split, step, kernel, false))
         }
+        Step::MulMatMany { dsts, srcs } => {
+            ctx.check_reads(split, None, srcs)?;
+            let d: Vec<RawTensor> = dsts.iter().map(|&t| ctx.raw(t)).collect();
+            let w: Vec<RawTensor> = srcs[..dsts.len()].iter().map(|&t| ctx.raw(t)).collect();
+            let x = ctx.raw(srcs[dsts.len()]);
+            let launch = launch::mul_mat_many(&d, &w, x).map_err(on_gpu)?;
+            let kernel = Box::new(CudaStep::new(device, launch));
+            Ok(ctx.product_many_step(split, step, kernel, false))
+        }
+        Step::MulMatGlu {
+            kind, dst, srcs, ..
+        } => {
+            ctx.check_reads(split, None, srcs)?;
+            let launch = launch::mul_mat_glu(*kind, ctx.raw(*dst), srcs.map(|t| ctx.raw(t)))
+                .map_err(on_gpu)?;
+            let kernel = Box::new(CudaStep::new(device, launch));
+            Ok(ctx.product_glu_step(split, step, kernel, false))
+        }
         Step::Fused { kernel: index } => {
             let k: &FusedKernel = &ctx.plan.kernels[*index as usize];
             ctx.check_reads(split, None, &k.inputs)?;

@@ -10,14 +10,17 @@ use ir::plan::{DeviceKind, Plan, Step};
 use std::collections::BTreeMap;
 
 /// The op library's source (`kernels/common.cuh` + `kernels/blocks.cuh` +
-/// `kernels/ops.cu` + `kernels/attention.cu`).
+/// `kernels/ops.cu` + `kernels/attention.cu` + `kernels/product_glu.cu` +
+/// `kernels/product_many.cu`).
 pub fn library_source() -> String {
     format!(
-        "{}\n{}\n{}\n{}",
+        "{}\n{}\n{}\n{}\n{}\n{}",
         include_str!("kernels/common.cuh"),
         include_str!("kernels/blocks.cuh"),
         include_str!("kernels/ops.cu"),
-        include_str!("kernels/attention.cu")
+        include_str!("kernels/attention.cu"),
+        include_str!("kernels/product_glu.cu"),
+        include_str!("kernels/product_many.cu")
     )
 }
 
@@ -35,7 +38,13 @@ pub const LIBRARY_KERNELS: &[&str] = &[
     "argmax",
     "diag_mask_inf",
     "glu_halves",
+    "mul_mat_id_vec",
+    "argsort",
     "attention",
+    "mul_mat_glu_vec",
+    "mul_mat_glu_tiled",
+    "mul_mat_many_vec",
+    "mul_mat_many_tiled",
 ];
 
 /// The module of one generated kernel: common.cuh, then its source. Each
@@ -111,6 +120,15 @@ pub fn plan_kernels(plan: &Plan) -> Result<PlanKernels, RuntimeError> {
                 } => {
                     let s: Vec<RawTensor> = srcs.iter().map(|&t| raw(t)).collect();
                     (launch::attention(raw(*dst), &s, (*scale, *max_bias)), *dst)
+                }
+                Step::MulMatGlu {
+                    kind, dst, srcs, ..
+                } => (launch::mul_mat_glu(*kind, raw(*dst), srcs.map(raw)), *dst),
+                Step::MulMatMany { dsts, srcs } => {
+                    let d: Vec<RawTensor> = dsts.iter().map(|&t| raw(t)).collect();
+                    let w: Vec<RawTensor> = srcs[..dsts.len()].iter().map(|&t| raw(t)).collect();
+                    let x = raw(srcs[dsts.len()]);
+                    (launch::mul_mat_many(&d, &w, x), dsts[0])
                 }
                 Step::Fused { kernel } => {
                     let k = &plan.kernels[*kernel as usize];

@@ -42,21 +42,17 @@ __device__ __forceinline__ void chunk8(const char *row, long long ch, long long 
 // step, coalesced. grid (ceil(M / 4), ceil(N / MM_COLS), ne12 * ne13),
 // block 128.
 #define MM_COLS 8
+// This lane's partial sums of row i of A times columns j0 .. j0 + nc - 1 of
+// B, matrix (k2, k3) of B, into acc (the caller sums them over the warp).
 template <int DT>
-__device__ void mm_vec(const Args &a) {
-  const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
-  const long long K = A.ne[0], M = A.ne[1], N = B.ne[1];
+__device__ __forceinline__ void mm_vec_acc(const T &A, const T &B, long long i, long long j0, long long k2,
+                                           long long k3, int nc, float *acc) {
+  const long long K = A.ne[0];
   const int lane = threadIdx.x & 31, part = (lane & 3) * 8;
-  const long long i = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const long long j0 = (long long)blockIdx.y * MM_COLS;
-  const long long k2 = blockIdx.z % B.ne[2], k3 = blockIdx.z / B.ne[2];
-  if (i >= M) return;
   const long long r2 = B.ne[2] / A.ne[2], r3 = B.ne[3] / A.ne[3];
   const char *arow = A.d + i * A.nb[1] + (k2 / r2) * A.nb[2] + (k3 / r3) * A.nb[3];
   const char *bcol = B.d + j0 * B.nb[1] + k2 * B.nb[2] + k3 * B.nb[3];
-  const int nc = (int)(N - j0 < MM_COLS ? N - j0 : MM_COLS);
   const long long chunks = (K + 31) / 32;
-  float acc[MM_COLS];
 #pragma unroll
   for (int c = 0; c < MM_COLS; c++) acc[c] = 0.0f;
   for (long long ch = lane >> 2; ch < chunks; ch += 8) {
@@ -80,6 +76,20 @@ __device__ void mm_vec(const Args &a) {
       acc[c] += s;
     }
   }
+}
+
+template <int DT>
+__device__ void mm_vec(const Args &a) {
+  const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
+  const long long M = A.ne[1], N = B.ne[1];
+  const int lane = threadIdx.x & 31;
+  const long long i = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const long long j0 = (long long)blockIdx.y * MM_COLS;
+  const long long k2 = blockIdx.z % B.ne[2], k3 = blockIdx.z / B.ne[2];
+  if (i >= M) return;
+  const int nc = (int)(N - j0 < MM_COLS ? N - j0 : MM_COLS);
+  float acc[MM_COLS];
+  mm_vec_acc<DT>(A, B, i, j0, k2, k3, nc, acc);
 #pragma unroll
   for (int c = 0; c < MM_COLS; c++) {
     const float s = warp_sum(acc[c]);
@@ -92,12 +102,13 @@ __device__ void mm_vec(const Args &a) {
 // per thread. grid (ceil(M / 64), ceil(N / 64), ne12 * ne13), block 256.
 #define TM 64
 #define TN 64
+// This thread's 4 x 4 sums of the tile at (i0, j0) of A times B, matrix
+// (k2, k3) of B, into acc; every thread of the block calls it (barriers).
 template <int DT>
-__device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]) {
-  const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
+__device__ __forceinline__ void mm_tile_acc(const T &A, const T &B, long long i0, long long j0, long long k2,
+                                            long long k3, float (*Ws)[TM + 4], float (*Xs)[TN + 4],
+                                            float (*acc)[4]) {
   const long long K = A.ne[0], M = A.ne[1], N = B.ne[1];
-  const long long i0 = (long long)blockIdx.x * TM, j0 = (long long)blockIdx.y * TN;
-  const long long k2 = blockIdx.z % B.ne[2], k3 = blockIdx.z / B.ne[2];
   const long long r2 = B.ne[2] / A.ne[2], r3 = B.ne[3] / A.ne[3];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   // Loading: thread tid fills 8 elements of row / column tid / 4.
@@ -105,7 +116,6 @@ __device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]
   const long long wi = i0 + lr, xj = j0 + lr;
   const char *arow = A.d + wi * A.nb[1] + (k2 / r2) * A.nb[2] + (k3 / r3) * A.nb[3];
   const char *bcol = B.d + xj * B.nb[1] + k2 * B.nb[2] + k3 * B.nb[3];
-  float acc[4][4];
 #pragma unroll
   for (int r = 0; r < 4; r++)
 #pragma unroll
@@ -140,6 +150,17 @@ __device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]
     }
     __syncthreads();
   }
+}
+
+template <int DT>
+__device__ void mm_tiled(const Args &a, float (*Ws)[TM + 4], float (*Xs)[TN + 4]) {
+  const T &D = a.t[0], &A = a.t[1], &B = a.t[2];
+  const long long M = A.ne[1], N = B.ne[1];
+  const long long i0 = (long long)blockIdx.x * TM, j0 = (long long)blockIdx.y * TN;
+  const long long k2 = blockIdx.z % B.ne[2], k3 = blockIdx.z / B.ne[2];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[4][4];
+  mm_tile_acc<DT>(A, B, i0, j0, k2, k3, Ws, Xs, acc);
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const long long i = i0 + ty * 4 + r;
