@@ -16,7 +16,7 @@ use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
 use ggplan_tests::example_graph_files;
 use runtime::device::cuda::nvrtc;
-use runtime::device::cuda::sources::{PlanKernels, plan_kernels};
+use runtime::device::cuda::sources::{LIBRARY_KERNELS, PlanKernels, plan_kernels};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -102,6 +102,13 @@ fn every_cuda_step_of_the_example_and_model_plans_has_a_kernel() {
             .sum::<usize>();
         assert_eq!(k.steps, on_gpu, "{name}: every GPU step launches");
         assert!(k.steps > 0, "{name} runs something on cuda0");
+        // A GPU loads only the listed entry points of the op library.
+        for kernel in k.library.keys() {
+            assert!(
+                LIBRARY_KERNELS.contains(&kernel.as_str()),
+                "{name}: {kernel} is launched but not in LIBRARY_KERNELS"
+            );
+        }
         generated.extend(k.generated);
     }
     assert!(
