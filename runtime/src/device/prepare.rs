@@ -140,20 +140,11 @@ impl PrepareCtx<'_> {
     ) -> PreparedStep {
         let bytes = self.span(dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
         let out = self.raw(dst).n_elements() as u64;
-        PreparedStep {
-            kernel,
-            split,
-            device: self.plan.splits[split].device.index(),
-            kind: "mul_mat_add",
-            op: None,
-            fused_kernel: None,
-            product: Some(product),
-            dst,
-            srcs: srcs.to_vec(),
-            bytes,
-            flops: 2 * self.raw(srcs[0]).ne[0] as u64 * out + out,
-            fallback,
-        }
+        let flops = 2 * self.raw(srcs[0]).ne[0] as u64 * out + out;
+        let run = (kernel, fallback);
+        let mut step = self.compound_step(split, "mul_mat_add", run, (dst, srcs), (bytes, flops));
+        step.product = Some(product);
+        step
     }
 
     /// A `mul_mat` + GLU step (`step`, a `Step::MulMatGlu`) of split `split`
@@ -173,20 +164,9 @@ impl PrepareCtx<'_> {
         let dst = *dst;
         let bytes = self.span(dst) + srcs.iter().map(|&t| self.span(t)).sum::<u64>();
         let out = self.raw(dst).n_elements() as u64;
-        PreparedStep {
-            kernel,
-            split,
-            device: self.plan.splits[split].device.index(),
-            kind: "mul_mat_glu",
-            op: None,
-            fused_kernel: None,
-            product: None,
-            dst,
-            srcs: srcs.to_vec(),
-            bytes,
-            flops: 4 * self.raw(srcs[0]).ne[0] as u64 * out + 2 * out,
-            fallback,
-        }
+        let flops = 4 * self.raw(srcs[0]).ne[0] as u64 * out + 2 * out;
+        let run = (kernel, fallback);
+        self.compound_step(split, "mul_mat_glu", run, (dst, srcs), (bytes, flops))
     }
 
     /// A `mul_mat` x N step (`step`, a `Step::MulMatMany`) of split `split`
@@ -208,18 +188,34 @@ impl PrepareCtx<'_> {
             .sum::<u64>();
         let k = srcs.first().map_or(0, |&w| self.raw(w).ne[0] as u64);
         let outs: u64 = dsts.iter().map(|&d| self.raw(d).n_elements() as u64).sum();
+        let run = (kernel, fallback);
+        let costs = (bytes, 2 * k * outs);
+        self.compound_step(split, "mul_mat_many", run, (dsts[0], srcs), costs)
+    }
+
+    /// A fused product or attention step of split `split`: `kind`, its
+    /// kernel and fallback flag, the tensor it is known by and its reads, its
+    /// costs (bytes, flops); no op, fused kernel or product.
+    pub(crate) fn compound_step(
+        &self,
+        split: usize,
+        kind: &'static str,
+        (kernel, fallback): (Box<dyn super::DeviceStep>, bool),
+        (dst, srcs): (u32, &[u32]),
+        (bytes, flops): (u64, u64),
+    ) -> PreparedStep {
         PreparedStep {
             kernel,
             split,
             device: self.plan.splits[split].device.index(),
-            kind: "mul_mat_many",
+            kind,
             op: None,
             fused_kernel: None,
             product: None,
-            dst: dsts[0],
-            srcs: srcs.clone(),
+            dst,
+            srcs: srcs.to_vec(),
             bytes,
-            flops: 2 * k * outs,
+            flops,
             fallback,
         }
     }

@@ -37,19 +37,13 @@ impl PrepareCtx<'_> {
         let head = self.plan.tensors[srcs[0] as usize].ne[0] as u64;
         let n_kv = self.plan.tensors[srcs[2] as usize].ne[0] as u64;
         let (n_scores, n_out) = (elements(self, *scores), elements(self, *product));
-        PreparedStep {
-            kernel,
+        let flops = 2 * head * n_scores + n_scores + 2 * n_kv * n_out;
+        self.compound_step(
             split,
-            device: self.plan.splits[split].device.index(),
-            kind: "attention",
-            op: None,
-            fused_kernel: None,
-            product: None,
-            dst: *dst,
-            srcs: srcs.clone(),
-            bytes,
-            flops: 2 * head * n_scores + n_scores + 2 * n_kv * n_out,
-            fallback,
-        }
+            "attention",
+            (kernel, fallback),
+            (*dst, srcs),
+            (bytes, flops),
+        )
     }
 }
