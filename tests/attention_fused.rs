@@ -8,15 +8,13 @@
 //! steps of different sizes share their device's buffers; the checker
 //! refuses a damaged step and the plan text keeps it (version 3 refused).
 
-use compiler::pipeline::{CompileOptions, compile};
-use compiler::target::Target;
+use ggplan_tests::fused_steps::{count_steps, cpu_plan, load_random};
 use ggplan_tests::outputs::{assert_every_step_passes, bits};
 use ir::plan::{Plan, Step};
 use ir::{DType, Graph, GraphBuilder};
 use kernels::reference::Dense;
-use runtime::{LoadOptions, Precision, Runtime, Weights};
+use runtime::{Precision, Runtime, Weights};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// The shapes of one case.
 #[derive(Clone, Copy, Debug)]
@@ -70,26 +68,12 @@ fn chain(b: &mut GraphBuilder, prefix: &str, s: Shape, apart: bool) {
     b.mark_output(merged).unwrap();
 }
 
-fn cpu_plan(g: &Graph) -> Plan {
-    let target = Target::preset("cpu").unwrap();
-    compile(g, &target, &CompileOptions::default())
-        .unwrap()
-        .plan
-}
-
 fn attentions(plan: &Plan) -> usize {
-    (plan.splits.iter().flat_map(|s| &s.steps))
-        .filter(|s| matches!(s, Step::Attention { .. }))
-        .count()
+    count_steps(plan, |s| matches!(s, Step::Attention { .. }))
 }
 
 fn load(plan: Plan, threads: usize) -> Runtime {
-    let options = LoadOptions {
-        threads,
-        precision: Precision::Fast,
-        ..LoadOptions::default()
-    };
-    Runtime::load(Arc::new(plan), Weights::Random { seed: 11 }, &options).unwrap()
+    load_random(plan, Precision::Fast, threads, 11)
 }
 
 /// A causal mask: query row i (the last n_q of n_kv positions) sees rows

@@ -86,7 +86,8 @@ fn the_ops_graph_compiles_for_the_gpu_and_runs_on_the_cpu() {
     // for cuda0 (every step has a CUDA kernel) and passes on the CPU.
     let graph = ir::text::read_graph(&workspace_root().join("tests/data/cuda_ops.ron")).unwrap();
     let kernels = runtime::device::cuda::sources::plan_kernels(&plan_for(&graph, "cuda0")).unwrap();
-    assert_eq!(kernels.steps, 38);
+    // The YaRN rope and both stores run as one rope + set_rows step.
+    assert_eq!(kernels.steps, 37);
     let mut rt = load(plan_for(&graph, "cpu")).unwrap();
     outputs(&mut rt);
     assert_every_step_passes(&mut rt, "cuda_ops on cpu");

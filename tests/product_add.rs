@@ -5,14 +5,12 @@
 //! sizes with a seed; each fused step and the outputs also pass against the
 //! reference.
 
-use compiler::pipeline::{CompileOptions, compile};
-use compiler::target::Target;
+use ggplan_tests::fused_steps::{count_steps, cpu_plan, load_random};
 use ggplan_tests::outputs::{assert_every_step_passes, bits, outputs};
 use ir::plan::{Plan, Step};
 use ir::{DType, Graph, GraphBuilder};
-use runtime::{LoadOptions, Precision, Runtime, Weights};
+use runtime::{Precision, Runtime, Weights};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// `s = mul_mat(w, x) + r` (or `r + mul_mat(w, x)`), w [k, m] of `dtype` (a
 /// weight, or an input when `weight` is false), x [k, n]; with
@@ -45,26 +43,12 @@ fn graph(
     b.finish().unwrap()
 }
 
-fn cpu_plan(g: &Graph) -> Plan {
-    let target = Target::preset("cpu").unwrap();
-    compile(g, &target, &CompileOptions::default())
-        .unwrap()
-        .plan
-}
-
 fn product_adds(plan: &Plan) -> usize {
-    (plan.splits.iter().flat_map(|s| &s.steps))
-        .filter(|s| matches!(s, Step::MulMatAdd { .. }))
-        .count()
+    count_steps(plan, |s| matches!(s, Step::MulMatAdd { .. }))
 }
 
 fn load(plan: Plan, precision: Precision, threads: usize) -> Runtime {
-    let options = LoadOptions {
-        threads,
-        precision,
-        ..LoadOptions::default()
-    };
-    Runtime::load(Arc::new(plan), Weights::Random { seed: 11 }, &options).unwrap()
+    load_random(plan, precision, threads, 11)
 }
 
 #[test]

@@ -9,14 +9,12 @@
 //! elementwise group); each fused step and the outputs also pass against the
 //! reference.
 
-use compiler::pipeline::{CompileOptions, compile};
-use compiler::target::Target;
+use ggplan_tests::fused_steps::{count_steps, cpu_plan, load_random};
 use ggplan_tests::outputs::{assert_every_step_passes, bits, outputs};
 use ir::plan::{Plan, Step};
 use ir::{DType, GluKind, Graph, GraphBuilder};
-use runtime::{LoadOptions, Precision, Runtime, Weights};
+use runtime::{Precision, Runtime, Weights};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// How the graph spells the unit.
 #[derive(Clone, Copy, Debug)]
@@ -55,26 +53,12 @@ fn graph(dtype: DType, [k, m, n]: [i64; 3], unit: Unit, gate_out: bool) -> Graph
     b.finish().unwrap()
 }
 
-fn cpu_plan(g: &Graph) -> Plan {
-    let target = Target::preset("cpu").unwrap();
-    compile(g, &target, &CompileOptions::default())
-        .unwrap()
-        .plan
-}
-
 fn product_glus(plan: &Plan) -> usize {
-    (plan.splits.iter().flat_map(|s| &s.steps))
-        .filter(|s| matches!(s, Step::MulMatGlu { .. }))
-        .count()
+    count_steps(plan, |s| matches!(s, Step::MulMatGlu { .. }))
 }
 
 fn load(plan: Plan, precision: Precision, threads: usize) -> Runtime {
-    let options = LoadOptions {
-        threads,
-        precision,
-        ..LoadOptions::default()
-    };
-    Runtime::load(Arc::new(plan), Weights::Random { seed: 23 }, &options).unwrap()
+    load_random(plan, precision, threads, 23)
 }
 
 #[test]

@@ -33,7 +33,9 @@ fn step_io(p: &Plan, step: &Step) -> (Vec<u32>, Vec<u32>) {
         Step::MulMatAdd { srcs, dst, .. } | Step::MulMatGlu { srcs, dst, .. } => {
             (srcs.to_vec(), vec![*dst])
         }
-        Step::MulMatMany { srcs, dsts } => (srcs.clone(), dsts.clone()),
+        Step::MulMatMany { srcs, dsts } | Step::RopeStore { srcs, dsts, .. } => {
+            (srcs.clone(), dsts.clone())
+        }
         Step::Attention { srcs, dst, .. } => (srcs.clone(), vec![*dst]),
         Step::Fused { kernel } => {
             let k = &p.kernels[*kernel as usize];

@@ -643,8 +643,10 @@ fn rope_frequency_factors_are_read_whole_by_every_part() {
     for (target, devices, shares) in SPLITS {
         let what = format!("llama 3 on {target} shares {shares:?}");
         let plan = compile_for(&graph, target, &options(row(shares))).unwrap();
+        // Alone or in a rope + set_rows step.
         let ropes_with_factors = (plan.splits.iter().flat_map(|s| &s.steps))
-            .filter(|s| matches!(s, Step::Op { op: ir::Op::Rope(_), srcs, .. } if srcs.len() == 3))
+            .flat_map(|s| s.ops())
+            .filter(|(op, _, srcs)| matches!(op, ir::Op::Rope(_)) && srcs.len() == 3)
             .count();
         assert!(
             ropes_with_factors >= 4,

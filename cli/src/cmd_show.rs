@@ -143,6 +143,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
                 )
             }
             Work::Step(Step::MulMatMany { dsts, .. }) => format!("mul_mat x {}", dsts.len()),
+            Work::Step(Step::RopeStore { dsts, .. }) => format!("rope + set_rows x {}", dsts.len()),
             Work::Step(Step::MulMatGlu { products, .. }) => {
                 let [g, u] = products.map(|p| tensor_name(&plan, p));
                 format!("mul_mat + glu (its products '{g}' and '{u}' are never stored)")

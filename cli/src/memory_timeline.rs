@@ -167,6 +167,12 @@ fn accesses(plan: &Plan) -> (Vec<Access>, Vec<String>, Vec<(usize, String)>) {
                     dsts.len()
                 )
             }
+            Work::Step(Step::RopeStore { dsts, .. }) => {
+                format!(
+                    "split {s} step {k} (rope + set_rows x {} -> {dst}, ...)",
+                    dsts.len()
+                )
+            }
         });
         acc.push(Access { reads, writes });
     }

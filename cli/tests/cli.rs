@@ -331,7 +331,7 @@ fn verify_lists_every_violation_of_a_corrupted_plan() {
     // An unknown plan version is refused before anything else.
     std::fs::write(
         &plan,
-        text_in.replacen("format_version: 4", "format_version: 9", 1),
+        text_in.replacen("format_version: 5", "format_version: 9", 1),
     )
     .unwrap();
     let out = ggplan(&["verify", &plan]);
@@ -339,13 +339,13 @@ fn verify_lists_every_violation_of_a_corrupted_plan() {
     assert!(text(&out).contains("format_version 9"), "{}", text(&out));
 
     // A version-1 plan (implied order between devices), a version-2 one
-    // (before mul_mat + add steps) and a version-3 one (before attention and
-    // mul_mat + GLU
-    // steps) are refused with the command that remakes them.
-    for old in [1, 2, 3] {
+    // (before mul_mat + add steps), a version-3 one (before attention and
+    // mul_mat + GLU steps) and a version-4 one (before rope + set_rows steps)
+    // are refused with the command that remakes them.
+    for old in [1, 2, 3, 4] {
         std::fs::write(
             &plan,
-            text_in.replacen("format_version: 4", &format!("format_version: {old}"), 1),
+            text_in.replacen("format_version: 5", &format!("format_version: {old}"), 1),
         )
         .unwrap();
         let out = ggplan(&["verify", &plan]);

@@ -129,7 +129,7 @@ fn run_refuses_bad_plans_and_missing_inputs_with_a_clear_error() {
         &newer,
         std::fs::read_to_string(&p)
             .unwrap()
-            .replace("format_version: 4,", "format_version: 7,"),
+            .replace("format_version: 5,", "format_version: 7,"),
     )
     .unwrap();
     let out = ggplan(&["run", newer.to_str().unwrap(), "--random-weights", "1"]);

@@ -42,16 +42,18 @@ fn check(c: &mut Checker<'_>, target: &Target) {
         };
         for (k, step) in split.steps.iter().enumerate() {
             match step {
-                Step::Op { op, dst, srcs } => {
-                    let Some(src0) = srcs.first().and_then(|&s| c.tensor(s)) else {
-                        continue; // format
-                    };
-                    if !dev.supports(op, src0.dtype) {
-                        let msg = format!(
-                            "split {s} step {k} runs {op} with a {} src0 on {}, which does not support it",
-                            src0.dtype, dev.name
-                        );
-                        c.tensor_problem(Support, *dst, msg);
+                Step::Op { .. } | Step::RopeStore { .. } => {
+                    for (op, dst, srcs) in step.ops() {
+                        let Some(src0) = srcs.first().and_then(|&s| c.tensor(s)) else {
+                            continue; // format
+                        };
+                        if !dev.supports(op, src0.dtype) {
+                            let msg = format!(
+                                "split {s} step {k} runs {op} with a {} src0 on {}, which does not support it",
+                                src0.dtype, dev.name
+                            );
+                            c.tensor_problem(Support, dst, msg);
+                        }
                     }
                 }
                 Step::Fused { kernel } => {

@@ -136,7 +136,7 @@ pub fn of_plan(plan: &Plan) -> Decisions {
                     Step::MulMatAdd { .. } => 2,
                     Step::Attention { .. } => 4, // the permute is a view, no step
                     Step::MulMatGlu { inner, .. } => 3 + inner.len(),
-                    Step::MulMatMany { dsts, .. } => dsts.len(),
+                    Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. } => dsts.len(),
                     Step::Fused { kernel } => {
                         let k = plan.kernels.get(*kernel as usize);
                         k.map_or(1, |k| k.nodes.len())

@@ -58,14 +58,14 @@ fn tensor_name(plan: &Plan, t: u32) -> &str {
 /// Every tensor `step` writes (several for a `mul_mat` x N step).
 fn step_outputs(plan: &Plan, step: &Step) -> Vec<u32> {
     match step {
-        Step::MulMatMany { dsts, .. } => dsts.clone(),
+        Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. } => dsts.clone(),
         _ => step_output(plan, step).into_iter().collect(),
     }
 }
 
 fn step_output(plan: &Plan, step: &Step) -> Option<u32> {
     match step {
-        Step::MulMatMany { dsts, .. } => dsts.first().copied(),
+        Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. } => dsts.first().copied(),
         Step::Op { dst, .. }
         | Step::MulMatAdd { dst, .. }
         | Step::MulMatGlu { dst, .. }
@@ -82,6 +82,7 @@ fn step_kind(step: &Step) -> String {
         Step::Attention { .. } => "attention".to_string(),
         Step::MulMatGlu { .. } => "mul_mat + glu".to_string(),
         Step::MulMatMany { dsts, .. } => format!("mul_mat x {}", dsts.len()),
+        Step::RopeStore { dsts, .. } => format!("rope + set_rows x {}", dsts.len()),
     }
 }
 
@@ -320,6 +321,10 @@ fn detail(plan: &Plan) -> String {
         Step::MulMatMany { dsts, .. } => {
             let names: Vec<&str> = dsts.iter().map(|&d| tensor_name(plan, d)).collect();
             format!("{} (mul_mat x {})", names.join(", "), dsts.len())
+        }
+        Step::RopeStore { dsts, .. } => {
+            let names: Vec<&str> = dsts.iter().map(|&d| tensor_name(plan, d)).collect();
+            format!("{} (rope + set_rows x {})", names.join(", "), dsts.len())
         }
     };
     let mut writer = BTreeMap::new();

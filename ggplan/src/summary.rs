@@ -38,6 +38,9 @@ pub fn summary(plan: &Plan) -> String {
     let product_manys = (plan.splits.iter().flat_map(|sp| &sp.steps))
         .filter(|st| matches!(st, Step::MulMatMany { .. }))
         .count();
+    let rope_stores = (plan.splits.iter().flat_map(|sp| &sp.steps))
+        .filter(|st| matches!(st, Step::RopeStore { .. }))
+        .count();
     let and_product_adds = match product_adds {
         0 => String::new(),
         n => format!(" and {}", count(n, "mul_mat + add", "mul_mat + adds")),
@@ -47,6 +50,12 @@ pub fn summary(plan: &Plan) -> String {
     } + &match product_manys {
         0 => String::new(),
         n => format!(" and {}", count(n, "mul_mat x N", "mul_mat x Ns")),
+    } + &match rope_stores {
+        0 => String::new(),
+        n => format!(
+            " and {}",
+            count(n, "rope + set_rows", "rope + set_rows steps")
+        ),
     };
     let attentions = (plan.splits.iter().flat_map(|sp| &sp.steps))
         .filter(|st| matches!(st, Step::Attention { .. }))

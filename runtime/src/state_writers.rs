@@ -45,10 +45,7 @@ pub(crate) fn state_writers(
         if !host.get(device).copied().unwrap_or(false) {
             continue;
         }
-        for step in &split.steps {
-            let Step::Op { op, srcs, .. } = step else {
-                continue;
-            };
+        for (op, _, srcs) in split.steps.iter().flat_map(Step::ops) {
             let Some(&dest) = op.writes_into_source().and_then(|k| srcs.get(k)) else {
                 continue;
             };
@@ -62,7 +59,7 @@ pub(crate) fn state_writers(
                     device,
                     op: *op,
                     dest,
-                    srcs: srcs.clone(),
+                    srcs: srcs.to_vec(),
                 });
             }
         }

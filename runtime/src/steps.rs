@@ -60,7 +60,9 @@ pub(crate) fn prepare_all(
                     | Step::MulMatAdd { dst, .. }
                     | Step::MulMatGlu { dst, .. }
                     | Step::Attention { dst, .. } => *dst,
-                    Step::MulMatMany { dsts, .. } => dsts.first().copied().unwrap_or(0),
+                    Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. } => {
+                        dsts.first().copied().unwrap_or(0)
+                    }
                     Step::Fused { kernel } => {
                         (plan.kernels.get(*kernel as usize)).map_or(0, |k| k.output)
                     }

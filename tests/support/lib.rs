@@ -1,9 +1,11 @@
 //! Shared support for the workspace integration tests in `tests/`.
 
 pub mod bert_gguf;
+pub mod fused_steps;
 pub mod fuzz;
 pub mod generation;
 pub mod gguf_writer;
+pub mod llama_config;
 pub mod models;
 pub mod outputs;
 pub mod overlap;

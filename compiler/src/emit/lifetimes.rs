@@ -48,11 +48,12 @@ struct Access {
     /// which has no donors).
     more_writes: Vec<u32>,
     reads: Vec<u32>,
-    /// Operand positions that may donate their bytes to `writes`.
-    donors: Vec<usize>,
+    /// (operand position, tensor written): the operand may donate its bytes
+    /// to that result.
+    donors: Vec<(usize, u32)>,
 }
 
-fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
+fn accesses(table: &TensorTable, splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
     global_order(splits)
         .map(|item| {
             let donors = match item.work {
@@ -72,9 +73,11 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
                 ) => {
                     vec![]
                 }
-                Work::Step(Step::Op { op, srcs, .. }) => {
-                    in_place_operand(op, srcs.len()).into_iter().collect()
-                }
+                Work::Step(Step::Op { op, srcs, dst }) => (in_place_operand(op, srcs.len())
+                    .into_iter())
+                .map(|j| (j, *dst))
+                .collect(),
+                Work::Step(step @ Step::RopeStore { .. }) => rope_store_donors(table, step),
                 Work::Step(Step::Fused { kernel }) => {
                     let k = &kernels[*kernel as usize];
                     let normed: Vec<u32> = k
@@ -87,6 +90,7 @@ fn accesses(splits: &[Split], kernels: &[FusedKernel]) -> Vec<Access> {
                         .collect();
                     (0..k.inputs.len())
                         .filter(|&j| !normed.contains(&(j as u32)))
+                        .map(|j| (j, k.output))
                         .collect()
                 }
             };
@@ -119,7 +123,7 @@ pub(super) fn compute(
                         && !graph.tensor(TensorId(t as u32)).is_leaf())
         })
         .collect();
-    let steps = accesses(splits, kernels);
+    let steps = accesses(table, splits, kernels);
     let end = steps.len().saturating_sub(1);
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
@@ -155,15 +159,42 @@ pub(super) fn compute(
         merges: Vec::new(),
     };
     for (s, a) in steps.iter().enumerate() {
-        if let Some((j, donor)) =
-            (a.donors.iter()).find_map(|&j| Some((j, live.donor(table, a, j, s)?)))
-        {
-            let root = live.find(donor);
-            live.parent[a.writes as usize] = root;
-            live.merges.push((a.writes, donor, a.reads[j]));
+        for w in [a.writes].iter().chain(&a.more_writes) {
+            let mut candidates = a.donors.iter().filter(|&&(_, to)| to == *w);
+            if let Some((j, donor)) =
+                candidates.find_map(|&(j, _)| Some((j, live.donor(table, a, (j, *w), s)?)))
+            {
+                let root = live.find(donor);
+                live.parent[*w as usize] = root;
+                live.merges.push((*w, donor, a.reads[j]));
+            }
         }
     }
     live
+}
+
+/// A rope-and-store step's donors: each rope whose result no store in the
+/// step reads (a chained store rotates its rope's operand while the rope
+/// writes, so that rope works out of place) may rotate its source in place.
+fn rope_store_donors(table: &TensorTable, step: &Step) -> Vec<(usize, u32)> {
+    let ops = step.ops();
+    let stored = |rope: u32| {
+        (ops.iter()).any(|&(op, _, srcs)| {
+            *op == ir::Op::SetRows
+                && srcs
+                    .get(1)
+                    .is_some_and(|&r| table.owner[r as usize] == rope)
+        })
+    };
+    let mut donors = Vec::new();
+    let mut at = 0;
+    for &(op, dst, srcs) in &ops {
+        if matches!(op, ir::Op::Rope(_)) && !stored(dst) {
+            donors.push((at, dst));
+        }
+        at += srcs.len();
+    }
+    donors
 }
 
 impl Live {
@@ -174,9 +205,16 @@ impl Live {
         t
     }
 
-    /// The owner operand `j` of step `a` (at step `s`) can donate, if any.
-    fn donor(&self, table: &TensorTable, a: &Access, j: usize, s: usize) -> Option<u32> {
-        let dst = a.writes as usize;
+    /// The owner operand `j` of step `a` (at step `s`) can donate to its
+    /// result `dst`, if any.
+    fn donor(
+        &self,
+        table: &TensorTable,
+        a: &Access,
+        (j, dst): (usize, u32),
+        s: usize,
+    ) -> Option<u32> {
+        let dst = dst as usize;
         let src = *a.reads.get(j)? as usize;
         let o = table.owner[src] as usize;
         let (ts, td) = (&table.tensors[src], &table.tensors[dst]);

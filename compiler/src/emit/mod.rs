@@ -143,6 +143,13 @@ pub fn emit_plan(
                 }
                 continue;
             }
+            if let Some(group) = fusion.rope_store_of(node) {
+                // Every member runs at the last one's position.
+                if group.members.last() == Some(&node) {
+                    steps.push(rope_store_step(graph, &mut table, group, d)?);
+                }
+                continue;
+            }
             if let Some(unit) = fusion.product_glu_of(node) {
                 // Both products and the unit run as the output's step.
                 if unit.dst == node {
@@ -391,4 +398,27 @@ fn product_glu_step(
         dst: unit.dst.0,
         srcs: [wg?, wu?, x?],
     })
+}
+
+/// The `RopeStore` step of `group`, its operands local to device `d`.
+fn rope_store_step(
+    graph: &Graph,
+    table: &mut tensors::TensorTable,
+    group: &crate::fuse::RopeStore,
+    d: ir::plan::DeviceId,
+) -> Result<Step, Error> {
+    let mut ops = Vec::with_capacity(group.members.len());
+    let mut srcs = Vec::new();
+    for &m in &group.members {
+        let t = graph.tensor(m);
+        ops.push(ir::plan::RowOp {
+            op: t.op.expect("members are nodes"),
+            n_srcs: t.srcs.len() as u32,
+        });
+        for &s in &t.srcs {
+            srcs.push(table.local(graph, s, d)?);
+        }
+    }
+    let dsts = group.members.iter().map(|m| m.0).collect();
+    Ok(Step::RopeStore { ops, dsts, srcs })
 }

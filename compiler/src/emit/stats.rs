@@ -72,7 +72,7 @@ pub(super) fn compute(
                         dst,
                         ..
                     } => products.iter().chain(inner).chain([dst]).copied().collect(),
-                    Step::MulMatMany { dsts, .. } => dsts.clone(),
+                    Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. } => dsts.clone(),
                 };
                 for n in nodes {
                     estimated_us += cost::op_time_us(target, device, graph, TensorId(n));
@@ -106,7 +106,9 @@ pub(super) fn compute(
             + (splits.iter().flat_map(|s| &s.steps))
                 .map(|st| match st {
                     Step::MulMatGlu { inner, .. } => 3 + inner.len() as u32,
-                    Step::MulMatMany { dsts, .. } => dsts.len() as u32,
+                    Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. } => {
+                        dsts.len() as u32
+                    }
                     _ => 0,
                 })
                 .sum::<u32>(),

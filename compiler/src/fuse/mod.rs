@@ -52,20 +52,23 @@
 //! computing the product and adding the other operand before it stores.
 //! Then each `cont(permute(mul_mat(v, soft_max(mul_mat(k, q)))))` no group or
 //! pair took becomes an [`Attention`] (rules in [`attention`]).
-//! Last, `mul_mat`s of one activation tensor that no fusion took join as a
+//! Then `mul_mat`s of one activation tensor that no fusion took join as a
 //! [`ProductMany`] (rules in [`product_many`]): one step, every product
-//! stored.
+//! stored. Last, a block's `rope` and `set_rows` nodes join as a
+//! [`RopeStore`] (rules in [`rope_store`]): one step, every result stored.
 
 pub mod attention;
 mod body;
 pub mod product_add;
 pub mod product_glu;
 pub mod product_many;
+pub mod rope_store;
 
 pub use attention::Attention;
 pub use product_add::ProductAdd;
 pub use product_glu::ProductGlu;
 pub use product_many::ProductMany;
+pub use rope_store::RopeStore;
 
 use crate::assign::Assignment;
 use ir::plan::{BinaryFn, Expr, UnaryFn};
@@ -86,6 +89,9 @@ pub struct Fusion {
     /// Sibling products computed as one step, in the order of their first
     /// members.
     pub many: Vec<ProductMany>,
+    /// Rope and `set_rows` nodes computed as one step, in the order of
+    /// their first members.
+    pub rope_stores: Vec<RopeStore>,
 }
 
 impl Fusion {
@@ -95,13 +101,23 @@ impl Fusion {
     }
 
     /// The number of nodes that are members of some group, product-add,
-    /// attention, product-GLU or sibling-product group.
+    /// attention, product-GLU, sibling-product or rope-and-store group.
     pub fn n_fused_nodes(&self) -> usize {
         self.groups.iter().map(|g| g.nodes.len()).sum::<usize>()
             + 2 * self.products.len()
             + 5 * self.attentions.len()
             + self.glus.iter().map(|u| u.nodes().count()).sum::<usize>()
             + self.many.iter().map(|m| m.products.len()).sum::<usize>()
+            + self
+                .rope_stores
+                .iter()
+                .map(|r| r.members.len())
+                .sum::<usize>()
+    }
+
+    /// The rope-and-store group computing node `id`, if any.
+    pub fn rope_store_of(&self, id: TensorId) -> Option<&RopeStore> {
+        self.rope_stores.iter().find(|r| r.members.contains(&id))
     }
 
     /// The attention whose node (intermediate or result) is `id`, if any.
@@ -269,12 +285,17 @@ pub fn fuse_elementwise_where(
         taken[n.index()] = true;
     }
     let many = product_many::find(&ctx, order, &taken);
+    for m in many.iter().flat_map(|m| &m.products) {
+        taken[m.index()] = true;
+    }
+    let rope_stores = rope_store::find(&ctx, order, &taken);
     Fusion {
         groups,
         products,
         attentions,
         glus,
         many,
+        rope_stores,
     }
 }
 

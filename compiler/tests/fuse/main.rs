@@ -16,6 +16,7 @@ mod attention;
 mod product_add;
 mod product_glu;
 mod product_many;
+mod rope_store;
 mod rules;
 
 fn examples() -> Vec<(String, Graph)> {
@@ -145,6 +146,39 @@ fn check_rules(g: &Graph, a: &Assignment, order: &[TensorId], f: &Fusion) {
             assert_eq!(a.device[p.index()], a.device[m.products[0].index()]);
             if k > 0 {
                 assert!(pos(m.products[k - 1]) < pos(p));
+            }
+        }
+    }
+    // Rope and stores (rules in `rope_store`): ropes and set_rows on one
+    // device, in order; no node between the first and the last reads a root
+    // a member writes or writes into one a member touches.
+    for r in &f.rope_stores {
+        assert!((2..=4).contains(&r.members.len()));
+        let written: Vec<TensorId> = r.members.iter().map(|&m| g.storage_of(m).root).collect();
+        for (k, &m) in r.members.iter().enumerate() {
+            assert!(!seen.contains(&m), "{m} is in two fusions");
+            seen.push(m);
+            assert!(matches!(g.tensor(m).op, Some(Op::Rope(_) | Op::SetRows)));
+            assert_eq!(a.device[m.index()], a.device[r.members[0].index()]);
+            if k > 0 {
+                assert!(pos(r.members[k - 1]) < pos(m));
+            }
+        }
+        let (first, last) = (pos(r.members[0]), pos(*r.members.last().unwrap()));
+        for &n in &order[first + 1..last] {
+            let t = g.tensor(n);
+            if r.members.contains(&n) || t.op.is_none_or(|op| op.is_view()) {
+                continue;
+            }
+            for &s in &t.srcs {
+                assert!(
+                    !written.contains(&g.storage_of(s).root),
+                    "{} reads a member's result before the step",
+                    t.name
+                );
+            }
+            if writes_into(g, n) {
+                assert!(!written.contains(&g.storage_of(n).root));
             }
         }
     }

@@ -6,7 +6,7 @@
 //! (indices out of range, view or copy chains that loop): it stops and
 //! answers from what it reached, never panics.
 
-use super::{Placement, Plan, PlanTensor, Step};
+use super::{Placement, Plan, PlanTensor};
 use crate::Op;
 use crate::layout::Layout;
 use std::collections::BTreeMap;
@@ -53,31 +53,20 @@ impl Plan {
     /// among the tables it indexes and that table.
     pub fn index_tables(&self) -> BTreeMap<u32, (i64, u32)> {
         let mut out: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
-        for step in self.splits.iter().flat_map(|s| &s.steps) {
+        let ops = (self.splits.iter().flat_map(|s| &s.steps)).flat_map(|step| step.ops());
+        for (op, _, srcs) in ops {
             // `part`: a part of a row-cut table takes any row of the full
             // table (its shard's extent); the others give zeros there.
             // `experts`: mul_mat_id's ids pick matrices along the table's dim 2.
             let mut experts = false;
-            let (index, table, part) = match step {
-                Step::Op {
-                    op: op @ (Op::GetRows | Op::GetRowsPart { .. }),
-                    srcs,
-                    ..
-                } => (
+            let (index, table, part) = match op {
+                Op::GetRows | Op::GetRowsPart { .. } => (
                     srcs.get(1),
                     srcs.first(),
                     matches!(op, Op::GetRowsPart { .. }),
                 ),
-                Step::Op {
-                    op: Op::SetRows,
-                    srcs,
-                    ..
-                } => (srcs.get(2), srcs.first(), false),
-                Step::Op {
-                    op: Op::MulMatId,
-                    srcs,
-                    ..
-                } => {
+                Op::SetRows => (srcs.get(2), srcs.first(), false),
+                Op::MulMatId => {
                     experts = true;
                     (srcs.get(2), srcs.first(), false)
                 }
@@ -100,5 +89,37 @@ impl Plan {
             }
         }
         out
+    }
+
+    /// The earlier rope among a `RopeStore`'s `ops` ([`super::Step::ops`]) whose
+    /// result `set_rows` op `j` stores: its rows are a packed view at offset
+    /// 0 of that rope's packed result (which owns arena bytes), of its dtype
+    /// and element count, so element `n` of the rows is element `n` of the
+    /// rope's result. The step's kernel then rotates the rope's operands
+    /// itself rather than reading the result.
+    pub fn chained_rope(&self, ops: &[(&Op, u32, &[u32])], j: usize) -> Option<usize> {
+        let rows = *ops.get(j)?.2.get(1)?;
+        let r = self.tensors.get(rows as usize)?;
+        let Placement::View { of, offset: 0 } = r.placement else {
+            return None;
+        };
+        let i =
+            (ops[..j].iter()).position(|&(op, dst, _)| matches!(op, Op::Rope(_)) && dst == of)?;
+        let d = self.tensors.get(of as usize)?;
+        let packed = |t: &PlanTensor| {
+            Layout {
+                dtype: t.dtype,
+                ne: t.ne,
+                nb: t.nb,
+            }
+            .is_contiguous()
+        };
+        let count = |ne: [i64; 4]| ne.iter().product::<i64>();
+        let fits = matches!(d.placement, Placement::Arena { .. })
+            && r.dtype == d.dtype
+            && packed(r)
+            && packed(d)
+            && count(r.ne) == count(d.ne);
+        fits.then_some(i)
     }
 }

@@ -413,6 +413,56 @@ pub enum Step {
         /// The weights, one per result, then the activations.
         srcs: Vec<u32>,
     },
+    /// A block's rotary embeddings and KV-cache stores as one kernel
+    /// (`compiler::fuse::rope_store` states when): 2 to 4 `rope` and
+    /// `set_rows` nodes, each computed as its own `Op` step would compute it
+    /// and each stored. No op reads bytes another writes, except a `set_rows`
+    /// whose rows are a packed view of an earlier `rope`'s result: it
+    /// rotates the rope's source itself, so the ops may run at once.
+    RopeStore {
+        /// Each op and how many of `srcs` are its operands, in order.
+        ops: Vec<RowOp>,
+        /// Each op's result, in order.
+        dsts: Vec<u32>,
+        /// Every op's operands, in op order, each in its op's order.
+        srcs: Vec<u32>,
+    },
+}
+
+/// One op of a [`Step::RopeStore`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowOp {
+    /// `rope` or `set_rows`, with its parameters.
+    pub op: Op,
+    /// How many operands it takes from the step's `srcs` (`rope`: 2, or 3
+    /// with frequency factors; `set_rows`: 3).
+    pub n_srcs: u32,
+}
+
+impl Step {
+    /// The ops this step runs as their own `Op` steps would, each with its
+    /// result and operands: an `Op` step's op, each op of a `RopeStore`
+    /// (cut short where its counts disagree: the checker reports that);
+    /// none for other steps.
+    pub fn ops(&self) -> Vec<(&Op, u32, &[u32])> {
+        match self {
+            Step::Op { op, dst, srcs } => vec![(op, *dst, srcs.as_slice())],
+            Step::RopeStore { ops, dsts, srcs } => {
+                let mut out = Vec::with_capacity(ops.len());
+                let mut at = 0usize;
+                for (row, &dst) in ops.iter().zip(dsts) {
+                    let Some(operands) = srcs.get(at..at.saturating_add(row.n_srcs as usize))
+                    else {
+                        break;
+                    };
+                    out.push((&row.op, dst, operands));
+                    at += row.n_srcs as usize;
+                }
+                out
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// A maximal run of steps on one device's compute stream.

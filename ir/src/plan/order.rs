@@ -42,13 +42,14 @@ impl<'a> GlobalItem<'a> {
     /// The tensors it reads: a copy's source, an op's sources, a fused
     /// kernel's inputs (none for a kernel out of range of `kernels`), a
     /// product-add's weight, activations and addend, an attention's
-    /// k, q, v and mask, a product-GLU's two weights and activations.
+    /// k, q, v and mask, a product-GLU's two weights and activations, a
+    /// rope-and-store step's operands.
     pub fn reads(&self, kernels: &'a [FusedKernel]) -> &'a [u32] {
         match self.work {
             Work::Copy(c) => std::slice::from_ref(&c.src),
             Work::Step(Step::Op { srcs, .. }) => srcs,
             Work::Step(Step::MulMatAdd { srcs, .. } | Step::MulMatGlu { srcs, .. }) => srcs,
-            Work::Step(Step::MulMatMany { srcs, .. }) => srcs,
+            Work::Step(Step::MulMatMany { srcs, .. } | Step::RopeStore { srcs, .. }) => srcs,
             Work::Step(Step::Attention { srcs, .. }) => srcs,
             Work::Step(Step::Fused { kernel }) => kernels
                 .get(*kernel as usize)
@@ -58,7 +59,7 @@ impl<'a> GlobalItem<'a> {
 
     /// The tensors it writes: a copy's destination, an op's result, a fused
     /// kernel's output (none for a kernel out of range of `kernels`), every
-    /// result of a `mul_mat` x N step.
+    /// result of a `mul_mat` x N or rope-and-store step.
     pub fn writes(&self, kernels: &'a [FusedKernel]) -> &'a [u32] {
         match self.work {
             Work::Copy(c) => std::slice::from_ref(&c.dst),
@@ -68,7 +69,7 @@ impl<'a> GlobalItem<'a> {
                 | Step::MulMatGlu { dst, .. }
                 | Step::Attention { dst, .. },
             ) => std::slice::from_ref(dst),
-            Work::Step(Step::MulMatMany { dsts, .. }) => dsts,
+            Work::Step(Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. }) => dsts,
             Work::Step(Step::Fused { kernel }) => kernels
                 .get(*kernel as usize)
                 .map_or(&[], |k| std::slice::from_ref(&k.output)),

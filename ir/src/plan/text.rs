@@ -10,8 +10,9 @@ use std::path::Path;
 
 /// The plan format version this build reads and writes.
 /// Version 3 added `Step::MulMatAdd`: a version-2 runtime would not know it;
-/// version 4 `Step::Attention`, `Step::MulMatGlu` and `Step::MulMatMany`.
-pub const PLAN_FORMAT_VERSION: u32 = 4;
+/// version 4 `Step::Attention`, `Step::MulMatGlu` and `Step::MulMatMany`;
+/// version 5 `Step::RopeStore`.
+pub const PLAN_FORMAT_VERSION: u32 = 5;
 
 /// One value as single-line RON (implicit `Some`, no header): how messages
 /// quote a plan value, in the file's own notation.
@@ -95,8 +96,9 @@ fn field_at(out: &mut String, indent: &str, name: &str, value: String) {
 /// streams and events were explicit) because its order between devices was
 /// implied, and re-deriving it is the compiler's job, which the runtime never
 /// runs; a version-2 plan (made before products fused with their residual
-/// add) or a version-3 one (before attention, and gate and up products with
-/// their GLU, ran as one step) because it would run more kernels than a
+/// add), a version-3 one (before attention, and gate and up products with
+/// their GLU, ran as one step) or a version-4 one (before rotary embeddings
+/// ran with their cache stores) because it would run more kernels than a
 /// recompiled one.
 pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
     const RECOMPILE: &str = "recompile its graph with \
@@ -104,7 +106,7 @@ pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
                              target_name and options say which)";
     crate::text::parse_versioned(text, path, PLAN_FORMAT_VERSION).map_err(|e| match e {
         Error::FormatVersion {
-            found: found @ (1..=3),
+            found: found @ (1..=4),
             ..
         } => Error::Outdated {
             path: path.to_string(),
@@ -113,6 +115,9 @@ pub fn parse_plan(text: &str, path: &str) -> Result<Plan, Error> {
             remedy: match found {
                 1 => format!("it predates explicit streams and events; {RECOMPILE}"),
                 2 => format!("it predates mul_mat steps fused with their add; {RECOMPILE}"),
+                4 => format!(
+                    "it predates rotary embeddings fused with their cache stores; {RECOMPILE}"
+                ),
                 _ => format!(
                     "it predates attention steps and mul_mat steps fused with their GLU; \
                      {RECOMPILE}"

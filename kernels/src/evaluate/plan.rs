@@ -222,15 +222,20 @@ pub fn evaluate_plan<'p>(
         }
         for step in &split.steps {
             match step {
-                Step::Op { op, dst, srcs } => {
-                    check_reads(plan, device, Some(op), srcs)?;
-                    let values: Vec<Dense> = srcs
-                        .iter()
-                        .map(|&s| memory.read(s))
-                        .collect::<Result<_, _>>()?;
-                    let refs: Vec<&Dense> = values.iter().collect();
-                    let out = compute(op, &refs, &layout_of(plan, *dst));
-                    memory.write(*dst, &out)?;
+                // An op; a rope-and-store step's ops in turn, each as its own
+                // step would (the checker proved them independent, so the
+                // order is immaterial).
+                Step::Op { .. } | Step::RopeStore { .. } => {
+                    for (op, dst, srcs) in step.ops() {
+                        check_reads(plan, device, Some(op), srcs)?;
+                        let values: Vec<Dense> = srcs
+                            .iter()
+                            .map(|&s| memory.read(s))
+                            .collect::<Result<_, _>>()?;
+                        let refs: Vec<&Dense> = values.iter().collect();
+                        let out = compute(op, &refs, &layout_of(plan, dst));
+                        memory.write(dst, &out)?;
+                    }
                 }
                 Step::MulMatAdd { product, dst, srcs } => {
                     // The two ops one after the other, the product held here

@@ -193,6 +193,37 @@ impl PrepareCtx<'_> {
         self.compound_step(split, "mul_mat_many", run, (dsts[0], srcs), costs)
     }
 
+    /// A rope-and-store step (`step`, a `Step::RopeStore`) of split `split`
+    /// running `kernel`. It is known by its first op: `op`, `dst` and `srcs`
+    /// are that op's (so `--check` compares the first result, the others
+    /// through their readers' steps and the outputs), its costs every op's
+    /// bytes and one operation per result element.
+    pub fn rope_store_step(
+        &self,
+        split: usize,
+        step: &ir::plan::Step,
+        kernel: Box<dyn super::DeviceStep>,
+        fallback: bool,
+    ) -> PreparedStep {
+        let ops = step.ops();
+        let (op, dst, srcs) = ops[0];
+        let bytes = (ops.iter())
+            .map(|&(_, d, s)| self.span(d) + s.iter().map(|&t| self.span(t)).sum::<u64>())
+            .sum::<u64>();
+        let flops = (ops.iter())
+            .map(|&(_, d, _)| self.raw(d).n_elements() as u64)
+            .sum();
+        let mut prepared = self.compound_step(
+            split,
+            "rope_store",
+            (kernel, fallback),
+            (dst, srcs),
+            (bytes, flops),
+        );
+        prepared.op = Some(*op);
+        prepared
+    }
+
     /// A fused product or attention step of split `split`: `kind`, its
     /// kernel and fallback flag, the tensor it is known by and its reads, its
     /// costs (bytes, flops); no op, fused kernel or product.

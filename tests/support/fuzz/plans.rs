@@ -254,6 +254,25 @@ fn edit(plan: &mut Plan, u: &mut Unstructured<'_>) -> Option<()> {
                         dsts.push(to);
                     }
                 }
+                Step::RopeStore { ops, dsts, srcs } => {
+                    // An id, an operand count, or an op's kind.
+                    let to = u.int_in_range(0..=n).ok()?;
+                    let slot = u.choose_index(dsts.len() + srcs.len() + 2).ok()?;
+                    if slot < dsts.len() {
+                        dsts[slot] = to;
+                    } else if slot < dsts.len() + srcs.len() {
+                        srcs[slot - dsts.len()] = to;
+                    } else if slot == dsts.len() + srcs.len() {
+                        let k = u.choose_index(ops.len()).ok()?;
+                        ops[k].n_srcs = u.int_in_range(0..=4).ok()?;
+                    } else {
+                        let k = u.choose_index(ops.len()).ok()?;
+                        ops[k].op = match ops[k].op {
+                            ir::Op::SetRows => ir::Op::Cpy,
+                            _ => ir::Op::SetRows,
+                        };
+                    }
+                }
                 Step::MulMatGlu {
                     products,
                     inner,

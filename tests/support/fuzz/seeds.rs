@@ -127,10 +127,23 @@ fn graph_texts() -> Vec<(String, String)> {
     texts
 }
 
+/// A two-block llama decode step over an 8-row F16 cache, 64 wide: its plan
+/// holds every fused step (attention, products of one input, product + GLU,
+/// product + add, rope + set_rows, elementwise groups).
+fn tiny_llama_decode() -> ir::Graph {
+    let cache = models::llama::CacheConfig {
+        n_ctx: 8,
+        kv_dtype: DType::F16,
+    };
+    models::llama::build_cached(&crate::llama_config::tiny_llama(1), &cache)
+        .expect("a valid config")
+}
+
 /// Base plans: the mlp example and a random graph on one CPU, on two core
 /// groups with a layer split, on two core groups with every weight split
 /// along axis 0 (shards, partial sums, an all-reduce), and on CPU + GPU
-/// (refused by a CPU runtime).
+/// (refused by a CPU runtime); a llama decode step on one CPU (every fused
+/// step).
 pub fn plans() -> Vec<(String, ir::plan::Plan)> {
     let mlp = ir::text::read_graph(&workspace_root().join("examples/graphs/mlp.ron"))
         .expect("examples/graphs/mlp.ron");
@@ -168,6 +181,12 @@ pub fn plans() -> Vec<(String, ir::plan::Plan)> {
             plans.push((format!("{}.{label}", graph.name), plan));
         }
     }
+    let llama = tiny_llama_decode();
+    let cpu = Target::preset("cpu").expect("preset");
+    let plan = (compile(&llama, &cpu, &CompileOptions::default()))
+        .expect("the llama decode step compiles")
+        .plan;
+    plans.push(("llama_decode.cpu".to_string(), plan));
     plans
 }
 

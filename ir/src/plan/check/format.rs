@@ -328,5 +328,6 @@ fn check_step(c: &mut Checker<'_>, s: usize, k: usize, step: &Step) {
             }
         }
         Step::MulMatMany { dsts, srcs } => super::product_many::format(c, name, dsts, srcs),
+        Step::RopeStore { .. } => super::rope_store::format(c, name, step),
     }
 }

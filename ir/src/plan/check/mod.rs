@@ -101,6 +101,8 @@ mod partial;
 mod placement;
 mod product_glu;
 mod product_many;
+mod rope_store;
+pub use rope_store::{MAX_OPS as ROPE_STORE_MAX_OPS, MAX_TENSORS as ROPE_STORE_MAX_TENSORS};
 mod race;
 mod shape;
 mod shards;

@@ -28,7 +28,7 @@ struct Touch {
 }
 
 /// Arena and byte range of tensor `t`, through its view if it is one.
-fn range_of(c: &Checker<'_>, t: u32) -> Option<(u32, u64, u64)> {
+pub(super) fn range_of(c: &Checker<'_>, t: u32) -> Option<(u32, u64, u64)> {
     let tensor = c.tensor(t)?;
     let span = span_of(tensor)?;
     let (arena, offset) = match tensor.placement {

@@ -32,6 +32,7 @@ pub(super) fn check(c: &mut Checker<'_>) {
                     }
                 }
                 Step::MulMatMany { dsts, srcs } => super::product_many::shape(c, dsts, srcs),
+                Step::RopeStore { .. } => super::rope_store::shape(c, step),
                 Step::Fused { .. } => {}
             }
         }

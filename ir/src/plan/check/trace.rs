@@ -44,7 +44,23 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
         .map(|item| {
             let (s, k) = (item.split, item.position);
             let split = &plan.splits[s];
-            let reads = (item.reads(&plan.kernels).iter().copied()).filter(in_range).collect();
+            // A chained store's rows are its rope's result, which the step
+            // itself writes: the kernel rotates the rope's operands instead
+            // of reading them (`Plan::chained_rope`), so they are no read.
+            let chained: Vec<u32> = match item.work {
+                Work::Step(step @ Step::RopeStore { .. }) => {
+                    let ops = step.ops();
+                    (0..ops.len())
+                        .filter(|&j| plan.chained_rope(&ops, j).is_some())
+                        .map(|j| ops[j].2[1])
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            let reads = (item.reads(&plan.kernels).iter().copied())
+                .filter(in_range)
+                .filter(|t| !chained.contains(t))
+                .collect();
             let writes = (item.writes(&plan.kernels).iter().copied()).filter(in_range).collect();
             match item.work {
                 Work::Copy(copy) => Access {
@@ -83,6 +99,9 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             Step::MulMatMany { dsts, .. } => {
                                 format!("split {s} step {k} (mul_mat x {})", dsts.len())
                             }
+                            Step::RopeStore { dsts, .. } => {
+                                format!("split {s} step {k} (rope + set_rows x {})", dsts.len())
+                            }
                         },
                         is_copy: false,
                         reads_peers: matches!(step, Step::Op { op, .. } if op.collective().is_some()),
@@ -101,6 +120,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             | Step::MulMatAdd { .. }
                             | Step::MulMatGlu { .. }
                             | Step::MulMatMany { .. }
+                            | Step::RopeStore { .. }
                             | Step::Attention { .. } => None,
                         },
                         kernel: match step {
@@ -109,6 +129,7 @@ pub(super) fn accesses(plan: &Plan) -> Vec<Access> {
                             | Step::MulMatAdd { .. }
                             | Step::MulMatGlu { .. }
                             | Step::MulMatMany { .. }
+                            | Step::RopeStore { .. }
                             | Step::Attention { .. } => None,
                         },
                         reads,

@@ -13,6 +13,7 @@ pub mod affinity;
 pub mod attention;
 mod device;
 pub mod fast;
+pub mod in_turn;
 #[cfg(not(feature = "llvm"))]
 #[path = "jit_off.rs"]
 pub mod jit;
@@ -24,7 +25,6 @@ pub mod pool;
 pub mod prepare;
 pub mod product_add;
 pub mod product_glu;
-pub mod product_many;
 pub mod reference_kernel;
 pub mod tensor;
 

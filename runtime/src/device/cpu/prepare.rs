@@ -4,9 +4,9 @@
 //! load report); and a copy between host arenas, a memcpy.
 
 use super::attention::{AttentionBuffers, SharedAttentionBuffers};
+use super::in_turn::KernelsInTurn;
 use super::product_add::ProductAddKernel;
 use super::product_glu::ProductGluKernel;
-use super::product_many::ProductManyKernel;
 use super::reference_kernel::{ReferenceFusedKernel, ReferenceKernel};
 use super::{CpuKernel, FastKernels, RawTensor, ThreadCtx};
 use crate::RuntimeError;
@@ -86,8 +86,21 @@ pub(super) fn prepare_step(
                 products.push(k);
                 fallback |= slow;
             }
-            let kernel = Box::new(CpuStep(Box::new(ProductManyKernel { products })));
+            let kernel = Box::new(CpuStep(Box::new(KernelsInTurn { kernels: products })));
             Ok(ctx.product_many_step(split, step, kernel, fallback))
+        }
+        Step::RopeStore { .. } => {
+            let mut kernels = Vec::new();
+            let mut fallback = false;
+            for (op, dst, srcs) in step.ops() {
+                ctx.check_reads(split, Some(op), srcs)?;
+                let s: Vec<RawTensor> = srcs.iter().map(|&t| ctx.raw(t)).collect();
+                let (k, slow) = op_kernel(fast, op, ctx.raw(dst), &s, false)?;
+                kernels.push(k);
+                fallback |= slow;
+            }
+            let kernel = Box::new(CpuStep(Box::new(KernelsInTurn { kernels })));
+            Ok(ctx.rope_store_step(split, step, kernel, fallback))
         }
         Step::MulMatGlu {
             kind, dst, srcs, ..

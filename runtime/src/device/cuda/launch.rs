@@ -15,7 +15,9 @@ use ir::plan::Expr;
 use ir::{DType, Op, RopeMode};
 
 mod attention;
+mod rope_store;
 pub use attention::{MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM, attention};
+pub use rope_store::{RowOp, rope_store, row_ops};
 
 /// Which kernel a launch runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -64,6 +64,15 @@ pub(super) fn prepare_step(
             let kernel = Box::new(CudaStep::new(device, launch));
             Ok(ctx.product_many_step(split, step, kernel, false))
         }
+        Step::RopeStore { .. } => {
+            for (op, _, srcs) in step.ops() {
+                ctx.check_reads(split, Some(op), srcs)?;
+            }
+            let ops = launch::row_ops(ctx.plan, step, |t| ctx.raw(t));
+            let launch = launch::rope_store(&ops).map_err(on_gpu)?;
+            let kernel = Box::new(CudaStep::new(device, launch));
+            Ok(ctx.rope_store_step(split, step, kernel, false))
+        }
         Step::MulMatGlu {
             kind, dst, srcs, ..
         } => {

@@ -11,16 +11,17 @@ use std::collections::BTreeMap;
 
 /// The op library's source (`kernels/common.cuh` + `kernels/blocks.cuh` +
 /// `kernels/ops.cu` + `kernels/attention.cu` + `kernels/product_glu.cu` +
-/// `kernels/product_many.cu`).
+/// `kernels/product_many.cu` + `kernels/rope_store.cu`).
 pub fn library_source() -> String {
     format!(
-        "{}\n{}\n{}\n{}\n{}\n{}",
+        "{}\n{}\n{}\n{}\n{}\n{}\n{}",
         include_str!("kernels/common.cuh"),
         include_str!("kernels/blocks.cuh"),
         include_str!("kernels/ops.cu"),
         include_str!("kernels/attention.cu"),
         include_str!("kernels/product_glu.cu"),
-        include_str!("kernels/product_many.cu")
+        include_str!("kernels/product_many.cu"),
+        include_str!("kernels/rope_store.cu")
     )
 }
 
@@ -45,6 +46,7 @@ pub const LIBRARY_KERNELS: &[&str] = &[
     "mul_mat_glu_tiled",
     "mul_mat_many_vec",
     "mul_mat_many_tiled",
+    "rope_store",
 ];
 
 /// The module of one generated kernel: common.cuh, then its source. Each
@@ -130,6 +132,10 @@ pub fn plan_kernels(plan: &Plan) -> Result<PlanKernels, RuntimeError> {
                     let x = raw(srcs[dsts.len()]);
                     (launch::mul_mat_many(&d, &w, x), dsts[0])
                 }
+                Step::RopeStore { dsts, .. } => (
+                    launch::rope_store(&launch::row_ops(plan, step, raw)),
+                    dsts[0],
+                ),
                 Step::Fused { kernel } => {
                     let k = &plan.kernels[*kernel as usize];
                     let inputs: Vec<RawTensor> = k.inputs.iter().map(|&t| raw(t)).collect();

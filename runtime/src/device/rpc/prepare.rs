@@ -24,7 +24,7 @@ pub(super) fn prepare_step(
         return Err(RuntimeError::Unsupported {
             op: "fused".to_string(),
             detail: format!(
-                "a fused kernel or fused step (mul_mat + add, mul_mat + glu, mul_mat x N, attention) on remote device '{}' (ggml runs ops one by one; \
+                "a fused kernel or fused step (mul_mat + add, mul_mat + glu, mul_mat x N, attention, rope + set_rows) on remote device '{}' (ggml runs ops one by one; \
                  the compiler does not fuse there)",
                 ctx.device_name(split)
             ),
@@ -112,7 +112,9 @@ pub(super) fn f32_weights(plan: &Plan) -> Vec<bool> {
                 Step::MulMatAdd { srcs, .. } | Step::MulMatGlu { srcs, .. } => {
                     srcs.iter().for_each(|&s| refuse(s))
                 }
-                Step::MulMatMany { srcs, .. } => srcs.iter().for_each(|&s| refuse(s)),
+                Step::MulMatMany { srcs, .. } | Step::RopeStore { srcs, .. } => {
+                    srcs.iter().for_each(|&s| refuse(s))
+                }
                 Step::Attention { srcs, .. } => srcs.iter().for_each(|&s| refuse(s)),
                 Step::Fused { kernel } => {
                     for &s in plan

@@ -258,42 +258,90 @@ extern "C" __global__ void soft_max(const Args a) {
   }
 }
 
-// rope: t0 = dst, t1 = src [head_dim, n_head, n_tokens, 1], t2 = I32
-// positions [n_tokens]; i[0] = mode (0 normal: pairs (2i, 2i+1); 1 neox:
-// (i, i + n_dims/2)), i[1] = n_dims; i[2] = 1 when t3 holds the F32
-// frequency factors (one per pair, dividing its angle); f[0..6] = freq_base, freq_scale,
-// ext_factor, attn_factor, YaRN corr low, corr high. Angles in f64 as the
-// reference computes them. Each pair is read before it is written by the same
-// thread, so dst may be src. grid = rows, block 64.
-extern "C" __global__ void rope(const Args a) {
-  const T &D = a.t[0], &X = a.t[1], &P = a.t[2];
-  const int mode = a.i[0], n_dims = a.i[1], has_factors = a.i[2];
-  const double freq_base = a.f[0], freq_scale = a.f[1], ext_factor = a.f[2];
-  const double attn_factor = a.f[3], low = a.f[4], high = a.f[5];
-  long long i1, i2, i3;
-  unrow(blockIdx.x, X.ne, i1, i2, i3);
-  const double pos = (double)(*(const int *)at(P, i2, 0, 0, 0));
-  const int half = n_dims / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double factor = has_factors ? (double)*(const float *)at(a.t[3], i, 0, 0, 0) : 1.0;
-    const double theta_extrap = pos * pow(freq_base, -2.0 * i / (double)n_dims) / factor;
-    const double theta_interp = freq_scale * theta_extrap;
-    double mscale = attn_factor, theta = theta_interp;
-    if (ext_factor != 0.0) {
-      double y = (i - low) / fmax(high - low, 0.001);
-      y = fmin(fmax(y, 0.0), 1.0);
-      const double mix = (1.0 - y) * ext_factor;
-      mscale *= 1.0 + 0.1 * log(1.0 / freq_scale);
-      theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
-    }
-    const float c = (float)(cos(theta) * mscale), s = (float)(sin(theta) * mscale);
-    const long long j0 = mode == 0 ? 2 * i : i, j1 = mode == 0 ? 2 * i + 1 : i + half;
-    const float x0 = ldf(at(X, j0, i1, i2, i3), X.dt), x1 = ldf(at(X, j1, i1, i2, i3), X.dt);
-    stf(at_mut(D, j0, i1, i2, i3), D.dt, x0 * c - x1 * s);
-    stf(at_mut(D, j1, i1, i2, i3), D.dt, x0 * s + x1 * c);
+// rope's parameters: mode (0 normal: pairs (2i, 2i+1); 1 neox: (i, i +
+// n_dims/2)), n_dims, the F32 frequency factors (one per pair, dividing its
+// angle) or none, freq_base, freq_scale, ext_factor, attn_factor, YaRN corr
+// low and high.
+struct RopeP {
+  int mode, n_dims;
+  const T *factors;
+  double base, scale, ext, attn, low, high;
+};
+
+__device__ __forceinline__ RopeP rope_p(int mode, int n_dims, const T *factors, const float *f) {
+  RopeP p = {mode, n_dims, factors, f[0], f[1], f[2], f[3], f[4], f[5]};
+  return p;
+}
+
+// cos and sin (times the magnitude scale) of pair i's angle at `pos`, in f64
+// as the reference computes them.
+__device__ __forceinline__ void rope_cs(const RopeP &p, int i, double pos, float &c, float &s) {
+  const double factor = p.factors ? (double)*(const float *)at(*p.factors, i, 0, 0, 0) : 1.0;
+  const double theta_extrap = pos * pow(p.base, -2.0 * i / (double)p.n_dims) / factor;
+  const double theta_interp = p.scale * theta_extrap;
+  double mscale = p.attn, theta = theta_interp;
+  if (p.ext != 0.0) {
+    double y = (i - p.low) / fmax(p.high - p.low, 0.001);
+    y = fmin(fmax(y, 0.0), 1.0);
+    const double mix = (1.0 - y) * p.ext;
+    mscale *= 1.0 + 0.1 * log(1.0 / p.scale);
+    theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
   }
-  for (long long i0 = n_dims + threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x)
+  c = (float)(cos(theta) * mscale);
+  s = (float)(sin(theta) * mscale);
+}
+
+// The rotated pair's first (x0 c - x1 s) or second (x0 s + x1 c) value,
+// rounded at each operation (no contraction), so every kernel rotating a
+// pair gets the same bits.
+__device__ __forceinline__ float rope_turn(float x0, float x1, float c, float s, bool second) {
+  return second ? __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))
+                : __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+}
+
+// Row (i1, i2, i3) of X rotated into D by this block's threads; positions P
+// (I32) by i2. Each pair is read before it is written by the same thread, so
+// D may be X.
+__device__ void rope_row(const RopeP &p, const T &D, const T &X, const T &P, long long i1, long long i2,
+                         long long i3) {
+  const double pos = (double)(*(const int *)at(P, i2, 0, 0, 0));
+  const int half = p.n_dims / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float c, s;
+    rope_cs(p, i, pos, c, s);
+    const long long j0 = p.mode == 0 ? 2 * i : i, j1 = p.mode == 0 ? 2 * i + 1 : i + half;
+    const float x0 = ldf(at(X, j0, i1, i2, i3), X.dt), x1 = ldf(at(X, j1, i1, i2, i3), X.dt);
+    stf(at_mut(D, j0, i1, i2, i3), D.dt, rope_turn(x0, x1, c, s, false));
+    stf(at_mut(D, j1, i1, i2, i3), D.dt, rope_turn(x0, x1, c, s, true));
+  }
+  for (long long i0 = p.n_dims + threadIdx.x; i0 < X.ne[0]; i0 += blockDim.x)
     stf(at_mut(D, i0, i1, i2, i3), D.dt, ldf(at(X, i0, i1, i2, i3), X.dt));
+}
+
+// Element (j0, j1, j2, j3) of X rotated: what rope_row stores there.
+__device__ __forceinline__ float rope_value(const RopeP &p, const T &X, const T &P, long long j0, long long j1,
+                                            long long j2, long long j3) {
+  if (j0 >= p.n_dims) return ldf(at(X, j0, j1, j2, j3), X.dt);
+  const double pos = (double)(*(const int *)at(P, j2, 0, 0, 0));
+  const int half = p.n_dims / 2;
+  const int i = p.mode == 0 ? (int)(j0 / 2) : (int)(j0 % half);
+  const bool second = p.mode == 0 ? (j0 & 1) : j0 >= half;
+  const long long a0 = p.mode == 0 ? 2 * i : i, a1 = p.mode == 0 ? 2 * i + 1 : i + half;
+  float c, s;
+  rope_cs(p, i, pos, c, s);
+  const float x0 = ldf(at(X, a0, j1, j2, j3), X.dt), x1 = ldf(at(X, a1, j1, j2, j3), X.dt);
+  return rope_turn(x0, x1, c, s, second);
+}
+
+// rope: t0 = dst, t1 = src [head_dim, n_head, n_tokens, 1], t2 = I32
+// positions [n_tokens]; i[0] = mode, i[1] = n_dims; i[2] = 1 when t3 holds
+// the F32 frequency factors; f[0..6] = freq_base, freq_scale, ext_factor,
+// attn_factor, YaRN corr low, corr high (RopeP). grid = rows, block 64.
+extern "C" __global__ void rope(const Args a) {
+  const RopeP p = rope_p(a.i[0], a.i[1], a.i[2] ? &a.t[3] : 0, a.f);
+  long long i1, i2, i3;
+  unrow(blockIdx.x, a.t[1].ne, i1, i2, i3);
+  rope_row(p, a.t[0], a.t[1], a.t[2], i1, i2, i3);
 }
 
 // cpy / cont: t0 = dst, t1 = src with the same element count; element n
@@ -314,21 +362,21 @@ extern "C" __global__ void copy_elements(const Args a) {
   }
 }
 
-// set_rows: t0 = dst (src0's bytes), t1 = rows [ne0, n, ne2, ne3], t2 = I32
-// indices [n, ne2', ne3'] (broadcast over dims 1, 2). Row (i, i2, i3) of rows
-// goes to row idx[i, i2 % ne1', i3 % ne2'] of dst's matrix (i2, i3). One
-// block per source row; a row skips itself when a later row of its plane
-// names the same destination (the later row wins, as in the reference, even
-// with repeated indices), so every destination is written once. O(n^2)
-// index reads per plane for n source rows, never O(destination rows): a
-// transposed V cache has n_ctx x width one-element destination rows. A row
-// no index names keeps its bytes; an index outside dst names no row.
-// grid = rows of t1, block 32 or 256.
-extern "C" __global__ void set_rows(const Args a) {
+// Row `row` of rows R stored into D at the row its index in I names
+// (broadcast over dims 1, 2): row (i, i2, i3) goes to row idx[i, i2 % ne1',
+// i3 % ne2'] of D's matrix (i2, i3). A row skips itself when a later row of
+// its plane names the same destination (the later row wins, as in the
+// reference, even with repeated indices), so every destination is written
+// once. O(n^2) index reads per plane for n source rows, never O(destination
+// rows): a transposed V cache has n_ctx x width one-element destination
+// rows. A row no index names keeps its bytes; an index outside D names no
+// row. `value(i0, i, i2, i3)` is the element stored. The whole block calls
+// it (it synchronises).
+template <class Value>
+__device__ void set_rows_row(const T &D, const T &R, const T &I, long long row, const Value &value) {
   __shared__ int later;
-  const T &D = a.t[0], &R = a.t[1], &I = a.t[2];
   long long i, i2, i3;
-  unrow(blockIdx.x, R.ne, i, i2, i3);
+  unrow(row, R.ne, i, i2, i3);
   const long long j2 = i2 % I.ne[1], j3 = i3 % I.ne[2];
   const long long r = *(const int *)at(I, i, j2, j3, 0);
   if (r < 0 || r >= D.ne[1]) return;
@@ -339,7 +387,22 @@ extern "C" __global__ void set_rows(const Args a) {
   __syncthreads();
   if (later) return;
   for (long long i0 = threadIdx.x; i0 < R.ne[0]; i0 += blockDim.x)
-    stf(at_mut(D, i0, r, i2, i3), D.dt, ldf(at(R, i0, i, i2, i3), R.dt));
+    stf(at_mut(D, i0, r, i2, i3), D.dt, value(i0, i, i2, i3));
+}
+
+// The stored value of a plain set_rows: the rows' element.
+struct RowsValue {
+  const T &R;
+  __device__ float operator()(long long i0, long long i, long long i2, long long i3) const {
+    return ldf(at(R, i0, i, i2, i3), R.dt);
+  }
+};
+
+// set_rows: t0 = dst (src0's bytes), t1 = rows [ne0, n, ne2, ne3], t2 = I32
+// indices [n, ne2', ne3'] (set_rows_row). grid = rows of t1, block 32 or 256.
+extern "C" __global__ void set_rows(const Args a) {
+  const RowsValue value = {a.t[1]};
+  set_rows_row(a.t[0], a.t[1], a.t[2], blockIdx.x, value);
 }
 
 // concat: t0 = dst, t1 = a, t2 = b joined along i[0]. Grid-stride over l[0]
