@@ -424,3 +424,80 @@ fn a_weight_on_a_device_that_cannot_run_its_user_says_so() {
         );
     }
 }
+
+/// Three blocks of a mixture of experts: a 256 KiB attention weight and
+/// three 1 MiB expert tensors each, read by one product each.
+fn moe_weights_graph() -> ir::Graph {
+    let mut b = GraphBuilder::new("moe_fit");
+    let x = b.input("x", DType::F32, [256, 1, 1, 1]).unwrap();
+    let xe = b.input("xe", DType::F32, [256, 1, 8, 1]).unwrap();
+    for l in 0..3 {
+        let q = b
+            .weight(
+                format!("blk.{l}.attn_q.weight"),
+                DType::F32,
+                [256, 256, 1, 1],
+            )
+            .unwrap();
+        let y = b.mul_mat(format!("q{l}"), q, x).unwrap();
+        b.mark_output(y).unwrap();
+        for part in ["down", "gate", "up"] {
+            let e = b
+                .weight(
+                    format!("blk.{l}.ffn_{part}_exps.weight"),
+                    DType::F32,
+                    [256, 128, 8, 1],
+                )
+                .unwrap();
+            let y = b.mul_mat(format!("{part}{l}"), e, xe).unwrap();
+            b.mark_output(y).unwrap();
+        }
+    }
+    b.finish().unwrap()
+}
+
+#[test]
+fn fit_places_every_block_s_attention_before_any_expert_as_llama_cpp_does() {
+    let g = moe_weights_graph();
+    let mut t = Target::preset("cpu+cuda0").expect("preset");
+    let gpu = t.devices.iter().position(|d| d.name == "cuda0").unwrap();
+    assert_eq!(gpu, 0, "the accelerator has the priority");
+    // Room for the three attention weights, block 0's experts and one more
+    // expert tensor (1.5 MiB spare).
+    let room = compute_reserve_bytes(&g) + 3 * (256 << 10) + (3 << 20) + (3 << 19);
+    t.devices[gpu].memory_bytes = room;
+    t.devices[gpu].max_buffer_bytes = room;
+    let o = PlacementOptions {
+        fit: true,
+        ..Default::default()
+    };
+    let w = place_weights(&g, &t, &o, Policy::Cost).expect("placement");
+    let at = |n: &str| {
+        let id = g.find(n).expect(n);
+        t.devices[w.device[id.index()].expect("placed").index()]
+            .name
+            .clone()
+    };
+    for l in 0..3 {
+        assert_eq!(at(&format!("blk.{l}.attn_q.weight")), "cuda0", "block {l}");
+    }
+    for part in ["up", "gate", "down"] {
+        assert_eq!(at(&format!("blk.0.ffn_{part}_exps.weight")), "cuda0");
+        assert_eq!(at(&format!("blk.2.ffn_{part}_exps.weight")), "cpu");
+    }
+    // Block 1's experts split by tensor: up kept, gate and down moved.
+    assert_eq!(
+        ["up", "gate", "down"].map(|p| at(&format!("blk.1.ffn_{p}_exps.weight"))),
+        ["cuda0", "cpu", "cpu"]
+    );
+    let why = &w.reason[g.find("blk.0.ffn_up_exps.weight").unwrap().index()];
+    assert!(
+        why.starts_with("--fit: block 0's experts (3.0 MiB;"),
+        "{why}"
+    );
+    let why = &w.reason[g.find("blk.1.ffn_up_exps.weight").unwrap().index()];
+    assert!(
+        why.contains("the rest of its block's experts did not fit"),
+        "{why}"
+    );
+}

@@ -11,7 +11,15 @@
 //!    ([`layer_of`]) or a weight in no block alone. A unit that does not fit
 //!    the current device moves the cursor to the next one, so blocks stay
 //!    contiguous per device (one crossing per device boundary); a unit that
-//!    fits no device from the cursor on may still go to an earlier one;
+//!    fits no device from the cursor on may still go to an earlier one.
+//!    A mixture of experts' expert tensors (llama.cpp's names,
+//!    `ffn_{up,gate,down}_exps`) are units of their own, placed after every
+//!    other unit, block by block from the first, as llama.cpp's `--fit`
+//!    places them: every block's attention and shared weights take the
+//!    fastest devices before any expert does (experts are read sparsely),
+//!    then the first blocks' experts fill what is left; the block whose
+//!    experts do not fit whole is split by tensor (up, gate, then down, the
+//!    order in which llama.cpp's partial layers keep them);
 //! 3. otherwise the first device (highest priority), when all the remaining
 //!    weights fit there; else an error that suggests `--fit` or
 //!    `--offload-layers`.
@@ -22,8 +30,10 @@
 //! op needs at least this much besides its weights, so the reserve keeps
 //! `--fit` from filling a device so full that its ops cannot run; it is a
 //! lower bound of the compute arena, which the memory pass sizes for real.
-//! State (KV caches) is not counted here. A weight must also fit the
-//! device's largest single buffer.
+//! Under `--fit` a block's state (its KV cache) counts with its block's
+//! weights (but its experts), where its attention runs; without `--fit`,
+//! state is not counted here. A weight must also fit the device's largest
+//! single buffer.
 //!
 //! Invariants: every weight gets a device (or the call fails with an error
 //! naming the weight, its size and every device's free memory); pinned
@@ -113,23 +123,58 @@ fn fit_greedily(
     device: &mut [Option<DeviceId>],
     reason: &mut [String],
 ) -> Result<(), Error> {
-    // Units in order of their first weight; a block's weights together.
-    let mut units: Vec<(Option<u32>, Vec<TensorId>)> = Vec::new();
+    // Units in order of their first weight; a block's weights together, its
+    // experts apart and after every other unit.
+    let mut units: Vec<Unit> = Vec::new();
     for &w in unpinned {
-        let layer = layer_of(&graph.tensor(w).name);
-        match units.iter_mut().find(|u| layer.is_some() && u.0 == layer) {
-            Some(unit) => unit.1.push(w),
-            None => units.push((layer, vec![w])),
+        let name = &graph.tensor(w).name;
+        let layer = layer_of(name);
+        let experts = layer.is_some() && expert_rank(name).is_some();
+        let same = |u: &Unit| layer.is_some() && u.layer == layer && u.experts == experts;
+        match units.iter_mut().find(|u| same(u)) {
+            Some(unit) => unit.weights.push(w),
+            None => units.push(Unit {
+                layer,
+                experts,
+                weights: vec![w],
+            }),
+        }
+    }
+    units.sort_by_key(|u| u.experts); // stable: graph order within each kind
+    // A block's state (its KV cache) lives where its attention runs: room for
+    // it is kept beside the block's other weights.
+    let mut state_of: std::collections::BTreeMap<u32, u64> = Default::default();
+    for t in graph.with_role(Role::State) {
+        if let Some(l) = layer_of(&graph.tensor(t).name) {
+            *state_of.entry(l).or_default() += graph.tensor(t).layout.span_bytes();
         }
     }
     let bytes_of = |w: &TensorId| graph.tensor(*w).layout.span_bytes();
     let mut cursor = 0;
-    for (layer, weights) in &units {
-        let total: u64 = weights.iter().map(bytes_of).sum();
+    let mut queue: std::collections::VecDeque<Unit> = units.into();
+    while let Some(unit) = queue.pop_front() {
+        let (layer, weights) = (unit.layer, &unit.weights);
+        let state = match (layer, unit.experts) {
+            (Some(l), false) => state_of.get(&l).copied().unwrap_or(0),
+            _ => 0,
+        };
+        let total: u64 = weights.iter().map(bytes_of).sum::<u64>() + state;
         let largest = weights.iter().map(bytes_of).max().unwrap_or(0);
         let fits = |d: usize, free: &[u64]| {
             total <= free[d] && largest <= target.devices[d].max_buffer_bytes
         };
+        // A block's experts that miss the current device go tensor by tensor.
+        if unit.experts && weights.len() > 1 && !fits(cursor, free) {
+            let mut parts = weights.clone();
+            parts.sort_by_key(|&w| expert_rank(&graph.tensor(w).name));
+            for w in parts.into_iter().rev() {
+                queue.push_front(Unit {
+                    weights: vec![w],
+                    ..unit.clone()
+                });
+            }
+            continue;
+        }
         let Some(d) = (cursor..free.len())
             .chain(0..cursor)
             .find(|&d| fits(d, free))
@@ -146,9 +191,20 @@ fn fit_greedily(
         }
         free[d] -= total;
         let dev = &target.devices[d];
-        let what = match layer {
-            Some(l) => format!("block {l}'s weights ({})", mib(total)),
-            None => format!("this weight ({})", mib(total)),
+        let what = match (layer, unit.experts, weights.len()) {
+            (Some(l), true, 1) => format!(
+                "this expert tensor of block {l} ({}; experts go after every block's other weights, the rest of its block's experts did not fit here)",
+                mib(total)
+            ),
+            (Some(l), true, _) => format!(
+                "block {l}'s experts ({}; experts go after every block's other weights)",
+                mib(total)
+            ),
+            (Some(l), false, _) if state > 0 => {
+                format!("block {l}'s weights and state ({})", mib(total))
+            }
+            (Some(l), false, _) => format!("block {l}'s weights ({})", mib(total)),
+            (None, ..) => format!("this weight ({})", mib(total)),
         };
         let why = format!(
             "--fit: {what} fit {} ({} left of {} after a compute reserve), the first device in priority order with room",
@@ -162,6 +218,31 @@ fn fit_greedily(
         }
     }
     Ok(())
+}
+
+/// One unit of `--fit`: a block's weights (its experts apart), or a weight
+/// in no block.
+#[derive(Clone, Debug)]
+struct Unit {
+    layer: Option<u32>,
+    /// A block's expert tensors (or some of them).
+    experts: bool,
+    weights: Vec<TensorId>,
+}
+
+/// For an expert tensor of a mixture of experts (llama.cpp's
+/// `ffn_{up,gate,down}_(ch)exps`), the order in which `--fit` keeps a
+/// block's experts on a device that cannot hold them all: up, gate, down.
+fn expert_rank(name: &str) -> Option<u8> {
+    ["ffn_up_", "ffn_gate_", "ffn_down_"]
+        .iter()
+        .position(|p| {
+            name.split('.').any(|seg| {
+                seg.strip_prefix(p)
+                    .is_some_and(|r| r == "exps" || r == "chexps")
+            })
+        })
+        .map(|i| i as u8)
 }
 
 /// No `--fit`: every unpinned weight on the first device, if they all fit.
