@@ -10,7 +10,9 @@
 //! - every other kernel: (bytes read + bytes written) at the device's memory
 //!   rate, where `get_rows` reads only the rows it selects, `cpy` does not read
 //!   its destination and `set_rows` writes only the rows it sets;
-//! - each kernel adds the device's `launch_overhead_us`;
+//! - each kernel adds the device's `launch_overhead_us`; a fused step of
+//!   several nodes is one kernel, its nodes' work plus one launch
+//!   ([`step_time_us`]);
 //! - view ops (`view`, `reshape`, `permute`, `transpose`) and leafs run no
 //!   kernel: 0;
 //! - a copy moves `bytes` at the link's bandwidth plus its latency; a copy
@@ -42,6 +44,21 @@ pub fn op_time_us(target: &Target, device: DeviceId, graph: &Graph, node: Tensor
         Work::Bytes(bytes) => bytes as f64 / (rates.memory_gbps * 1e3),
     };
     work_us + rates.launch_overhead_us
+}
+
+/// Estimated time, in µs, of one step computing `nodes` on `device`: every
+/// node's work as [`op_time_us`] prices it, but one launch for the step (a
+/// fused step runs one kernel however many nodes it computes).
+pub fn step_time_us(target: &Target, device: DeviceId, graph: &Graph, nodes: &[TensorId]) -> f64 {
+    let Some(dev) = target.get(device) else {
+        return f64::INFINITY;
+    };
+    let times: Vec<f64> = (nodes.iter())
+        .map(|&n| op_time_us(target, device, graph, n))
+        .collect();
+    let kernels = times.iter().filter(|&&t| t > 0.0).count();
+    let extra_launches = kernels.saturating_sub(1) as f64;
+    (times.iter().sum::<f64>() - extra_launches * dev.throughput.launch_overhead_us).max(0.0)
 }
 
 /// Estimated time, in µs, of copying `bytes` from device `from` to device
@@ -186,6 +203,25 @@ mod tests {
         assert!((op_time_us(&t, cpu, &g, s) - want).abs() < 1e-9);
         assert_eq!(op_time_us(&t, cpu, &g, r), 0.0, "views run no kernel");
         assert_eq!(op_time_us(&t, DeviceId(9), &g, s), f64::INFINITY);
+    }
+
+    #[test]
+    fn a_fused_step_pays_its_nodes_work_and_one_launch() {
+        let mut b = GraphBuilder::new("fused");
+        let x = b.input("x", DType::F32, [1000, 1, 1, 1]).expect("x");
+        let s = b.silu("s", x).expect("s");
+        let r = b.reshape("r", s, [500, 2, 1, 1]).expect("r");
+        let m = b.mul("m", r, r).expect("m");
+        b.mark_output(m).expect("out");
+        let g = b.finish().expect("graph");
+        let t = cuda_cpu();
+        let gpu = DeviceId(0);
+        let apart: f64 = [s, m].iter().map(|&n| op_time_us(&t, gpu, &g, n)).sum();
+        // Two kernels become one (the view runs none): one 5 µs launch less.
+        let fused = step_time_us(&t, gpu, &g, &[s, r, m]);
+        assert!((apart - fused - 5.0).abs() < 1e-9, "{apart} {fused}");
+        assert_eq!(step_time_us(&t, gpu, &g, &[s]), op_time_us(&t, gpu, &g, s));
+        assert_eq!(step_time_us(&t, DeviceId(9), &g, &[s]), f64::INFINITY);
     }
 
     #[test]

@@ -74,9 +74,8 @@ pub(super) fn compute(
                     } => products.iter().chain(inner).chain([dst]).copied().collect(),
                     Step::MulMatMany { dsts, .. } | Step::RopeStore { dsts, .. } => dsts.clone(),
                 };
-                for n in nodes {
-                    estimated_us += cost::op_time_us(target, device, graph, TensorId(n));
-                }
+                let nodes: Vec<TensorId> = nodes.into_iter().map(TensorId).collect();
+                estimated_us += cost::step_time_us(target, device, graph, &nodes);
             }
         }
         end[item.split] = estimated_us;
