@@ -426,12 +426,17 @@ fn a_weight_on_a_device_that_cannot_run_its_user_says_so() {
 }
 
 /// Three blocks of a mixture of experts: a 256 KiB attention weight and
-/// three 1 MiB expert tensors each, read by one product each.
-fn moe_weights_graph() -> ir::Graph {
+/// three 1 MiB expert tensors each, read by one product each; with
+/// `cache`, a 256 KiB KV cache per block too.
+fn moe_weights_graph(cache: bool) -> ir::Graph {
     let mut b = GraphBuilder::new("moe_fit");
     let x = b.input("x", DType::F32, [256, 1, 1, 1]).unwrap();
     let xe = b.input("xe", DType::F32, [256, 1, 8, 1]).unwrap();
     for l in 0..3 {
+        if cache {
+            b.state(format!("cache_k_l{l}"), DType::F32, [256, 256, 1, 1])
+                .unwrap();
+        }
         let q = b
             .weight(
                 format!("blk.{l}.attn_q.weight"),
@@ -458,7 +463,7 @@ fn moe_weights_graph() -> ir::Graph {
 
 #[test]
 fn fit_places_every_block_s_attention_before_any_expert_as_llama_cpp_does() {
-    let g = moe_weights_graph();
+    let g = moe_weights_graph(false);
     let mut t = Target::preset("cpu+cuda0").expect("preset");
     let gpu = t.devices.iter().position(|d| d.name == "cuda0").unwrap();
     assert_eq!(gpu, 0, "the accelerator has the priority");
@@ -498,6 +503,40 @@ fn fit_places_every_block_s_attention_before_any_expert_as_llama_cpp_does() {
     let why = &w.reason[g.find("blk.1.ffn_up_exps.weight").unwrap().index()];
     assert!(
         why.contains("the rest of its block's experts did not fit"),
+        "{why}"
+    );
+}
+
+#[test]
+fn fit_keeps_room_for_each_block_s_kv_cache_beside_its_weights() {
+    // The budget of the test above, but each block has a 256 KiB cache: the
+    // caches take the 0.75 MiB block 1's up tensor had, so all of block 1's
+    // experts go to the CPU.
+    let plain = moe_weights_graph(false);
+    let g = moe_weights_graph(true);
+    let mut t = Target::preset("cpu+cuda0").expect("preset");
+    let room = compute_reserve_bytes(&plain) + 3 * (256 << 10) + (3 << 20) + (3 << 19);
+    assert_eq!(compute_reserve_bytes(&g), compute_reserve_bytes(&plain));
+    t.devices[0].memory_bytes = room;
+    t.devices[0].max_buffer_bytes = room;
+    let o = PlacementOptions {
+        fit: true,
+        ..Default::default()
+    };
+    let w = place_weights(&g, &t, &o, Policy::Cost).expect("placement");
+    let at = |n: &str| {
+        let d = w.device[g.find(n).expect(n).index()].expect("placed");
+        t.devices[d.index()].name.clone()
+    };
+    assert_eq!(at("blk.2.attn_q.weight"), "cuda0");
+    assert_eq!(at("blk.0.ffn_down_exps.weight"), "cuda0");
+    assert_eq!(
+        ["up", "gate", "down"].map(|p| at(&format!("blk.1.ffn_{p}_exps.weight"))),
+        ["cpu"; 3]
+    );
+    let why = &w.reason[g.find("blk.0.attn_q.weight").unwrap().index()];
+    assert!(
+        why.contains("block 0's weights and state (0.5 MiB)"),
         "{why}"
     );
 }

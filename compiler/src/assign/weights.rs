@@ -42,7 +42,9 @@
 //! a copy (ggml does the same), and its reason says so.
 
 use crate::Error;
-use crate::placement::{Pins, PlacementOptions, Policy, compute_reserve_bytes, layer_of};
+use crate::placement::{
+    Pins, PlacementOptions, Policy, compute_reserve_bytes, expert_rank, layer_of,
+};
 use crate::target::{DeviceId, Target, src0_dtype};
 use ir::{Graph, Role, TensorId};
 
@@ -228,21 +230,6 @@ struct Unit {
     /// A block's expert tensors (or some of them).
     experts: bool,
     weights: Vec<TensorId>,
-}
-
-/// For an expert tensor of a mixture of experts (llama.cpp's
-/// `ffn_{up,gate,down}_(ch)exps`), the order in which `--fit` keeps a
-/// block's experts on a device that cannot hold them all: up, gate, down.
-fn expert_rank(name: &str) -> Option<u8> {
-    ["ffn_up_", "ffn_gate_", "ffn_down_"]
-        .iter()
-        .position(|p| {
-            name.split('.').any(|seg| {
-                seg.strip_prefix(p)
-                    .is_some_and(|r| r == "exps" || r == "chexps")
-            })
-        })
-        .map(|i| i as u8)
 }
 
 /// No `--fit`: every unpinned weight on the first device, if they all fit.

@@ -47,7 +47,8 @@ pub use ir::plan::check::{ROPE_STORE_MAX_OPS as MAX_OPS, ROPE_STORE_MAX_TENSORS 
 pub const WINDOW: usize = 32;
 
 /// The most bytes a group's results and operands may span together (rule 7).
-/// A decode block's are a few KiB (a 70B model's 40 KiB); a 32-token
+/// A decode block's are a few KiB (SmolLM2's 7 KiB; a 70B model's, 8192-wide
+/// queries over 1024-wide keys, about 80 KiB); a 32-token
 /// prefill block of 512-wide projections already spans 320 KiB, and gains
 /// nothing from sharing a launch.
 pub const MAX_BYTES: u64 = 256 << 10;
@@ -154,12 +155,6 @@ impl<'c, 'g> Group<'c, 'g> {
         self.graph().storage_of(t).root
     }
 
-    /// The root node `m` writes: a rope its own, a `set_rows` its
-    /// destination's.
-    fn written_root(&self, m: TensorId) -> TensorId {
-        self.root(m)
-    }
-
     /// The sources `m` reads (a `set_rows`'s rows and indices).
     fn read_srcs(&self, m: TensorId) -> &'g [TensorId] {
         let t = self.graph().tensor(m);
@@ -182,7 +177,8 @@ impl<'c, 'g> Group<'c, 'g> {
                 .collect();
             self.reads.extend(roots);
         }
-        self.writes.push(self.written_root(m));
+        // A rope writes its own bytes, a set_rows its destination's.
+        self.writes.push(self.root(m));
         self.tensors = self.with_tensors_of(m);
         self.members.push(m);
     }
@@ -242,7 +238,7 @@ impl<'c, 'g> Group<'c, 'g> {
         let chained_reads_written = chained.is_some_and(|rope| {
             (g.tensor(rope).srcs.iter()).any(|&s| self.writes.contains(&self.root(s)))
         });
-        let written = self.written_root(m);
+        let written = self.root(m);
         let clashes = self.writes.contains(&written) || self.reads.contains(&written);
         let tensors = self.with_tensors_of(m);
         let bytes: u64 = (tensors.iter())

@@ -39,7 +39,7 @@
 pub mod layer_cost;
 mod llama_split;
 mod moe_pins;
-pub use moe_pins::moe_pins;
+pub use moe_pins::{expert_rank, moe_pins};
 pub mod units;
 
 use crate::Error;

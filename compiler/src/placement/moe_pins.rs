@@ -17,6 +17,23 @@ use regex::Regex;
 /// llama.cpp's `LLM_FFN_EXPS_REGEX`: the expert tensors of any block.
 const EXPERTS: &str = r"\.ffn_(up|down|gate)_(ch|)exps";
 
+/// For an expert tensor of a mixture of experts (a name with a segment
+/// `ffn_{up,gate,down}_exps` or `_chexps`, what [`EXPERTS`] matches): its
+/// part, in the order in which `--fit` keeps a block's experts on a device
+/// that cannot hold them all (llama.cpp's partial layers): up 0, gate 1,
+/// down 2.
+pub fn expert_rank(name: &str) -> Option<u8> {
+    ["ffn_up_", "ffn_gate_", "ffn_down_"]
+        .iter()
+        .position(|p| {
+            name.split('.').any(|seg| {
+                seg.strip_prefix(p)
+                    .is_some_and(|r| r == "exps" || r == "chexps")
+            })
+        })
+        .map(|i| i as u8)
+}
+
 /// The pin rules `--cpu-moe` (`cpu_moe`) and `--n-cpu-moe N` (`n_cpu_moe`)
 /// stand for on `graph` and `target` (none when neither is given).
 pub fn moe_pins(
@@ -42,9 +59,8 @@ pub fn moe_pins(
             )
         })
         .ok_or_else(|| problem(format!("target '{}' has no CPU device", target.name)))?;
-    let experts = Regex::new(EXPERTS).expect("a valid regex");
     let has_experts =
-        (graph.with_role(ir::Role::Weight)).any(|w| experts.is_match(&graph.tensor(w).name));
+        (graph.with_role(ir::Role::Weight)).any(|w| expert_rank(&graph.tensor(w).name).is_some());
     if !has_experts {
         return Err(problem(format!(
             "graph '{}' has no expert tensors (names matching {EXPERTS})",
