@@ -18,7 +18,7 @@ use regex::Regex;
 const EXPERTS: &str = r"\.ffn_(up|down|gate)_(ch|)exps";
 
 /// For an expert tensor of a mixture of experts (a name with a segment
-/// `ffn_{up,gate,down}_exps` or `_chexps`, what [`EXPERTS`] matches): its
+/// `ffn_{up,gate,down}_exps` or `_chexps`, what `EXPERTS` matches): its
 /// part, in the order in which `--fit` keeps a block's experts on a device
 /// that cannot hold them all (llama.cpp's partial layers): up 0, gate 1,
 /// down 2.
