@@ -37,6 +37,7 @@ fn plan(graph: &Graph, split: Option<Collectives>) -> Plan {
             "cpu0+cpu1",
             Some(TensorSplitOptions {
                 collectives,
+                experts: Default::default(),
                 ..TensorSplitOptions::default()
             }),
         ),

@@ -220,6 +220,7 @@ fn placements(
             shares: vec![],
             rules: vec![],
             collectives: Collectives::Auto,
+            experts: Default::default(),
         }),
         ..CompileOptions::default()
     };
@@ -233,6 +234,21 @@ fn placements(
             rules.push(SplitRule::parse(&rule).unwrap());
         }
     }
+    // Expert parallelism: every block's experts shared out whole, by
+    // random shares (a device may get none of a block's experts).
+    if s.n_expert >= 2 {
+        let shares = vec![1.0 + rng.below(3) as f64, 1.0 + rng.below(3) as f64];
+        let split = CompileOptions {
+            tensor_split: Some(TensorSplitOptions {
+                shares: shares.clone(),
+                rules: vec![SplitRule::parse("_exps\\.weight$=2").unwrap()],
+                collectives: [Collectives::Auto, Collectives::AllReduce][rng.below(2)],
+                experts: Default::default(),
+            }),
+            ..CompileOptions::default()
+        };
+        out.push((format!("experts split {shares:?}"), split));
+    }
     if !rules.is_empty() {
         let label = format!("{} split rules", rules.len());
         let split = CompileOptions {
@@ -240,6 +256,7 @@ fn placements(
                 shares: vec![],
                 rules,
                 collectives: [Collectives::Auto, Collectives::AllReduce][rng.below(2)],
+                experts: Default::default(),
             }),
             ..CompileOptions::default()
         };
@@ -277,7 +294,7 @@ fn random_moe_graphs_on_every_placement_check_and_compute_one_devices_outputs() 
                     matches!(
                         s,
                         ir::plan::Step::Op {
-                            op: ir::Op::MulMatId,
+                            op: ir::Op::MulMatId | ir::Op::MulMatIdPart { .. },
                             ..
                         }
                     )

@@ -33,6 +33,7 @@ fn row_with(shares: &[f64], collectives: Collectives) -> TensorSplitOptions {
         shares: shares.to_vec(),
         rules: vec![],
         collectives,
+        experts: Default::default(),
     }
 }
 
@@ -244,6 +245,7 @@ fn explicit_rules_split_what_they_name() {
         shares: vec![],
         rules: vec![rule],
         collectives: Collectives::Auto,
+        experts: Default::default(),
     };
     let plan = compile_for(&graph, "cpu0+cpu1", &options(split)).unwrap();
     assert!(plan.tensors.iter().any(|t| t.name == format!("{first}#1")));
@@ -261,6 +263,7 @@ fn bad_splits_are_refused_naming_the_rule_and_tensor() {
         shares: vec![],
         rules: vec![SplitRule::parse(s).unwrap()],
         collectives: Collectives::Auto,
+        experts: Default::default(),
     };
     let e = refuse("cpu0+cpu1", rule("no_such_tensor=1"));
     assert!(
@@ -679,6 +682,7 @@ fn part_names_keep_clear_of_the_graphs_own_names() {
         shares: vec![],
         rules: vec![SplitRule::parse("^w$=1").unwrap()],
         collectives: Collectives::Auto,
+        experts: Default::default(),
     };
     let plan = compile_for(&graph, "cpu0+cpu1", &options(split)).unwrap();
     let names: Vec<&str> = plan.tensors.iter().map(|t| t.name.as_str()).collect();

@@ -63,6 +63,7 @@ fn random_graphs_split_by_random_rules_check_and_compute_the_same_outputs() {
                 shares,
                 rules,
                 collectives: how,
+                experts: Default::default(),
             }),
             ..CompileOptions::default()
         };

@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use compiler::assign::Policy;
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::{PinRule, PlacementOptions};
-use compiler::tensor_split::{Collectives, SplitRule, TensorSplitOptions};
+use compiler::tensor_split::{Collectives, ExpertSplit, SplitRule, TensorSplitOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -103,6 +103,13 @@ pub struct CompileArgs {
         default_value = "auto"
     )]
     collectives: String,
+    /// How `--split-mode row` cuts a mixture of experts' stacked matrices:
+    /// `rows` (every expert alike, as ggml's meta backend: each device its
+    /// rows of every routed expert), `whole` (whole experts per device,
+    /// expert parallelism: each device the tokens routed to its experts), or
+    /// `auto` (the cheaper plan by the cost model; rows on a tie).
+    #[arg(long, value_name = "auto|rows|whole", default_value = "auto")]
+    experts: String,
     /// Cut the batch into N micro-batches run one after another, so the
     /// devices of a layer split work on different micro-batches at once
     /// (ggml's pipeline parallelism). The graph must attend over a KV cache.
@@ -131,6 +138,7 @@ pub(crate) fn split_options(
     splits: &[String],
     shares: &[f64],
     collectives: Collectives,
+    experts: ExpertSplit,
 ) -> Result<(Option<Vec<f64>>, Option<TensorSplitOptions>)> {
     let layer_split = matches!(split_mode, Some(SplitModeArg::Layer)).then(|| shares.to_vec());
     let rules = splits
@@ -148,6 +156,7 @@ pub(crate) fn split_options(
                 shares: shares.to_vec(),
                 rules,
                 collectives,
+                experts,
             }
         });
     if split_mode.is_none() && tensor_split.is_none() && !shares.is_empty() {
@@ -155,6 +164,12 @@ pub(crate) fn split_options(
     }
     if tensor_split.is_none() && collectives != Collectives::Auto {
         anyhow::bail!("--collectives needs --split-mode row or --split REGEX=AXIS");
+    }
+    if !matches!(split_mode, Some(SplitModeArg::Row)) && experts != ExpertSplit::Auto {
+        anyhow::bail!(
+            "--experts needs --split-mode row (with --split rules, axis 2 of an expert \
+             tensor shares its experts out whole)"
+        );
     }
     Ok((layer_split, tensor_split))
 }
@@ -190,6 +205,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         &args.splits,
         &args.tensor_split,
         Collectives::parse(&args.collectives).map_err(|e| anyhow::anyhow!("--collectives {e}"))?,
+        ExpertSplit::parse(&args.experts).map_err(|e| anyhow::anyhow!("--experts {e}"))?,
     )?;
     let mut options = CompileOptions {
         policy: Policy::from(args.policy),

@@ -157,8 +157,13 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         progress: Some(crate::progress::preparing(&bar)),
         target: Some(args.target.clone()),
         compile: {
-            let (layer_split, tensor_split) =
-                split_options(args.split_mode, &[], &args.tensor_split, Default::default())?;
+            let (layer_split, tensor_split) = split_options(
+                args.split_mode,
+                &[],
+                &args.tensor_split,
+                Default::default(),
+                Default::default(),
+            )?;
             let mut compile = ggplan::CompileOptions {
                 placement: ggplan::PlacementOptions {
                     layer_split,

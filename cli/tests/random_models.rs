@@ -18,7 +18,9 @@
 //!   prompt logits, Qwen 3 MoE included;
 //! - the imported capture, compiled for `cpu` and for `cpu0+cpu1` by layers
 //!   and by rows, gives llama.cpp's logits within NMSE 1e-9 (OLMoE's whole-
-//!   projection q/k norms mix heads, so its row split is refused);
+//!   projection q/k norms mix heads, so its row split is refused); the MoE
+//!   models also with whole experts per core group (expert parallelism:
+//!   `--split '_exps\.weight$=2'`, and `--split-mode row --experts whole`);
 //! - on two loopback RPC servers (`-ts 1,2`, which puts one block on each
 //!   and makes llama.cpp hold Llama 3's factors twice), `--policy ggml` makes
 //!   llama.cpp's splits and copies, its plan gives llama.cpp's logits, and
@@ -59,16 +61,27 @@ fn agrees_with_llama_cpp(arch: &str) {
     let f32_cache = ["-ctk", "f32", "-ctv", "f32"];
     assert!(builder_computes_as_llama_cpp(&gguf, &dir, &f32_cache, &[]) > 0);
 
-    // The import, on one device and split over two core groups.
+    // The import, on one device and split over two core groups; a mixture
+    // of experts also with whole experts per core group (expert
+    // parallelism): only the experts split, and with the rows of the rest.
     let row = ["--target", "cpu0+cpu1", "--split-mode", "row"];
-    for (name, args) in [
+    let experts_only = ["--target", "cpu0+cpu1", "--split", r"_exps\.weight$=2"];
+    let row_experts = [&row[..], &["--experts", "whole"]].concat();
+    let mut placements = vec![
         ("cpu", &["--target", "cpu"][..]),
         (
             "layer",
             &["--target", "cpu0+cpu1", "--split-mode", "layer"][..],
         ),
         ("row", &row[..]),
-    ] {
+    ];
+    if matches!(arch, "qwen3moe" | "mixtral" | "olmoe") {
+        placements.push(("experts", &experts_only[..]));
+        if arch != "olmoe" {
+            placements.push(("row-experts", &row_experts[..]));
+        }
+    }
+    for (name, args) in placements {
         if arch == "olmoe" && name == "row" {
             // OLMoE norms each token's queries and keys over all heads at
             // once, so they cannot be split by heads as the others are.
@@ -81,7 +94,25 @@ fn agrees_with_llama_cpp(arch: &str) {
         }
         let ours = import_compile_run(&cap, &gguf, name, args, &[]);
         let e = nmse(&ours, &llama);
+        println!("{arch} imported, {name}: NMSE {e:e}");
         assert!(e <= MAX_NMSE, "{arch} imported, {name}: NMSE {e:e}");
+        if name.contains("experts") {
+            // Every expert product is a part: no device runs a whole one,
+            // and the MoE FFN needs one all-reduce per block (two blocks).
+            let plan = ir::plan::read_plan(&dir.join(format!("{name}.plan.ron"))).unwrap();
+            let ops: Vec<ir::Op> = (plan.splits.iter().flat_map(|s| &s.steps))
+                .flat_map(|s| s.ops().into_iter().map(|(op, _, _)| *op))
+                .collect();
+            let parts = ops
+                .iter()
+                .filter(|op| matches!(op, ir::Op::MulMatIdPart { .. }));
+            assert_eq!(
+                parts.count(),
+                12,
+                "{arch} {name}: three per block and device"
+            );
+            assert!(!ops.contains(&ir::Op::MulMatId), "{arch} {name}");
+        }
     }
 
     // Two RPC servers: llama.cpp's decisions and logits.

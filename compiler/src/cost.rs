@@ -107,6 +107,17 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
             let dtype = src0.map_or(tensor.layout.dtype, |s| s.layout.dtype);
             Work::Flops { flops, src0: dtype }
         }
+        // A part of the experts computes the slots routed to its experts:
+        // its share of them when the router spreads tokens evenly (the
+        // expectation; a skewed batch loads some parts more).
+        Op::MulMatIdPart { experts, .. } => {
+            let src0 = tensor.srcs.first().map(|&s| graph.tensor(s));
+            let k = src0.map_or(0, |s| s.layout.ne[0].max(0)) as f64;
+            let share = src0.map_or(0, |s| s.layout.ne[2].max(0)) as f64 / (*experts).max(1) as f64;
+            let flops = 2.0 * k * tensor.layout.n_elements() as f64 * share;
+            let dtype = src0.map_or(tensor.layout.dtype, |s| s.layout.dtype);
+            Work::Flops { flops, src0: dtype }
+        }
         Op::GetRows | Op::GetRowsPart { .. } => {
             // Reads the selected rows of the table, not the whole table
             // (a part: at most as many).

@@ -148,6 +148,7 @@ pub fn in_place_operand(op: &Op, n_srcs: usize) -> Option<usize> {
         // A sort writes indices while it reads values: its own memory.
         Op::MulMat
         | Op::MulMatId
+        | Op::MulMatIdPart { .. }
         | Op::Argsort { .. }
         | Op::GetRows
         | Op::GetRowsPart { .. }

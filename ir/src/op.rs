@@ -266,6 +266,20 @@ pub enum Op {
     /// ids `[n_used, t]`. Result `[n, n_used, t]`: slot `e` of token `t` is
     /// expert `ids[e, t]`'s matrix times src1 row `e % b1` of token `t`.
     MulMatId,
+    /// One device's part of a `mul_mat_id` whose experts are shared out
+    /// whole between devices (expert parallelism): src0 holds experts
+    /// `[first, first + src0.ne2)` of `experts`; a slot routed to one of them
+    /// gets its product as in [`Op::MulMatId`], a slot routed to another
+    /// expert a row of zeros, and an id outside `0..experts` is refused as
+    /// `mul_mat_id` refuses it. Parts holding every expert once add up to the
+    /// whole `mul_mat_id` exactly (each row is computed by one part, zeros
+    /// elsewhere): the result is a partial sum. The result is f32.
+    MulMatIdPart {
+        /// The full expert set's expert that src0's first expert is.
+        first: i64,
+        /// How many experts the full set has (the ids' range).
+        experts: i64,
+    },
 }
 
 /// Who takes part in a collective, as [`Op::collective`] reports it.

@@ -51,11 +51,12 @@ pub enum OpKind {
     Clamp,
     Argsort,
     MulMatId,
+    MulMatIdPart,
 }
 
 impl OpKind {
     /// Every kind, in `Op` declaration order.
-    pub const ALL: [OpKind; 38] = [
+    pub const ALL: [OpKind; 39] = [
         OpKind::GetRows,
         OpKind::Add,
         OpKind::Sub,
@@ -94,6 +95,7 @@ impl OpKind {
         OpKind::Clamp,
         OpKind::Argsort,
         OpKind::MulMatId,
+        OpKind::MulMatIdPart,
     ];
 
     /// The kind of `op`.
@@ -137,6 +139,7 @@ impl OpKind {
             Op::Clamp { .. } => OpKind::Clamp,
             Op::Argsort { .. } => OpKind::Argsort,
             Op::MulMatId => OpKind::MulMatId,
+            Op::MulMatIdPart { .. } => OpKind::MulMatIdPart,
         }
     }
 
@@ -181,6 +184,7 @@ impl OpKind {
             OpKind::Clamp => "clamp",
             OpKind::Argsort => "argsort",
             OpKind::MulMatId => "mul_mat_id",
+            OpKind::MulMatIdPart => "mul_mat_id_part",
         }
     }
 
@@ -284,6 +288,10 @@ mod tests {
             Op::Clamp { min: 0.0, max: 1.0 },
             Op::Argsort { descending: true },
             Op::MulMatId,
+            Op::MulMatIdPart {
+                first: 0,
+                experts: 1,
+            },
         ]
     }
 

@@ -105,6 +105,15 @@ pub fn derive(op: &Op, srcs: &[Operand<'_>], declared: Option<&Layout>) -> Resul
         Op::Glu { kind, .. } => derive_glu(*kind, srcs).and_then(|(d, ne)| packed(d, ne)),
         Op::MulMat => derive_mul_mat(s(0), s(1)).and_then(|ne| packed(DType::F32, ne)),
         Op::MulMatId => derive_mul_mat_id(s(0), s(1), s(2)).and_then(|ne| packed(DType::F32, ne)),
+        Op::MulMatIdPart { first, experts } => {
+            if *first < 0 || first.saturating_add(s(0).ne[2]) > *experts {
+                return Err(format!(
+                    "experts [{first}, {}) must lie inside the {experts} experts of the full set",
+                    first.saturating_add(s(0).ne[2])
+                ));
+            }
+            derive_mul_mat_id(s(0), s(1), s(2)).and_then(|ne| packed(DType::F32, ne))
+        }
         Op::Argsort { .. } => {
             need_dtype(s(0), "src0", &[DType::F32])?;
             packed(DType::I32, s(0).ne)
@@ -427,7 +436,7 @@ pub fn arity(op: &Op) -> std::ops::RangeInclusive<usize> {
         | Op::GetRowsPart { .. } => 2..=2,
         // Rope's optional third source: the frequency factors (Llama 3's `rope_freqs`).
         Op::Rope(_) => 2..=3,
-        Op::SetRows | Op::MulMatId => 3..=3,
+        Op::SetRows | Op::MulMatId | Op::MulMatIdPart { .. } => 3..=3,
         Op::AllReduceSum { .. } | Op::AllGather { .. } | Op::ReduceScatterSum { .. } => {
             1..=MAX_PARTS
         }

@@ -191,6 +191,7 @@ impl Member {
             | Op::GetRowsPart { .. }
             | Op::MulMat
             | Op::MulMatId
+            | Op::MulMatIdPart { .. }
             | Op::Argsort { .. }
             | Op::SoftMax { .. }
             | Op::Rope(_)

@@ -261,13 +261,14 @@ pub fn pcie(from: &str, to: &str) -> Link {
 /// CPU backend). Estimates: the preset CPU's memory; ggml's matmul rates
 /// (below ours: 240 GFLOP/s f32, 200 f16, 60 quantized, half of the preset
 /// CPU's); alignment 64 (ggml's CPU buffers align to 32; a multiple keeps
-/// every offset valid there). It runs every op but the collectives and
-/// `get_rows_part` (tensor parallelism's, not ggml's), on any dtype;
+/// every offset valid there). It runs every op but the collectives,
+/// `get_rows_part` and `mul_mat_id_part` (tensor parallelism's, not ggml's),
+/// on any dtype;
 /// `--target host --rpc` asks each server instead.
 pub fn remote(server: u32) -> Device {
     let ops = OpKind::ALL
         .into_iter()
-        .filter(|k| !k.is_collective() && *k != OpKind::GetRowsPart)
+        .filter(|k| !k.is_collective() && !matches!(k, OpKind::GetRowsPart | OpKind::MulMatIdPart))
         .collect();
     let mut d = cpu();
     d.name = format!("rpc{server}");

@@ -103,3 +103,42 @@ pub(super) fn cheapest(
     }
     Ok(chosen)
 }
+
+/// `--experts auto`: of the plan with the experts cut by rows and the one
+/// with whole experts per device, the one the cost model finishes sooner
+/// (rows on a tie); the expert tensors' reasons give both estimates.
+pub(super) fn experts(
+    graph: &Graph,
+    target: &Target,
+    rows: Sharded,
+    whole: Sharded,
+) -> Result<Sharded, Error> {
+    let time = |s: &Sharded| estimate::makespan_us(&s.graph, &s.assignment.device, target);
+    let (rows_us, whole_us) = (time(&rows), time(&whole));
+    let (mut chosen, how) = if whole_us < rows_us {
+        (whole, "whole experts per device")
+    } else {
+        (rows, "every expert cut by rows")
+    };
+    let why = format!(
+        "{how}, by the cost model: the plan with whole experts per device was estimated \
+         at {whole_us:.1} us, with every expert cut by rows at {rows_us:.1} us"
+    );
+    for t in graph.ids().map(|id| graph.tensor(id)) {
+        if t.role != ir::Role::Weight || !rules::is_stacked_experts(&t.name) {
+            continue;
+        }
+        // The shards of a split weight are NAME#d; a whole one keeps NAME.
+        for (id, new) in chosen.graph.ids().map(|id| (id, chosen.graph.tensor(id))) {
+            let of = new
+                .name
+                .split_once('#')
+                .map_or(new.name.as_str(), |(n, _)| n);
+            if of == t.name {
+                let r = &mut chosen.assignment.reason[id.index()];
+                *r = format!("{r}; {why}");
+            }
+        }
+    }
+    Ok(chosen)
+}

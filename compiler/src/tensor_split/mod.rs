@@ -26,7 +26,8 @@
 //! full-range shards), so no weight is copied per run.
 //!
 //! # Rules per op (`rewrite/`)
-//! Elementwise ops keep a split (a whole operand is sliced by a view); row
+//! Elementwise ops keep a split (a whole operand is sliced by a view), and a
+//! partial sum times a whole value (the router's weights) stays partial; row
 //! ops (norms, soft_max, rope, reductions) keep a split that is not along
 //! their rows; `reshape`, shaped `cont`, `permute` and strided `view`s move
 //! the axis (`axis.rs`); `set_rows` writes a split cache part by part;
@@ -34,7 +35,10 @@
 //! (input-split weight, input split alike or whole and sliced) to a partial
 //! sum, and heads-split
 //! batched products (GQA: query heads per KV head kept together) to
-//! heads-split results. When no rule fits:
+//! heads-split results; `mul_mat_id` over experts shared out whole (axis 2)
+//! to *routed* parts that GLUs and products keep (`rewrite/experts.rs`,
+//! expert parallelism; `--experts` chooses it or rows for `--split-mode
+//! row`). When no rule fits:
 //! 1. with reduce-scatters allowed, a partial sum that the op could read cut
 //!    along an axis but the rows (the tokens of `[hidden, tokens]`: residual
 //!    adds, norms, their scales) is cut there by a **reduce-scatter** (one
@@ -102,6 +106,49 @@ pub struct TensorSplitOptions {
     pub rules: Vec<SplitRule>,
     /// How partial sums are completed (`--collectives`).
     pub collectives: Collectives,
+    /// How `--split-mode row` cuts a mixture of experts (`--experts`).
+    pub experts: ExpertSplit,
+}
+
+/// How `--split-mode row` cuts each block's stacked experts (`--experts
+/// auto|rows|whole`). Explicit `--split` rules say it themselves (axis 2 of
+/// an expert tensor shares its experts out whole).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExpertSplit {
+    /// The sooner of the two below by the cost model's estimate of the whole
+    /// plan; rows on a tie (ggml's meta backend's way).
+    #[default]
+    Auto,
+    /// Every expert alike, by rows (gate/up) and along K (down), as ggml's
+    /// meta backend cuts them: each device computes its rows of every
+    /// routed expert.
+    Rows,
+    /// Whole experts per device (expert parallelism): each device computes
+    /// the tokens routed to its own experts (`rewrite/experts.rs`).
+    Whole,
+}
+
+impl ExpertSplit {
+    /// The choice as `--experts` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpertSplit::Auto => "auto",
+            ExpertSplit::Rows => "rows",
+            ExpertSplit::Whole => "whole",
+        }
+    }
+
+    /// Parses `auto`, `rows` or `whole`.
+    pub fn parse(text: &str) -> Result<ExpertSplit, String> {
+        match text {
+            "auto" => Ok(ExpertSplit::Auto),
+            "rows" => Ok(ExpertSplit::Rows),
+            "whole" => Ok(ExpertSplit::Whole),
+            _ => Err(format!(
+                "'{text}' is not an expert split (auto, rows, whole)"
+            )),
+        }
+    }
 }
 
 /// Which collective completes a partial sum that an op cannot read as parts
@@ -219,9 +266,21 @@ pub fn split_tensors(
     let rewrite =
         |leafs: &BTreeMap<_, _>, scatter| rewrite::rewrite(graph, target, leafs, &shares, scatter);
     let rows_mode = options.rules.is_empty();
-    match options.collectives {
+    let split = |leafs: BTreeMap<_, _>| match options.collectives {
         Collectives::AllReduce => rewrite(&leafs, false),
         Collectives::ReduceScatter => rewrite(&leafs, true),
         Collectives::Auto => choose::cheapest(graph, target, leafs, &shares, rows_mode),
+    };
+    let whole_experts = if rows_mode {
+        rules::experts_whole(graph, &leafs, &shares)
+    } else {
+        None
+    };
+    match (options.experts, whole_experts) {
+        (ExpertSplit::Rows, _) | (_, None) => split(leafs),
+        (ExpertSplit::Whole, Some(whole)) => split(whole),
+        (ExpertSplit::Auto, Some(whole)) => {
+            choose::experts(graph, target, split(leafs)?, split(whole)?)
+        }
     }
 }

@@ -495,6 +495,34 @@ fn output_head(graph: &Graph, users: &[Vec<TensorId>]) -> Option<TensorId> {
     })
 }
 
+/// Whether `name` is a block's stacked experts (gate, up or down).
+pub(super) fn is_stacked_experts(name: &str) -> bool {
+    matches!(part_of(name), Some(Part::ExpertsIn | Part::ExpertsOut))
+}
+
+/// Row mode's `leafs` with every block's stacked experts shared out whole
+/// along axis 2 (the experts) by `shares` instead of cut by rows (expert
+/// parallelism); `None` when the graph has no stacked experts of two or
+/// more experts. Each expert tensor of a block holds the block's experts,
+/// so one partition of the count serves gate, up and down alike.
+pub(super) fn experts_whole(
+    graph: &Graph,
+    leafs: &BTreeMap<TensorId, LeafSplit>,
+    shares: &[f64],
+) -> Option<BTreeMap<TensorId, LeafSplit>> {
+    let mut out = leafs.clone();
+    let mut any = false;
+    for id in graph.ids() {
+        let t = graph.tensor(id);
+        if t.role != Role::Weight || !is_stacked_experts(&t.name) || t.ne()[2] < 2 {
+            continue;
+        }
+        out.insert(id, LeafSplit::along(2, partition(t.ne()[2], shares)));
+        any = true;
+    }
+    any.then_some(out)
+}
+
 /// The leaf splits of explicit `--split REGEX=AXIS` rules (the first rule
 /// matching a name wins). A rule matching no weight or state is an error.
 pub fn explicit(

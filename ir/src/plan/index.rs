@@ -46,49 +46,57 @@ impl Plan {
         t
     }
 
-    /// Every graph tensor used as row indices by `get_rows` (`get_rows_part`:
-    /// the full table's rows) or `set_rows`, or as expert ids by `mul_mat_id`
-    /// (the experts' count)
-    /// (directly, through a view or through a copy), with the fewest rows
-    /// among the tables it indexes and that table.
+    /// Every graph tensor used as row indices by `get_rows` or `set_rows`,
+    /// or as expert ids by `mul_mat_id` (the experts' count) (directly,
+    /// through a view or through a copy), with the fewest rows among the
+    /// tables it indexes and that table. An index read only by parts of a
+    /// cut table (`get_rows_part`, `mul_mat_id_part`) takes any row of the
+    /// full table, which no one part holds: its bound is the full table's
+    /// extent (a weight shard's stored tensor, a part of the experts' full
+    /// set, else the furthest row a part reaches).
     pub fn index_tables(&self) -> BTreeMap<u32, (i64, u32)> {
-        let mut out: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
+        // Whole tables: the fewest rows. Parts: the furthest they reach.
+        let mut whole: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
+        let mut parts: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
         let ops = (self.splits.iter().flat_map(|s| &s.steps)).flat_map(|step| step.ops());
         for (op, _, srcs) in ops {
-            // `part`: a part of a row-cut table takes any row of the full
-            // table (its shard's extent); the others give zeros there.
-            // `experts`: mul_mat_id's ids pick matrices along the table's dim 2.
-            let mut experts = false;
-            let (index, table, part) = match op {
-                Op::GetRows | Op::GetRowsPart { .. } => (
-                    srcs.get(1),
-                    srcs.first(),
-                    matches!(op, Op::GetRowsPart { .. }),
-                ),
-                Op::SetRows => (srcs.get(2), srcs.first(), false),
-                Op::MulMatId => {
-                    experts = true;
-                    (srcs.get(2), srcs.first(), false)
-                }
+            let (index, table) = match op {
+                Op::GetRows | Op::GetRowsPart { .. } => (srcs.get(1), srcs.first()),
+                Op::SetRows => (srcs.get(2), srcs.first()),
+                Op::MulMatId | Op::MulMatIdPart { .. } => (srcs.get(2), srcs.first()),
                 _ => continue,
             };
-            let (Some(&index), Some(&table)) = (index, table) else {
+            let (Some(&index), Some(t)) =
+                (index, table.and_then(|&t| self.tensors.get(t as usize)))
+            else {
                 continue;
             };
-            let Some(rows) = self.tensors.get(table as usize).map(|t| match &t.shard {
-                Some(s) if part => s.full_ne[1],
-                _ if experts => t.ne[2],
-                _ => t.ne[1],
-            }) else {
-                continue;
+            let table = *table.unwrap_or(&0);
+            let (rows, of_part) = match (op, &t.shard) {
+                (Op::GetRowsPart { .. }, Some(s)) => (s.full_ne[1], true),
+                (Op::GetRowsPart { start }, None) => (start.saturating_add(t.ne[1]), true),
+                (Op::MulMatIdPart { experts, .. }, _) => (*experts, true),
+                // mul_mat_id's ids pick matrices along the table's dim 2.
+                (Op::MulMatId, _) => (t.ne[2], false),
+                _ => (t.ne[1], false),
             };
             let root = self.original(self.owner(index));
-            let entry = out.entry(root).or_insert((rows, table));
-            if rows < entry.0 {
-                *entry = (rows, table);
+            if of_part {
+                let entry = parts.entry(root).or_insert((rows, table));
+                if rows > entry.0 {
+                    *entry = (rows, table);
+                }
+            } else {
+                let entry = whole.entry(root).or_insert((rows, table));
+                if rows < entry.0 {
+                    *entry = (rows, table);
+                }
             }
         }
-        out
+        for (root, bound) in parts {
+            whole.entry(root).or_insert(bound);
+        }
+        whole
     }
 
     /// The earlier rope among a `RopeStore`'s `ops` ([`super::Step::ops`]) whose

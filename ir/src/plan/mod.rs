@@ -262,6 +262,18 @@ pub enum SplitPart {
         /// The original value.
         of: String,
     },
+    /// One device's share of `of` under expert parallelism: the rows of the
+    /// (slot, token) pairs routed to experts `[first, first + count)`, zeros
+    /// in every other row. The parts never overlap, so they add up to `of`
+    /// (a partial sum that an op keeping zeros, such as a GLU, may read).
+    Routed {
+        /// The original value.
+        of: String,
+        /// The first expert of this device's share.
+        first: i64,
+        /// How many experts it holds.
+        count: i64,
+    },
 }
 
 /// One arena: a buffer of one device for one usage.

@@ -343,6 +343,10 @@ fn index_users(graph: &Graph, id: TensorId) -> impl Iterator<Item = (TensorId, i
             Some(Op::MulMatId) if indexes(t.srcs[2]) => {
                 return Some((t.srcs[0], graph.tensor(t.srcs[0]).layout.ne[2]));
             }
+            // A part of an expert-parallel product takes any id of the full set.
+            Some(Op::MulMatIdPart { experts, .. }) if indexes(t.srcs[2]) => {
+                return Some((t.srcs[0], experts));
+            }
             _ => return None,
         };
         Some((table, graph.tensor(table).layout.ne[1]))

@@ -62,18 +62,27 @@ fn dot4(xs: [&[f64]; 4], y: &[f64]) -> [f64; 4] {
 /// `[k, b1, t]`, I32 expert ids `[n_used, t]`; result `[n, n_used, t]` whose
 /// slot `e` of token `t` is expert `ids[e, t]`'s matrix times `b` row
 /// `e % b1` of token `t`, each sum in order of k.
-pub(crate) fn mul_mat_id(a: &Dense, b: &Dense, ids: &Dense) -> Dense {
+///
+/// With `part = Some((first, experts))` (mul_mat_id_part), `a` is experts
+/// `[first, first + n_expert)` of a set of `experts`: a slot routed to one of
+/// them is computed as above, a slot routed to another expert of the set is
+/// a row of zeros; an id outside the set is refused either way.
+pub(crate) fn mul_mat_id(a: &Dense, b: &Dense, ids: &Dense, part: Option<(i64, i64)>) -> Dense {
     let (n, n_used, t) = (a.ne[1], ids.ne[0], ids.ne[1]);
+    let (first, experts) = part.unwrap_or((0, a.ne[2]));
     let mut out = Dense::zeros([n, n_used, t, 1]);
     for tok in 0..t {
         for e in 0..n_used {
             let v = ids.get([e, tok, 0, 0]);
-            let expert = v as i64;
+            let id = v as i64;
             assert!(
-                expert as f64 == v && (0..a.ne[2]).contains(&expert),
-                "mul_mat_id: expert id {v} is outside 0..{}",
-                a.ne[2]
+                id as f64 == v && (0..experts).contains(&id),
+                "mul_mat_id: expert id {v} is outside 0..{experts}"
             );
+            let expert = id - first;
+            if !(0..a.ne[2]).contains(&expert) {
+                continue; // another part's expert: the row stays zero
+            }
             let b_row = b.row(e % b.ne[1], tok, 0);
             let dst = out.row_mut(e, tok, 0);
             for (i, d) in dst.iter_mut().enumerate() {

@@ -85,7 +85,10 @@ pub fn compute(op: &Op, srcs: &[&Dense], out: &Layout) -> Dense {
         Op::Mean => reduce::mean(a),
         Op::Argmax => reduce::argmax(a),
         Op::Argsort { descending } => reduce::argsort(a, descending),
-        Op::MulMatId => matmul::mul_mat_id(a, srcs[1], srcs[2]),
+        Op::MulMatId => matmul::mul_mat_id(a, srcs[1], srcs[2], None),
+        Op::MulMatIdPart { first, experts } => {
+            matmul::mul_mat_id(a, srcs[1], srcs[2], Some((first, experts)))
+        }
         Op::DiagMaskInf { n_past } => softmax::diag_mask_inf(a, n_past),
         Op::AllReduceSum { .. } => srcs[1..].iter().fold(a.clone(), |acc, part| {
             elementwise::binary(&acc, part, |x, y| x + y)

@@ -57,6 +57,7 @@ fn tensor_split(axis: &str, collectives: Collectives) -> CompileOptions {
             shares: Vec::new(),
             rules: vec![rule],
             collectives,
+            experts: Default::default(),
         }),
         ..CompileOptions::default()
     }

@@ -162,6 +162,7 @@ pub fn plans() -> Vec<(String, ir::plan::Plan)> {
             shares: Vec::new(),
             rules: vec![compiler::tensor_split::SplitRule::parse(".=0").expect("a rule")],
             collectives: compiler::tensor_split::Collectives::Auto,
+            experts: Default::default(),
         }),
         ..Default::default()
     };

@@ -14,7 +14,8 @@
 //! Code map: this file holds the states, the walk and the helpers every rule
 //! uses (per-part nodes, slices, packing, checked split results);
 //! `leafs.rs` the shards, parts and mirrors of leafs; `rules.rs` the per-op
-//! rules keeping a split; `mul_mat.rs` the products; `segments.rs` fused
+//! rules keeping a split; `mul_mat.rs` the products; `experts.rs` expert
+//! parallelism (experts split along axis 2, routed values); `segments.rs` fused
 //! matrices cut by segments (their products, bias adds, and the views that
 //! read one segment); `collectives.rs` the all-reduces and all-gathers that
 //! make values whole, and the outputs.
@@ -28,6 +29,7 @@ use ir::{Graph, GraphBuilder, Layout, Op, Role, TensorId};
 use std::collections::BTreeMap;
 
 mod collectives;
+mod experts;
 mod leafs;
 mod mul_mat;
 mod rules;
@@ -76,6 +78,9 @@ struct Rewriter<'g> {
     whole: BTreeMap<TensorId, Vec<TensorId>>,
     /// Partial sums cut by a reduce-scatter, once each.
     scattered: BTreeMap<TensorId, Value>,
+    /// Partial values whose parts never overlap (expert parallelism), by
+    /// old tensor: how their rows are shared out.
+    routed: BTreeMap<TensorId, experts::Routing>,
     /// Mirrors of whole leafs and slices of whole values, made once each.
     mirrors: BTreeMap<(TensorId, usize), TensorId>,
     slices: BTreeMap<(TensorId, usize, i64, i64), TensorId>,
@@ -105,6 +110,7 @@ pub(super) fn rewrite(
         shares,
         scatter,
         scattered: BTreeMap::new(),
+        routed: BTreeMap::new(),
         device: vec![],
         reason: vec![],
         parts: vec![],
@@ -245,6 +251,9 @@ impl Rewriter<'_> {
         let mut vals: Vec<Value> = srcs.iter().map(|&s| self.value(s)).collect();
         let all_whole = vals.iter().all(Self::is_whole);
         if !all_whole {
+            if let Some(v) = self.routed_rule(id, op, &vals)? {
+                return Ok(v);
+            }
             if let Some(v) = self.segment_rule(id, op, &vals)? {
                 return Ok(v);
             }

@@ -39,6 +39,15 @@ impl Rewriter<'_> {
                 })?;
                 Ok(Some(self.partial_result(id, out)))
             }
+            // A partial sum times a whole value (a MoE's routing weights)
+            // scales each part: linear, so it stays partial.
+            (Op::Mul, Value::Partial(parts)) if vals.get(1).is_some_and(Self::is_whole) => {
+                let (parts, w) = (parts.clone(), vals[1].clone());
+                let out = self.per_part(id, op, &have(&parts), |rw, d| {
+                    Ok((vec![parts[d].unwrap(), rw.on(&w, d)?], None))
+                })?;
+                Ok(Some(self.partial_result(id, out)))
+            }
             // Re-arrangements move the axis; a partial sum stays partial.
             (
                 Op::Reshape | Op::Cont | Op::Permute { .. } | Op::Transpose | Op::View { .. },

@@ -5,8 +5,9 @@
 //! plan marks `SplitPart::Partial`, is a partial sum: one device's share of
 //! a value that exists only once every part is added up. A linear step keeps
 //! it partial (`cont` and `cpy` move values, `scale` without a bias scales
-//! them, `add`/`sub` of two partial sums add shares) when the plan marks its
-//! result partial too; anything else that read
+//! them, `add`/`sub` of two partial sums add shares, `mul` of one partial
+//! sum by a whole value scales it) when the plan marks its result partial
+//! too; anything else that read
 //! it would compute on a share as if it were the value (a `silu` of a part is
 //! not a part of the `silu`, and a bias added to every part is added once per
 //! device). So no other step (no other op, no `all_gather`, no fused kernel)
@@ -116,6 +117,9 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
                 Some(Op::Cont | Op::Cpy) => true,
                 Some(Op::Scale { bias, .. }) => bias == 0.0,
                 Some(Op::Add | Op::Sub) => whole_reads == 0,
+                // One part times whole values (a token's routing weights)
+                // scales the part: (sum of parts) * w is the sum of parts * w.
+                Some(Op::Mul) => read_parts.len() == 1 && whole_reads == 1,
                 _ => false,
             };
         if linear && !a.is_copy {

@@ -66,3 +66,41 @@ fn mul_mat_id_refuses_an_expert_out_of_range() {
     let ids = dense([1, 1, 1, 1], &[3.]);
     run(Op::MulMatId, &[&a, &b, &ids], DType::F32, [2, 1, 1, 1]);
 }
+
+/// Parts holding experts [0, 1) and [1, 3) of the three above: each slot is
+/// computed by the part holding its expert, zeros in the other, so the
+/// parts add up to the whole product.
+#[test]
+fn mul_mat_id_parts_add_up_to_the_whole() {
+    let a = dense(
+        [2, 2, 3, 1],
+        &[0., 1., 0., 0., 1., 1., 0., 1., 2., 1., 0., 2.],
+    );
+    let b = dense([2, 1, 2, 1], &[1., 10., 2., 20.]);
+    let ids = dense([2, 2, 1, 1], &[2., 0., 1., 1.]);
+    let whole = run(Op::MulMatId, &[&a, &b, &ids], DType::F32, [2, 2, 2, 1]);
+    let first = dense([2, 2, 1, 1], &a.data[..4]);
+    let rest = dense([2, 2, 2, 1], &a.data[4..]);
+    let part = |w: &Dense, first: i64| {
+        let op = Op::MulMatIdPart { first, experts: 3 };
+        run(op, &[w, &b, &ids], DType::F32, [2, 2, 2, 1])
+    };
+    let (p0, p1) = (part(&first, 0), part(&rest, 1));
+    // Token 0's second slot (expert 0) is part 0's alone.
+    assert_eq!(p0.data, [0., 0., 10., 0., 0., 0., 0., 0.]);
+    let sum: Vec<f64> = p0.data.iter().zip(&p1.data).map(|(x, y)| x + y).collect();
+    assert_eq!(sum, whole.data);
+}
+
+#[test]
+#[should_panic(expected = "expert id 3 is outside 0..3")]
+fn mul_mat_id_part_refuses_an_id_outside_the_full_set() {
+    let a = dense([2, 2, 1, 1], &[0.; 4]);
+    let b = dense([2, 1, 1, 1], &[1., 1.]);
+    let ids = dense([1, 1, 1, 1], &[3.]);
+    let op = Op::MulMatIdPart {
+        first: 2,
+        experts: 3,
+    };
+    run(op, &[&a, &b, &ids], DType::F32, [2, 1, 1, 1]);
+}

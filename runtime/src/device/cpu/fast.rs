@@ -79,8 +79,9 @@ impl FastKernels {
             Op::MulMat => return prepare_mul_mat_with(dst, srcs[0], srcs[1], self.precision),
             // SAFETY: as for MulMat: a repack cache only for a weight's
             // bytes, bound before preparation and never written.
-            Op::MulMatId => unsafe {
-                return crate::device::cpu::ops::mul_mat_id_grouped::prepare_mul_mat_id(
+            Op::MulMatId | Op::MulMatIdPart { .. } => unsafe {
+                return crate::device::cpu::ops::mul_mat_id_grouped::prepare_mul_mat_id_op(
+                    op,
                     dst,
                     srcs,
                     self.precision,

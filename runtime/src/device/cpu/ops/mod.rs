@@ -86,7 +86,7 @@ pub fn prepare_op(
         Op::Rope(ref p) => rope::prepare(op, p, dst, srcs),
         Op::SumRows | Op::Mean | Op::Argmax => reduce::prepare(op, dst, srcs[0]),
         Op::Argsort { descending } => argsort::prepare(op, descending, dst, srcs[0]),
-        Op::MulMatId => mul_mat_id::prepare(op, dst, srcs),
+        Op::MulMatId | Op::MulMatIdPart { .. } => mul_mat_id::prepare(op, dst, srcs),
         Op::DiagMaskInf { n_past } => mask::prepare_diag(op, n_past, dst, srcs[0]),
         Op::SoftMax { scale, max_bias } => mask::prepare_soft_max(op, scale, max_bias, dst, srcs),
         ir::unary_op!() => unary::prepare(op, dst, srcs[0]),

@@ -20,9 +20,14 @@
 //! reached through [`super::mul_mat_id_grouped::prepare_mul_mat_id`] by a
 //! caller that knows both, as `mul_mat` is prepared.
 //!
-//! Invariant: an expert id outside `0..n_expert` panics naming it (the pool
-//! reports the panic as the step's failure); no byte outside the experts'
-//! tensor is read. Both kernels check every id before using it.
+//! A `mul_mat_id_part` (one device's experts `[first, first + n_expert)` of
+//! a larger set, expert parallelism) runs on the same kernels: a slot routed
+//! to another part's expert gets a row of zeros.
+//!
+//! Invariant: an expert id outside the full set (`0..n_expert`, or the
+//! part's `0..experts`) panics naming it (the pool reports the panic as the
+//! step's failure); no byte outside the experts' tensor is read. Both
+//! kernels check every id before using it.
 
 use super::rows::{RowIo, scratch_row};
 use super::{check_tensor, dtypes, need, read_i32, shape, unit_kernel, unsupported};
@@ -46,6 +51,19 @@ pub(crate) struct MoeShape {
     pub t: usize,
     /// Activation rows per token: 1 (shared by every slot) or `n_used`.
     pub b1: usize,
+    /// The full set's expert that this tensor's expert 0 is (0 but for a
+    /// `mul_mat_id_part`).
+    pub first: usize,
+    /// Experts in the full set (`n_expert` but for a `mul_mat_id_part`).
+    pub experts: usize,
+}
+
+impl MoeShape {
+    /// This tensor's expert for full-set id `id`, `None` when another part
+    /// holds it.
+    pub fn local(&self, id: usize) -> Option<usize> {
+        id.checked_sub(self.first).filter(|&e| e < self.n_expert)
+    }
 }
 
 /// Checks `srcs = [experts, activations, ids]` and `dst` of one
@@ -73,6 +91,18 @@ pub(crate) fn check(
     )?;
     let (k, n, n_expert) = (a.ne[0], a.ne[1], a.ne[2]);
     let (n_used, t) = (ids.ne[0], ids.ne[1]);
+    let (first, experts) = match *op {
+        Op::MulMatIdPart { first, experts } => (first, experts),
+        _ => (0, n_expert),
+    };
+    need(
+        op,
+        first >= 0
+            && first
+                .checked_add(n_expert)
+                .is_some_and(|end| end <= experts),
+        || format!("experts [{first}, {first} + {n_expert}) are not inside 0..{experts}"),
+    )?;
     let fits = b.ne[0] == k
         && (b.ne[1] == 1 || b.ne[1] == n_used)
         && b.ne[2] == t
@@ -100,22 +130,31 @@ pub(crate) fn check(
         n_used: n_used as usize,
         t: t as usize,
         b1: b.ne[1] as usize,
+        first: first as usize,
+        experts: experts as usize,
     })
 }
 
-/// Reads the expert id of slot `e` of token `tok`, panicking (naming it)
-/// when it is outside `0..n_expert`.
+/// Reads the expert id of slot `e` of token `tok` and gives this tensor's
+/// expert for it (`None`: another part's expert), panicking (naming it)
+/// when the id is outside the full set `0..s.experts`.
 ///
 /// # Safety
 /// `e < n_used`, `tok < t`: inside the ids' extents.
-pub(crate) unsafe fn expert_id(ids: &RawTensor, e: usize, tok: usize, n_expert: usize) -> usize {
+pub(crate) unsafe fn expert_id(
+    ids: &RawTensor,
+    e: usize,
+    tok: usize,
+    s: &MoeShape,
+) -> Option<usize> {
     // SAFETY: (e, tok) is inside ids' extents (caller's contract).
     let id = unsafe { read_i32(ids.row_ptr(tok, 0, 0).add(e * ids.nb[0] as usize)) };
     assert!(
-        (0..n_expert as i64).contains(&i64::from(id)),
-        "mul_mat_id: expert id {id} (slot {e}, token {tok}) is outside 0..{n_expert}"
+        (0..s.experts as i64).contains(&i64::from(id)),
+        "mul_mat_id: expert id {id} (slot {e}, token {tok}) is outside 0..{}",
+        s.experts
     );
-    id as usize
+    s.local(id as usize)
 }
 
 /// Prepares mul_mat_id of `srcs = [experts, activations, ids]` into `dst`
@@ -127,28 +166,34 @@ pub(super) fn prepare(
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     check(op, &dst, srcs)?;
     // SAFETY: nothing is repacked, so nothing is read now.
-    unsafe { super::mul_mat_id_grouped::prepare_mul_mat_id(dst, srcs, Precision::Exact, None) }
+    unsafe {
+        super::mul_mat_id_grouped::prepare_mul_mat_id_op(op, dst, srcs, Precision::Exact, None)
+    }
 }
 
 /// The row-by-row kernel (module doc), for any float dst.
 pub(crate) fn prepare_rows(
+    op: &Op,
     dst: RawTensor,
     srcs: &[RawTensor],
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-    let s = check(&Op::MulMatId, &dst, srcs)?;
+    let s = check(op, &dst, srcs)?;
     let (a, b, ids) = (srcs[0], srcs[1], srcs[2]);
     let (ai, bi, di) = (RowIo::new(&a), RowIo::new(&b), RowIo::new(&dst));
     let MoeShape {
         k,
         n,
-        n_expert,
         n_used,
         t,
         b1,
+        ..
     } = s;
     let name = format!(
-        "mul_mat_id {} x {} -> {} (row by row)",
-        a.dtype, b.dtype, dst.dtype
+        "{} {} x {} -> {} (row by row)",
+        op.name(),
+        a.dtype,
+        b.dtype,
+        dst.dtype
     )
     .to_lowercase();
     Ok(unit_kernel(name, n_used * t, move |units| {
@@ -158,7 +203,13 @@ pub(crate) fn prepare_rows(
         for u in units {
             let (e, tok) = (u % n_used, u / n_used);
             // SAFETY: (e, tok) is inside ids' extents, checked at prepare.
-            let id = unsafe { expert_id(&ids, e, tok, n_expert) };
+            let Some(id) = (unsafe { expert_id(&ids, e, tok, &s) }) else {
+                // Another part's expert: a row of zeros.
+                y.fill(0.0);
+                // SAFETY: (e, tok) is inside dst; the row is this unit's alone.
+                unsafe { di.store(dst.row_ptr(e, tok, 0), &y) };
+                continue;
+            };
             // SAFETY: row (e % b1, tok) of b holds k elements; expert `id`'s
             // rows are in bounds (id checked just above); the dst row is this
             // unit's alone and does not overlap its sources (a product's

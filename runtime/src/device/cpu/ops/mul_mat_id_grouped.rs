@@ -95,7 +95,23 @@ pub unsafe fn prepare_mul_mat_id(
     repack: Option<&RepackCache>,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
     // SAFETY: forwarded.
-    unsafe { prepare_with(dst, srcs, precision, repack, Forced::default()) }
+    unsafe { prepare_mul_mat_id_op(&Op::MulMatId, dst, srcs, precision, repack) }
+}
+
+/// [`prepare_mul_mat_id`] of `op`: `mul_mat_id`, or a `mul_mat_id_part`
+/// (the slots routed to other parts' experts get rows of zeros).
+///
+/// # Safety
+/// As [`prepare_mul_mat_id`].
+pub unsafe fn prepare_mul_mat_id_op(
+    op: &Op,
+    dst: RawTensor,
+    srcs: &[RawTensor],
+    precision: Precision,
+    repack: Option<&RepackCache>,
+) -> Result<Box<dyn CpuKernel>, RuntimeError> {
+    // SAFETY: forwarded.
+    unsafe { prepare_with(op, dst, srcs, precision, repack, Forced::default()) }
 }
 
 /// The row-by-row kernel (`mul_mat_id.rs`): one dst row per unit, f64 sums
@@ -104,7 +120,7 @@ pub fn prepare_mul_mat_id_rows(
     dst: RawTensor,
     srcs: &[RawTensor],
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-    prepare_rows(dst, srcs)
+    prepare_rows(&Op::MulMatId, dst, srcs)
 }
 
 /// Instruction sets forced by tests (`None`: the host's choice, as mul_mat's).
@@ -135,20 +151,21 @@ pub(crate) enum Mutant {
 /// # Safety
 /// As [`prepare_mul_mat_id`].
 pub(crate) unsafe fn prepare_with(
+    op: &Op,
     dst: RawTensor,
     srcs: &[RawTensor],
     precision: Precision,
     repack: Option<&RepackCache>,
     forced: Forced,
 ) -> Result<Box<dyn CpuKernel>, RuntimeError> {
-    let shape = check(&Op::MulMatId, &dst, srcs)?;
+    let shape = check(op, &dst, srcs)?;
     let f32_aligned =
         |t: &RawTensor| (t.data as usize).is_multiple_of(4) && t.nb.iter().all(|s| s % 4 == 0);
     if dst.dtype != DType::F32
         || !f32_aligned(&dst)
         || u32::try_from(shape.n_used * shape.t).is_err()
     {
-        return prepare_rows(dst, srcs);
+        return prepare_rows(op, dst, srcs);
     }
     let (a, b) = (srcs[0], srcs[1]);
     let moe = Moe {
@@ -295,7 +312,8 @@ struct GroupedMulMatId {
 }
 
 impl GroupedMulMatId {
-    /// Sorts the pairs by expert into `groups`, checking every id.
+    /// Sorts the pairs by expert into `groups`, checking every id; pairs
+    /// routed to another part's experts go to the groups' rest.
     ///
     /// # Safety
     /// The ids are readable.
@@ -303,7 +321,7 @@ impl GroupedMulMatId {
         let s = &self.moe.shape;
         groups.sort(s.n_expert, self.moe.n_pairs(), |p| {
             // SAFETY: p < n_used * t, so (slot, token) is inside the ids.
-            unsafe { expert_id(&self.moe.ids, p % s.n_used, p / s.n_used, s.n_expert) }
+            unsafe { expert_id(&self.moe.ids, p % s.n_used, p / s.n_used, s) }
         });
     }
 }
@@ -324,6 +342,19 @@ impl CpuKernel for GroupedMulMatId {
             let Local { groups, act, float } = local;
             // SAFETY: the ids are readable while the kernel runs.
             unsafe { self.sort(groups) };
+            // The rest (another part's experts): rows of zeros, this
+            // thread's share of them (no other phase writes those rows).
+            let rest = groups.rest();
+            for at in ctx.share(rest.len()) {
+                // SAFETY: rest pairs are < n_pairs; dst rows hold n f32 at
+                // stride di.
+                unsafe {
+                    let row = moe.dst_col(rest[at]);
+                    for i in 0..s.n {
+                        *row.add(i * moe.di) = 0.0;
+                    }
+                }
+            }
             // Phase 1: this thread's share of the activations. SAFETY (every
             // arm): scratch holds scratch_bytes() bytes, aligned to 64; each
             // row or column written is this thread's alone.
@@ -344,7 +375,7 @@ impl CpuKernel for GroupedMulMatId {
                 }
                 Route::F32(_) => {
                     let gathered = scratch as *mut f32;
-                    for at in ctx.share(moe.n_pairs()) {
+                    for at in ctx.share(groups.placed()) {
                         let r = moe.act_index(groups.pair_at(at));
                         // SAFETY: column `at` of the packed [k, pairs] matrix.
                         let out =
@@ -380,8 +411,13 @@ impl CpuKernel for GroupedMulMatId {
             Route::KQuant(r) => r.describe(),
             Route::F32(r) => r.describe(),
         };
+        let op = if self.moe.shape.experts == self.moe.shape.n_expert {
+            "mul_mat_id"
+        } else {
+            "mul_mat_id_part"
+        };
         format!(
-            "mul_mat_id {} x {} (grouped by expert, {route})",
+            "{op} {} x {} (grouped by expert, {route})",
             self.moe.a.dtype, self.moe.b.dtype
         )
     }

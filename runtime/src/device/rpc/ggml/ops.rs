@@ -51,6 +51,12 @@ pub fn node_op(op: &Op, srcs: &[&PlanTensor]) -> Result<(u32, [i32; MAX_OP_PARAM
         Op::GetRowsPart { .. } => {
             return Err(Unsupported::new(op, "a table's part is not a ggml op"));
         }
+        Op::MulMatIdPart { .. } => {
+            return Err(Unsupported::new(
+                op,
+                "a part of the experts is not a ggml op",
+            ));
+        }
         Op::GetRows => {
             c.rows_packed(0, "table (src0)")?;
             c.dtype(1, "indices (src1)", &[DType::I32])?;

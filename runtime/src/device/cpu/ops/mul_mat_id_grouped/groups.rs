@@ -2,8 +2,9 @@
 //! share the experts' rows.
 //!
 //! Invariants: [`Groups::sort`] is a stable counting sort (an expert's pairs
-//! in pair order), so every thread that sorts the same ids gets the same
-//! groups; [`for_share`] gives each (used expert, row) to exactly one thread,
+//! in pair order; the pairs of no expert here, a `mul_mat_id_part`'s other
+//! parts', last as the rest), so every thread that sorts the same ids gets
+//! the same groups; [`for_share`] gives each (used expert, row) to exactly one thread,
 //! as a function of the groups, `ith` and `nth` only.
 
 use std::ops::Range;
@@ -24,7 +25,8 @@ pub const ROW_COST: u64 = 2;
 pub struct Groups {
     /// The expert of each pair.
     expert: Vec<u32>,
-    /// Expert `e`'s pairs are `order[start[e]..start[e + 1]]`.
+    /// Expert `e`'s pairs are `order[start[e]..start[e + 1]]`; the rest
+    /// (no expert here) `order[start[n_expert]..]`.
     start: Vec<u32>,
     /// The pairs in expert order.
     order: Vec<u32>,
@@ -34,26 +36,28 @@ pub struct Groups {
 
 impl Groups {
     /// Sorts pairs `0..n_pairs` (fewer than 2^32) by `expert_of(p)`, which
-    /// is below `n_expert`.
+    /// is below `n_expert`, or `None`: the pair goes to the rest.
     pub fn sort(
         &mut self,
         n_expert: usize,
         n_pairs: usize,
-        mut expert_of: impl FnMut(usize) -> usize,
+        mut expert_of: impl FnMut(usize) -> Option<usize>,
     ) {
         self.expert.clear();
-        self.expert
-            .extend((0..n_pairs).map(|p| expert_of(p) as u32));
+        self.expert.extend(
+            (0..n_pairs).map(|p| expert_of(p).map_or(n_expert, |e| e.min(n_expert)) as u32),
+        );
+        // Bucket n_expert is the rest.
         self.start.clear();
-        self.start.resize(n_expert + 1, 0);
+        self.start.resize(n_expert + 2, 0);
         for &e in &self.expert {
             self.start[e as usize + 1] += 1;
         }
-        for e in 0..n_expert {
+        for e in 0..=n_expert {
             self.start[e + 1] += self.start[e];
         }
         self.next.clear();
-        self.next.extend_from_slice(&self.start[..n_expert]);
+        self.next.extend_from_slice(&self.start[..=n_expert]);
         self.order.resize(n_pairs, 0);
         for (p, &e) in self.expert.iter().enumerate() {
             let at = &mut self.next[e as usize];
@@ -64,7 +68,17 @@ impl Groups {
 
     /// Experts (as sorted).
     pub fn n_expert(&self) -> usize {
-        self.start.len().saturating_sub(1)
+        self.start.len().saturating_sub(2)
+    }
+
+    /// Pairs of some expert here: the expert order's first `placed()`.
+    pub fn placed(&self) -> usize {
+        self.start.get(self.n_expert()).map_or(0, |&s| s as usize)
+    }
+
+    /// The pairs of no expert here, in pair order.
+    pub fn rest(&self) -> &[u32] {
+        &self.order[self.placed()..]
     }
 
     /// Expert `e`'s pairs, in pair order.
@@ -146,7 +160,7 @@ mod tests {
 
     fn groups(n_expert: usize, ids: &[usize]) -> Groups {
         let mut g = Groups::default();
-        g.sort(n_expert, ids.len(), |p| ids[p]);
+        g.sort(n_expert, ids.len(), |p| Some(ids[p]));
         g
     }
 
@@ -160,8 +174,20 @@ mod tests {
         assert_eq!((g.first(3), g.pair_at(2), g.pair_at(3)), (2, 0, 2));
         // A second sort reuses the buffers and forgets the first.
         let mut g = g;
-        g.sort(2, 3, |p| [1, 1, 0][p]);
+        g.sort(2, 3, |p| Some([1, 1, 0][p]));
         assert_eq!((g.pairs(0), g.pairs(1)), (&[2u32][..], &[0u32, 1][..]));
+        assert!(g.rest().is_empty() && g.placed() == 3);
+    }
+
+    /// A part's pairs of other parts' experts come last, in pair order.
+    #[test]
+    fn pairs_of_no_expert_here_are_the_rest() {
+        let mut g = Groups::default();
+        let ids = [Some(1), None, Some(0), None, Some(1)];
+        g.sort(2, ids.len(), |p| ids[p]);
+        assert_eq!((g.pairs(0), g.pairs(1)), (&[2u32][..], &[0u32, 4][..]));
+        assert_eq!((g.placed(), g.rest()), (3, &[1u32, 3][..]));
+        assert_eq!(g.n_expert(), 2);
     }
 
     /// Every used expert's every row goes to exactly one thread, in

@@ -93,6 +93,8 @@ struct Case {
     /// Ids per token in the ids' root (llama.cpp's top-k view of argsort
     /// rows when above `n_used`).
     ids_row: usize,
+    /// A `mul_mat_id_part`: (first, experts of the full set).
+    part: Option<(i64, i64)>,
 }
 
 impl Case {
@@ -112,6 +114,15 @@ impl Case {
             b1,
             act: DType::F32,
             ids_row: n_used,
+            part: None,
+        }
+    }
+
+    /// The op: `mul_mat_id`, or the part's.
+    fn op(&self) -> Op {
+        match self.part {
+            Some((first, experts)) => Op::MulMatIdPart { first, experts },
+            None => Op::MulMatId,
         }
     }
 }
@@ -166,7 +177,7 @@ fn run(c: &Case, ops: &mut [Tensor; 3], mode: Mode, forced: Forced) -> (String, 
     let values: Vec<Dense> = ops.iter_mut().map(Tensor::values).collect();
     let ne = [c.n, c.n_used as i64, c.t as i64, 1];
     let out = Layout::contiguous(DType::F32, ne).unwrap();
-    let want = compute(&Op::MulMatId, &[&values[0], &values[1], &values[2]], &out);
+    let want = compute(&c.op(), &[&values[0], &values[1], &values[2]], &out);
     let repack = RepackCache::new();
     let (precision, cache) = match mode {
         Mode::FastWeights => (Precision::Fast, Some(&repack)),
@@ -184,8 +195,8 @@ fn run(c: &Case, ops: &mut [Tensor; 3], mode: Mode, forced: Forced) -> (String, 
         let mut dst = Tensor::poisoned(ne);
         let srcs: Vec<RawTensor> = ops.iter_mut().map(Tensor::raw).collect();
         // SAFETY: the experts do not change while the kernel lives.
-        let kernel =
-            unsafe { prepare_with(dst.raw(), &srcs, precision, cache, forced) }.expect("prepared");
+        let kernel = unsafe { prepare_with(&c.op(), dst.raw(), &srcs, precision, cache, forced) }
+            .expect("prepared");
         what = kernel.describe();
         let mut scratch = Buf::new(kernel.scratch_bytes());
         let at = scratch.ptr() as usize;
@@ -345,7 +356,7 @@ fn prepare_op_takes_the_precise_route() {
         let values: Vec<Dense> = ops.iter_mut().map(Tensor::values).collect();
         let ne = [c.n, 3, 37, 1];
         let out = Layout::contiguous(DType::F32, ne).unwrap();
-        let want = compute(&Op::MulMatId, &[&values[0], &values[1], &values[2]], &out);
+        let want = compute(&c.op(), &[&values[0], &values[1], &values[2]], &out);
         let mut dst = Tensor::poisoned(ne);
         let srcs: Vec<RawTensor> = ops.iter_mut().map(Tensor::raw).collect();
         let kernel = crate::device::cpu::ops::prepare_op(&Op::MulMatId, dst.raw(), &srcs).unwrap();
@@ -417,6 +428,7 @@ fn an_expert_id_out_of_range_panics_naming_it() {
                     // SAFETY: the experts do not change while the kernel lives.
                     let kernel = unsafe {
                         prepare_with(
+                            &Op::MulMatId,
                             dst.raw(),
                             &srcs,
                             precision,
@@ -439,5 +451,52 @@ fn an_expert_id_out_of_range_panics_naming_it() {
                 );
             }
         }
+    }
+}
+
+/// A `mul_mat_id_part` (experts 2..5 of 8, expert parallelism) on every
+/// expert dtype and route: slots routed to another part's experts are rows
+/// of zeros (dst is poisoned, so a row left unwritten fails), decode with
+/// no slot here, and 37 tokens with some slots here.
+#[test]
+fn a_part_of_the_experts_gives_zeros_for_the_other_parts_slots() {
+    let mut rng = Rng::new(93);
+    for (dtype, k) in DTYPES {
+        for t in [1, 37] {
+            for b1 in [1, 3] {
+                let mut c = Case::new(dtype, k, 19, (3, 3, t, b1));
+                c.part = Some((2, 8));
+                // Decode routes only to other parts' experts (0, 6, 7).
+                let ids: Vec<i32> = if t == 1 {
+                    vec![6, 0, 7]
+                } else {
+                    (0..t)
+                        .flat_map(|tok| {
+                            let first = (tok % 8) as i32;
+                            [first, (first + 3) % 8, (first + 5) % 8]
+                        })
+                        .collect()
+                };
+                for mode in [Mode::FastWeights, Mode::FastInPlace, Mode::Exact] {
+                    check_ids(&mut rng, &c, &ids, mode, route_of(dtype, mode));
+                }
+            }
+        }
+    }
+}
+
+/// A part refuses an id outside the full set, as mul_mat_id does, and
+/// takes any id inside it.
+#[test]
+fn a_part_refuses_an_id_outside_the_full_set() {
+    let mut rng = Rng::new(94);
+    let mut c = Case::new(DType::Q8_0, 64, 5, (2, 1, 2, 1));
+    c.part = Some((4, 6));
+    for (ids, ok) in [([5, 0], true), ([6, 0], false), ([0, -1], false)] {
+        let mut ops = operands(&mut rng, &c, &ids);
+        let got = catch_unwind(AssertUnwindSafe(|| {
+            run(&c, &mut ops, Mode::Exact, Forced::default())
+        }));
+        assert_eq!(got.is_ok(), ok, "ids {ids:?}");
     }
 }

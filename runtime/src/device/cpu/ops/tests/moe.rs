@@ -1,6 +1,7 @@
 //! A mixture of experts' ops: mul_mat_id over float and quantized experts
 //! (one activation row per token, or one per slot; strided ids as llama.cpp's
-//! top-k view gives them) and argsort in both orders, at odd sizes.
+//! top-k view gives them), a part of the experts (expert parallelism) and
+//! argsort in both orders, at odd sizes.
 
 use super::harness::*;
 use ir::{DType, Op};
@@ -46,6 +47,32 @@ fn mul_mat_id_float_and_quantized_experts() {
         Dst::Own(dst),
         Expect::Nmse,
     );
+}
+
+/// A `mul_mat_id_part` (experts 3..7 of 9) through `prepare_op`: an f32 dst
+/// on the grouped kernel, an f16 one row by row; ids over the full set, so
+/// some slots are other parts' (rows of zeros, over a poisoned dst).
+#[test]
+fn mul_mat_id_part_on_both_kernels() {
+    let mut rng = Rng::new(72);
+    for (dtype, k) in [(DType::F32, 45), (DType::Q8_0, 64), (DType::Q4_K, 256)] {
+        for dst_dtype in [DType::F32, DType::F16] {
+            let experts = filled(&mut rng, dtype, [k, 13, 4, 1]);
+            let b = filled(&mut rng, DType::F32, [k, 1, 6, 1]);
+            let ids = indices(&mut rng, [3, 6, 1, 1], 9);
+            let dst = poisoned(dst_dtype, [13, 3, 6, 1]);
+            check(
+                &format!("mul_mat_id_part {dtype} into {dst_dtype}"),
+                Op::MulMatIdPart {
+                    first: 3,
+                    experts: 9,
+                },
+                vec![experts, b, ids],
+                Dst::Own(dst),
+                Expect::Nmse,
+            );
+        }
+    }
 }
 
 #[test]
