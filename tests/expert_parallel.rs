@@ -13,7 +13,9 @@
 //! runtime computes what one device computes (NMSE <= 1e-10), under injected
 //! delays too. `--experts auto` keeps rows where they cut evenly and takes
 //! whole experts where K-quant blocks cut the down matrix unevenly, saying
-//! both estimates in the experts' reasons.
+//! both estimates in the experts' reasons. The checker refuses parts whose
+//! experts overlap, whose marks disagree with their ops, or whose expert
+//! sets differ.
 
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
@@ -208,4 +210,52 @@ fn auto_takes_whole_experts_where_rows_cut_unevenly() {
             && reason.contains("cut by rows at"),
         "{reason}"
     );
+}
+
+/// The checker proves that the parts of each routed value tile the experts:
+/// a part moved onto another's experts (mark and op alike), a mark that
+/// disagrees with its op, and a part of another expert set are refused,
+/// naming the tensor.
+#[test]
+fn the_checker_refuses_parts_that_do_not_tile_the_experts() {
+    let graph = moe_llama(3, 64, DType::F32, 24);
+    let plan = plan_for(&graph, "cpu0+cpu1", &split(&[], ExpertSplit::Whole));
+    assert!(ir::plan::check::check_plan(&plan).is_empty());
+    // The first part of the down product on device 1 (experts 4..8).
+    let at = |plan: &Plan| {
+        (plan.splits.iter().enumerate())
+            .flat_map(|(s, split)| (split.steps.iter().enumerate()).map(move |(i, st)| (s, i, st)))
+            .find_map(|(s, i, st)| match st {
+                Step::Op {
+                    op: Op::MulMatIdPart { first: 4, .. },
+                    dst,
+                    ..
+                } if plan.tensors[*dst as usize].name.contains("ffn_moe_down") => {
+                    Some((s, i, *dst))
+                }
+                _ => None,
+            })
+            .expect("device 1's down part")
+    };
+    let (s, i, dst) = at(&plan);
+    let with = |first: i64, experts: i64, mark_first: i64| {
+        let mut p = plan.clone();
+        if let Step::Op { op, .. } = &mut p.splits[s].steps[i] {
+            *op = Op::MulMatIdPart { first, experts };
+        }
+        if let Some(SplitPart::Routed { first: f, .. }) = &mut p.tensors[dst as usize].part {
+            *f = mark_first;
+        }
+        let problems: Vec<String> = ir::plan::check::check_plan(&p)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        problems.join("\n")
+    };
+    let overlap = with(2, 8, 2);
+    assert!(overlap.contains("overlap another part's"), "{overlap}");
+    let mark = with(4, 8, 3);
+    assert!(mark.contains("is marked as experts [3, 7)"), "{mark}");
+    let other_set = with(4, 12, 4);
+    assert!(other_set.contains("its set has 12 experts"), "{other_set}");
 }

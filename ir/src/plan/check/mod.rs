@@ -90,6 +90,11 @@
 //!     ([`crate::WeightShard::problem`]); the shards of one source agree on
 //!     its extents, dtype and axis, and their slices tile the source along
 //!     that axis with no gap and no overlap.
+//! 12. `routed` — [`ViolationKind::Collective`]: the `mul_mat_id_part`s of
+//!     one routed value (expert parallelism, marked `SplitPart::Routed`)
+//!     carry marks naming their own experts, agree on the expert set, read
+//!     the same ids, and their experts tile the set with no gap and no
+//!     overlap.
 
 mod attention;
 mod collective;
@@ -102,6 +107,7 @@ mod placement;
 mod product_glu;
 mod product_many;
 mod rope_store;
+mod routed;
 pub use rope_store::{MAX_OPS as ROPE_STORE_MAX_OPS, MAX_TENSORS as ROPE_STORE_MAX_TENSORS};
 mod race;
 mod shape;
@@ -219,6 +225,7 @@ pub fn check_plan_with(plan: &Plan, extra: impl FnOnce(&mut Checker<'_>)) -> Vec
     collective::check(&mut c);
     partial::check(&mut c, &accesses);
     shards::check(&mut c);
+    routed::check(&mut c);
     c.out
 }
 
