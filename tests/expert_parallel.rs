@@ -215,7 +215,8 @@ fn auto_takes_whole_experts_where_rows_cut_unevenly() {
 /// The checker proves that the parts of each routed value tile the experts:
 /// a part moved onto another's experts (mark and op alike), a mark that
 /// disagrees with its op, and a part of another expert set are refused,
-/// naming the tensor.
+/// naming the tensor; so is an op it does not know to keep zeros reading a
+/// routed part.
 #[test]
 fn the_checker_refuses_parts_that_do_not_tile_the_experts() {
     let graph = moe_llama(3, 64, DType::F32, 24);
@@ -258,4 +259,43 @@ fn the_checker_refuses_parts_that_do_not_tile_the_experts() {
     assert!(mark.contains("is marked as experts [3, 7)"), "{mark}");
     let other_set = with(4, 12, 4);
     assert!(other_set.contains("its set has 12 experts"), "{other_set}");
+    // The router's weighting as a division: an op the checker does not let
+    // read a routed part.
+    let mut p = plan.clone();
+    let weighted = (p.splits.iter_mut().flat_map(|s| s.steps.iter_mut()))
+        .find_map(|st| match st {
+            Step::Op {
+                op: op @ Op::Mul,
+                srcs,
+                ..
+            } if plan.tensors[srcs[0] as usize].name.contains("ffn_moe_down") => Some(op),
+            _ => None,
+        })
+        .expect("the weighting of the down product's part");
+    *weighted = Op::Div;
+    let problems: Vec<String> = ir::plan::check::check_plan(&p)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let problems = problems.join("\n");
+    assert!(
+        problems.contains("is a routed part of expert parallelism")
+            && problems.contains("(div) reads it"),
+        "{problems}"
+    );
+}
+
+/// `--experts whole` on a graph without experts is refused, naming it.
+#[test]
+fn whole_experts_without_experts_are_refused() {
+    let graph = models::llama::build_prefill(&tiny_llama(3)).unwrap();
+    let target = Target::preset("cpu0+cpu1").unwrap();
+    let Err(err) = compile(&graph, &target, &split(&[], ExpertSplit::Whole)) else {
+        panic!("a graph without experts was split by experts");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("--experts whole") && err.contains("no stacked experts"),
+        "{err}"
+    );
 }

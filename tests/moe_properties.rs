@@ -5,10 +5,11 @@
 //! through `mul_mat_id`, weighted and summed over the used slots) between RMS
 //! norms and residual adds, at random odd sizes (1-8 experts, 1-all used,
 //! 1-9 tokens, F32 or F16 experts). Every graph is compiled for `cpu` and for
-//! `cpu0+cpu1` placed five ways: by layers with random shares, with the
+//! `cpu0+cpu1` placed six ways: by layers with random shares, with the
 //! experts of random blocks pinned to the second core group (llama.cpp's
-//! `-ot`), cut into two micro-batches (`--pipeline 2`), and tensor split by
-//! rows and along a random axis of the FFN weights and experts. Every plan
+//! `-ot`), cut into two micro-batches (`--pipeline 2`), tensor split by rows
+//! and along a random axis of the FFN weights and experts, and with whole
+//! experts per core group at random shares (expert parallelism). Every plan
 //! passes the checker (`compile` runs it), compiling twice gives the same
 //! bytes, and the reference plan evaluator gives the one-device plan's
 //! outputs (NMSE <= 1e-10: routing is decided on bit-identical router

@@ -851,6 +851,18 @@ fn compile_splits_tensors_over_core_groups_and_refuses_bad_splits_naming_them() 
             vec!["--collectives", "all-reduce"],
             vec!["--collectives needs --split-mode row"],
         ),
+        (
+            vec!["--split", "w=1", "--experts", "whole"],
+            vec!["--experts needs --split-mode row"],
+        ),
+        (
+            vec!["--split-mode", "row", "--experts", "some"],
+            vec!["--experts 'some' is not an expert split (auto, rows, whole)"],
+        ),
+        (
+            vec!["--split-mode", "row", "--experts", "whole"],
+            vec!["--experts whole", "has no stacked experts"],
+        ),
     ] {
         let mut all = vec![
             "compile",

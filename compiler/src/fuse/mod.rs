@@ -17,7 +17,9 @@
 //!    *first* member — `rms_norm` / `norm` (a row prologue reading a group
 //!    input: the norm-then-mul pattern `mul(rms_norm(x), w)`);
 //! 2. every member is F32, packed (contiguous) and has the same extents (those
-//!    of the group output);
+//!    of the group output); no member is or reads a partial sum or a routed
+//!    part of a tensor split (`SplitPart::Partial`, `SplitPart::Routed`,
+//!    directly or through a view: the checker lets no fused kernel read one);
 //! 3. every member runs on the same device (`assignment.device`), one that
 //!    runs fused kernels (not a remote RPC server: [`fuse_elementwise_where`]);
 //! 4. every member but the last has exactly one reader node in the graph, and
@@ -379,8 +381,24 @@ impl<'a> Context<'a> {
             && t.layout.dtype == DType::F32
             && t.layout.is_contiguous()
             && self.device(id).is_some_and(|d| (self.fusable)(d))
-            && t.srcs.iter().all(|s| s.index() < self.graph.len());
+            && t.srcs.iter().all(|s| s.index() < self.graph.len())
+            && !self.partial(id)
+            && !t.srcs.iter().any(|&s| self.partial(s));
         (ok && self.sources_fit(t, kind)).then_some(kind)
+    }
+
+    /// Whether `id` (or the tensor whose bytes it views) is a partial sum
+    /// or a routed part.
+    fn partial(&self, id: TensorId) -> bool {
+        let is = |t: TensorId| {
+            matches!(
+                self.assignment.parts.get(t.index()),
+                Some(Some(
+                    ir::plan::SplitPart::Partial { .. } | ir::plan::SplitPart::Routed { .. }
+                ))
+            )
+        };
+        is(id) || is(self.graph.storage_of(id).root)
     }
 
     /// Source 0 (and a glu's up) has the result's extents; a binary op's

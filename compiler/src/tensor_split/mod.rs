@@ -277,6 +277,15 @@ pub fn split_tensors(
         None
     };
     match (options.experts, whole_experts) {
+        (ExpertSplit::Whole, None) => Err(rules::split_error(
+            "--experts whole",
+            "",
+            &format!(
+                "graph '{}' has no stacked experts (ffn_gate_exps, ffn_up_exps, \
+                 ffn_down_exps of two or more experts) to share out",
+                graph.name
+            ),
+        )),
         (ExpertSplit::Rows, _) | (_, None) => split(leafs),
         (ExpertSplit::Whole, Some(whole)) => split(whole),
         (ExpertSplit::Auto, Some(whole)) => {

@@ -94,7 +94,8 @@
 //!     one routed value (expert parallelism, marked `SplitPart::Routed`)
 //!     carry marks naming their own experts, agree on the expert set, read
 //!     the same ids, and their experts tile the set with no gap and no
-//!     overlap.
+//!     overlap; a routed part is read only by element-wise ops that map 0 to
+//!     0, packing, `mul_mat_id_part`, `add`/`sub` and collectives.
 
 mod attention;
 mod collective;
@@ -225,7 +226,7 @@ pub fn check_plan_with(plan: &Plan, extra: impl FnOnce(&mut Checker<'_>)) -> Vec
     collective::check(&mut c);
     partial::check(&mut c, &accesses);
     shards::check(&mut c);
-    routed::check(&mut c);
+    routed::check(&mut c, &accesses);
     c.out
 }
 

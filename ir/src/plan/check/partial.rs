@@ -5,9 +5,9 @@
 //! plan marks `SplitPart::Partial`, is a partial sum: one device's share of
 //! a value that exists only once every part is added up. A linear step keeps
 //! it partial (`cont` and `cpy` move values, `scale` without a bias scales
-//! them, `add`/`sub` of two partial sums add shares, `mul` of one partial
-//! sum by a whole value scales it) when the plan marks its result partial
-//! too; anything else that read
+//! them, `add`/`sub` of two partial sums add shares, a routed part of
+//! expert parallelism counting as one, `mul` of one partial sum by a whole
+//! value scales it) when the plan marks its result partial too; anything else that read
 //! it would compute on a share as if it were the value (a `silu` of a part is
 //! not a part of the `silu`, and a bias added to every part is added once per
 //! device). So no other step (no other op, no `all_gather`, no fused kernel)
@@ -100,6 +100,9 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
             }
             match parts_read(c, &parts, r).next() {
                 Some(p) => read_parts.push((p.tensor, r, p.groups.clone())),
+                // A routed part (expert parallelism) is one device's share
+                // too: added to a partial sum it stays one.
+                None if routed(c, r) => {}
                 None => whole_reads += 1,
             }
         }
@@ -168,6 +171,15 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
                 .to_string(),
         );
     }
+}
+
+/// Whether `r` (or the tensor whose bytes it views) is marked a routed part.
+fn routed(c: &Checker<'_>, r: u32) -> bool {
+    let is = |t: u32| {
+        c.tensor(t)
+            .is_some_and(|t| matches!(t.part, Some(SplitPart::Routed { .. })))
+    };
+    is(r) || c.owner(r).is_some_and(is)
 }
 
 /// The partial sums whose bytes tensor `r` reads.

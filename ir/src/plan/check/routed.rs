@@ -19,9 +19,18 @@
 //!
 //! An unmarked part (a hand-written plan) claims no tiling and is checked by
 //! the op's own rules only (family 2).
+//!
+//! And a routed part (a marked tensor, or a view of one) holds one device's
+//! rows and zeros for the others', so only steps that keep that true or add
+//! it up read it: element-wise ops mapping 0 to 0 (`scale` without a bias,
+//! `sqr`, `sqrt`, `silu`, `gelu`, `gelu_erf`, `relu`, `tanh`, a `clamp`
+//! around 0, a GLU, `mul`), `cont` and `cpy`, a `mul_mat_id_part` (its
+//! activations), `add`/`sub` (family 10 proves they make a partial sum) and
+//! collective participants. No other step, fused kernel or copy reads one.
 
 use super::Checker;
 use super::ViolationKind::Collective;
+use super::trace::Access;
 use crate::Op;
 use crate::plan::{Placement, SplitPart, Step};
 use std::collections::BTreeMap;
@@ -36,7 +45,64 @@ struct Part {
     ids: Option<IdsKey>,
 }
 
-pub(super) fn check(c: &mut Checker<'_>) {
+pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
+    check_tiling(c);
+    check_readers(c, accesses);
+}
+
+/// The second rule of the module doc: who may read a routed part.
+fn check_readers(c: &mut Checker<'_>, accesses: &[Access]) {
+    let routed = |c: &Checker<'_>, t: u32| {
+        let is = |t: u32| {
+            c.tensor(t)
+                .is_some_and(|t| matches!(t.part, Some(SplitPart::Routed { .. })))
+        };
+        is(t) || c.owner(t).is_some_and(is)
+    };
+    for a in accesses {
+        if a.reads_peers || a.sums_parts {
+            continue;
+        }
+        let keeps = !a.is_copy
+            && match a.op {
+                Some(Op::Scale { bias, .. }) => bias == 0.0,
+                Some(Op::Clamp { min, max }) => min <= 0.0 && 0.0 <= max,
+                Some(
+                    Op::Sqr
+                    | Op::Sqrt
+                    | Op::Silu
+                    | Op::Gelu
+                    | Op::GeluErf
+                    | Op::Relu
+                    | Op::Tanh
+                    | Op::Glu { .. }
+                    | Op::Mul
+                    | Op::Cont
+                    | Op::Cpy
+                    | Op::MulMatIdPart { .. }
+                    | Op::Add
+                    | Op::Sub,
+                ) => true,
+                _ => false,
+            };
+        if keeps {
+            continue;
+        }
+        let read: Vec<u32> = a.reads.iter().copied().filter(|&r| routed(c, r)).collect();
+        for r in read {
+            let msg = format!(
+                "is a routed part of expert parallelism (its device's rows, zeros for the \
+                 others') but {} reads it: only element-wise ops that map 0 to 0, packing, \
+                 mul_mat_id_part, add/sub into a partial sum and collectives may",
+                a.label
+            );
+            c.tensor_problem(Collective, r, msg);
+        }
+    }
+}
+
+/// The first rule of the module doc: the parts of one value tile the experts.
+fn check_tiling(c: &mut Checker<'_>) {
     let mut by_value: BTreeMap<String, Vec<Part>> = BTreeMap::new();
     for step in c.plan.splits.iter().flat_map(|s| &s.steps) {
         let Step::Op {
