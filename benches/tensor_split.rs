@@ -19,13 +19,13 @@
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
 use compiler::tensor_split::{Collectives, TensorSplitOptions};
+use ggplan_tests::race::race;
 use ir::files::gguf::GgufFile;
 use ir::plan::{Plan, Usage};
 use ir::{Graph, Role};
 use models::llama::{CacheConfig, LlamaConfig, build_cached_attending};
 use runtime::{LoadOptions, Runtime, Weights};
 use std::sync::Arc;
-use std::time::Instant;
 
 const CTX: i64 = 512;
 const BLOCKS: usize = 6;
@@ -60,29 +60,6 @@ fn set_inputs(rt: &mut Runtime, past: i64, t: i64, attend: i64, vocab: i64) {
     rt.set_input_i32("pos", &step.pos).unwrap();
     rt.set_input_i32("kv_idx", &step.kv_idx).unwrap();
     rt.set_input_f32("kq_mask", &step.kq_mask).unwrap();
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median ms per run of each runtime, taking turns in blocks of `per_block`.
-fn race(rts: &mut [Runtime], per_block: usize) -> Vec<f64> {
-    let mut ms = vec![Vec::new(); rts.len()];
-    for rt in rts.iter_mut() {
-        rt.run().unwrap();
-    }
-    for _ in 0..BLOCKS {
-        for (rt, times) in rts.iter_mut().zip(ms.iter_mut()) {
-            for _ in 0..per_block {
-                let t = Instant::now();
-                rt.run().unwrap();
-                times.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-    }
-    ms.into_iter().map(median).collect()
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -171,7 +148,7 @@ fn main() {
                 rt
             })
             .collect();
-        let ms = race(&mut rts, per_block);
+        let ms = race(&mut rts, BLOCKS, per_block);
         let per_s = |ms: f64| t as f64 / ms * 1e3;
         println!("SmolLM2 {what}:");
         for (label, &m) in labels.iter().zip(&ms) {

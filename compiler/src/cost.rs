@@ -108,13 +108,19 @@ fn work(graph: &Graph, node: TensorId, op: &Op) -> Work {
             Work::Flops { flops, src0: dtype }
         }
         // A part of the experts computes the slots routed to its experts:
-        // its share of them when the router spreads tokens evenly (the
-        // expectation; a skewed batch loads some parts more).
+        // priced at the busiest part's expected load when the router spreads
+        // the `N` (slot, token) pairs evenly, its share `p` plus one standard
+        // deviation of a binomial, `p + sqrt(p (1 - p) / N)`: a decode step's
+        // 8 slots over two halves load one side 35% above half, a prefill's
+        // thousands 3%.
         Op::MulMatIdPart { experts, .. } => {
             let src0 = tensor.srcs.first().map(|&s| graph.tensor(s));
             let k = src0.map_or(0, |s| s.layout.ne[0].max(0)) as f64;
-            let share = src0.map_or(0, |s| s.layout.ne[2].max(0)) as f64 / (*experts).max(1) as f64;
-            let flops = 2.0 * k * tensor.layout.n_elements() as f64 * share;
+            let held = src0.map_or(0, |s| s.layout.ne[2].max(0)) as f64;
+            let p = (held / (*experts).max(1) as f64).min(1.0);
+            let pairs = (tensor.layout.ne[1] * tensor.layout.ne[2]).max(1) as f64;
+            let busiest = (p + (p * (1.0 - p) / pairs).sqrt()).min(1.0);
+            let flops = 2.0 * k * tensor.layout.n_elements() as f64 * busiest;
             let dtype = src0.map_or(tensor.layout.dtype, |s| s.layout.dtype);
             Work::Flops { flops, src0: dtype }
         }

@@ -9,6 +9,7 @@ pub mod llama_config;
 pub mod models;
 pub mod outputs;
 pub mod overlap;
+pub mod race;
 pub mod random_graph;
 pub mod references;
 pub mod rpc_server;
