@@ -102,7 +102,7 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
                 Some(p) => read_parts.push((p.tensor, r, p.groups.clone())),
                 // A routed part (expert parallelism) is one device's share
                 // too: added to a partial sum it stays one.
-                None if routed(c, r) => {}
+                None if super::routed::is_routed_part(c, r) => {}
                 None => whole_reads += 1,
             }
         }
@@ -171,15 +171,6 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
                 .to_string(),
         );
     }
-}
-
-/// Whether `r` (or the tensor whose bytes it views) is marked a routed part.
-fn routed(c: &Checker<'_>, r: u32) -> bool {
-    let is = |t: u32| {
-        c.tensor(t)
-            .is_some_and(|t| matches!(t.part, Some(SplitPart::Routed { .. })))
-    };
-    is(r) || c.owner(r).is_some_and(is)
 }
 
 /// The partial sums whose bytes tensor `r` reads.

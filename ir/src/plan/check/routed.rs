@@ -52,13 +52,6 @@ pub(super) fn check(c: &mut Checker<'_>, accesses: &[Access]) {
 
 /// The second rule of the module doc: who may read a routed part.
 fn check_readers(c: &mut Checker<'_>, accesses: &[Access]) {
-    let routed = |c: &Checker<'_>, t: u32| {
-        let is = |t: u32| {
-            c.tensor(t)
-                .is_some_and(|t| matches!(t.part, Some(SplitPart::Routed { .. })))
-        };
-        is(t) || c.owner(t).is_some_and(is)
-    };
     for a in accesses {
         if a.reads_peers || a.sums_parts {
             continue;
@@ -88,7 +81,12 @@ fn check_readers(c: &mut Checker<'_>, accesses: &[Access]) {
         if keeps {
             continue;
         }
-        let read: Vec<u32> = a.reads.iter().copied().filter(|&r| routed(c, r)).collect();
+        let read: Vec<u32> = a
+            .reads
+            .iter()
+            .copied()
+            .filter(|&r| is_routed_part(c, r))
+            .collect();
         for r in read {
             let msg = format!(
                 "is a routed part of expert parallelism (its device's rows, zeros for the \
@@ -99,6 +97,15 @@ fn check_readers(c: &mut Checker<'_>, accesses: &[Access]) {
             c.tensor_problem(Collective, r, msg);
         }
     }
+}
+
+/// Whether `t` (or the tensor whose bytes it views) is marked a routed part.
+pub(super) fn is_routed_part(c: &Checker<'_>, t: u32) -> bool {
+    let is = |t: u32| {
+        c.tensor(t)
+            .is_some_and(|t| matches!(t.part, Some(SplitPart::Routed { .. })))
+    };
+    is(t) || c.owner(t).is_some_and(is)
 }
 
 /// The first rule of the module doc: the parts of one value tile the experts.
