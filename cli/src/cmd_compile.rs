@@ -71,7 +71,7 @@ pub struct CompileArgs {
     /// Put the last N blocks' weights and the output head on the first accelerator.
     #[arg(long, value_name = "N")]
     offload_layers: Option<u32>,
-    /// Place as many layers as fit each device's memory (a mixture of experts: every block's attention first, then the first blocks' experts, as llama.cpp's --fit)
+    /// Place as many layers as fit each device's memory (a mixture of experts: every block's attention first, then the first blocks' experts, as llama.cpp's --fit; under --policy cost, the first blocks whole on the host instead when that is estimated faster)
     #[arg(long)]
     fit: bool,
     /// Model ggml's op_offload under --policy ggml (llama.cpp's default): a

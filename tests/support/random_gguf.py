@@ -3,6 +3,7 @@ ggplan's results with llama.cpp's on architectures no small real model covers.
 
 Usage: random_gguf.py ARCH OUT.gguf --tokenizer-from TOKENIZER.gguf
                       [--seed N] [--plain-rope]
+                      [--moe-shape EMBD,LAYERS,EXPERTS,USED,FF_EXP]
 
 ARCH is one of:
   llama3  architecture `llama`, Llama-3 style: a `rope_freqs.weight` tensor
@@ -61,7 +62,9 @@ The vocabulary and every `tokenizer.*` key are copied from --tokenizer-from
 (tests use the SmolLM2 GGUF, GGPLAN_SMOLLM2_GGUF in .models/paths.env), so
 llama.cpp can tokenize a text prompt. --plain-rope (llama3 only) writes all
 rope frequency factors as 1.0 and leaves every other weight unchanged, to
-check that the factors matter.
+check that the factors matter. --moe-shape (qwen3moe only) writes a larger
+model for benchmarks: n_embd EMBD (4 heads of EMBD/4, 2 KV heads), LAYERS
+blocks, EXPERTS experts of FF_EXP, USED per token.
 
 Needs `gguf` and `numpy` (scripts/setup.sh installs them into .models/venv).
 """
@@ -123,11 +126,26 @@ def main() -> None:
     parser.add_argument("--tokenizer-from", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plain-rope", action="store_true")
+    parser.add_argument("--moe-shape", metavar="EMBD,LAYERS,EXPERTS,USED,FF_EXP")
     args = parser.parse_args()
     if args.plain_rope and args.arch != "llama3":
         parser.error("--plain-rope applies to llama3 only")
 
     arch, freq_base, n_layer = ARCHS[args.arch]
+    if args.moe_shape:
+        if args.arch != "qwen3moe":
+            parser.error("--moe-shape applies to qwen3moe only")
+        try:
+            embd, n_layer, experts, used, ff_exp = (
+                int(v) for v in args.moe_shape.split(","))
+        except ValueError:
+            parser.error(f"--moe-shape {args.moe_shape}: expected five integers")
+        if embd % N_HEAD or min(embd, n_layer, experts, used, ff_exp) < 1 or used > experts:
+            parser.error(f"--moe-shape {args.moe_shape}: EMBD must be a multiple of "
+                         f"{N_HEAD} and USED at most EXPERTS, all positive")
+        global N_EMBD, HEAD_DIM, N_EXPERT, N_EXPERT_USED, N_FF_EXP
+        N_EMBD, HEAD_DIM = embd, embd // N_HEAD
+        N_EXPERT, N_EXPERT_USED, N_FF_EXP = experts, used, ff_exp
     rng = np.random.default_rng(args.seed)
     writer = GGUFWriter(args.out, arch)
 

@@ -80,6 +80,17 @@ pub(super) fn assign_by_cost(
     weights: &WeightPlacement,
     op_offload: bool,
 ) -> Result<Assignment, Error> {
+    assign_by_cost_timed(graph, target, weights, op_offload).map(|(a, _)| a)
+}
+
+/// [`assign_by_cost`], with the model's time of the result in ns (compute
+/// plus copies, unweighted: what `--fit` compares weight placements by).
+pub(super) fn assign_by_cost_timed(
+    graph: &Graph,
+    target: &Target,
+    weights: &WeightPlacement,
+    op_offload: bool,
+) -> Result<(Assignment, u64), Error> {
     let p = Problem::new(graph, target, weights)?;
     // ggml's decisions (with op_offload when asked: its weight copies to
     // an accelerator are then in the copy budget, its assignment a candidate).
@@ -97,6 +108,7 @@ pub(super) fn assign_by_cost(
     let ggml_time = p.evaluate(&ggml_dev, 1);
     match found {
         Some((w, dev)) if p.evaluate(&dev, 1) <= ggml_time => {
+            let time = p.evaluate(&dev, 1);
             let method = match (target.devices.len(), w) {
                 (0 | 1, _) => "single device".to_string(),
                 (2, 1) => "min-cut".to_string(),
@@ -112,7 +124,7 @@ pub(super) fn assign_by_cost(
                     budget.1
                 ),
             };
-            Ok(assignment(&p, &dev, &method))
+            Ok((assignment(&p, &dev, &method), time))
         }
         _ => {
             let mut a = ggml;
@@ -123,7 +135,7 @@ pub(super) fn assign_by_cost(
             for r in &mut a.reason {
                 *r = format!("{why}; {r}");
             }
-            Ok(a)
+            Ok((a, ggml_time))
         }
     }
 }

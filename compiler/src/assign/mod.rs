@@ -3,7 +3,9 @@
 //! Steps, in [`assign_devices`]:
 //! 1. check the options against the target and that every non-view node has
 //!    some device that runs its (op, src0 dtype) ([`crate::Error::UnsupportedOp`]);
-//! 2. place the weights ([`weights`]), the same for both policies;
+//! 2. place the weights ([`weights`]), the same for both policies but for a
+//!    mixture of experts' `--fit` under the cost policy, which prices a
+//!    weight placement per candidate and keeps the fastest (`moe_fit.rs`);
 //! 3. run the policy: [`Policy::Ggml`] replays ggml_backend_sched's passes
 //!    (`ggml_policy.rs`), [`Policy::Cost`] minimises estimated time with
 //!    minimum cuts (`cost_policy.rs` and `cost_problem.rs` over `min_cut.rs`,
@@ -28,6 +30,7 @@ mod ggml_policy;
 mod llama_norm_pins;
 mod max_flow;
 mod min_cut;
+mod moe_fit;
 pub mod weights;
 
 #[cfg(test)]
@@ -69,6 +72,11 @@ pub fn assign_devices(
     target.validate()?;
     placement.validate(target)?;
     check_support(graph, target)?;
+    if policy == Policy::Cost
+        && let Some(a) = moe_fit::fit_by_cost(graph, target, placement)?
+    {
+        return Ok(a);
+    }
     let weights = place_weights(graph, target, placement, policy)?;
     match policy {
         Policy::Ggml => {
