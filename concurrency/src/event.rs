@@ -60,6 +60,13 @@ impl Event {
     /// Waits until the event is recorded, or `abort` is raised (then `Err`;
     /// [`Abort::raise`] wakes a sleeping waiter so that it sees the flag).
     pub fn wait(&self, abort: &Abort) -> Result<(), Aborted> {
+        self.wait_then(abort, &mut || {})
+    }
+
+    /// [`Event::wait`], calling `before_sleep` once when the spin ends
+    /// without the event: the wait is a long one (a stream's executor parks
+    /// its device's idle kernel threads there).
+    pub fn wait_then(&self, abort: &Abort, before_sleep: &mut dyn FnMut()) -> Result<(), Aborted> {
         let mut spins = 0;
         while spins < SPINS {
             if self.is_done() {
@@ -67,6 +74,7 @@ impl Event {
             }
             relax_often(&mut spins);
         }
+        before_sleep();
         let mut guard = lock(&self.lock);
         loop {
             let state = self.state.load(Acquire);

@@ -17,6 +17,10 @@
 //!   either the worker sees the new epoch and does not sleep, or `run` sees
 //!   the sleeper and notifies under `sleep_lock`, which it can take only once
 //!   the worker sleeps. No SeqCst is involved (loom can prove it);
+//! - parking: [`ThreadPool::park_idle`] bumps `parks`; a spinning worker that
+//!   sees it move since it last looked sleeps at once, down the same sleeping
+//!   path as after its spin budget (so the no-lost-wake-up argument above is
+//!   unchanged: parking only shortens the spin);
 //! - shutdown: `Drop` sets `shutdown`, then notifies under `sleep_lock`, where
 //!   a worker checks `shutdown` before it sleeps; every worker is joined;
 //! - a panic on any thread is caught, poisons the job's barrier (threads
@@ -73,6 +77,10 @@ struct Shared {
     finished: Padded<AtomicUsize>,
     barrier: SpinBarrier,
     shutdown: AtomicBool,
+    /// Bumped by [`ThreadPool::park_idle`]: idle workers stop spinning.
+    parks: AtomicU64,
+    /// Spins of an idle worker before it sleeps.
+    spin_budget: u32,
     sleep_lock: Mutex<()>,
     wake: Condvar,
     panicked: Mutex<Option<Box<dyn Any + Send>>>,
@@ -107,6 +115,17 @@ impl ThreadPool {
         n_threads: usize,
         on_start: impl Fn(usize) + Send + Sync + 'static,
     ) -> ThreadPool {
+        ThreadPool::with_spin_budget(n_threads, SPIN_ITERATIONS, on_start)
+    }
+
+    /// [`ThreadPool::with_start`] with idle workers spinning `spin_budget`
+    /// times before they sleep (tests use `u32::MAX`: never, unless parked).
+    #[doc(hidden)]
+    pub fn with_spin_budget(
+        n_threads: usize,
+        spin_budget: u32,
+        on_start: impl Fn(usize) + Send + Sync + 'static,
+    ) -> ThreadPool {
         let n_threads = n_threads.max(1);
         assert!(
             (n_threads as u64) < SLEEPERS,
@@ -119,6 +138,8 @@ impl ThreadPool {
             finished: Padded(AtomicUsize::new(0)),
             barrier: SpinBarrier::new(n_threads),
             shutdown: AtomicBool::new(false),
+            parks: AtomicU64::new(0),
+            spin_budget,
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             panicked: Mutex::new(None),
@@ -145,9 +166,17 @@ impl ThreadPool {
         self.shared.n_threads
     }
 
-    /// Workers asleep or about to sleep; only under loom, where the models
-    /// wait for it to drive a worker down the sleeping path.
-    #[cfg(loom)]
+    /// Tells idle workers to sleep now instead of spinning out their budget:
+    /// for a caller about to leave the pool idle for long (its stream waits
+    /// for another device, or has nothing left to do this run), so spinning
+    /// workers do not hold cores that other processes (a server on the same
+    /// host) or threads need. The next job wakes them as usual.
+    pub fn park_idle(&self) {
+        self.shared.parks.fetch_add(1, Release);
+    }
+
+    /// Workers asleep or about to sleep (models and tests wait for it to
+    /// drive a worker down the sleeping path).
     #[doc(hidden)]
     pub fn sleeping_workers(&self) -> usize {
         (self.shared.state.load(Relaxed) & SLEEPERS) as usize
@@ -200,8 +229,9 @@ impl ThreadPool {
 
 impl Shared {
     /// Waits until the epoch moves past `seen` (then returns the new one) or
-    /// the pool shuts down (`None`): spins first, then sleeps.
-    fn next_epoch(&self, seen: u64) -> Option<u64> {
+    /// the pool shuts down (`None`): spins first (its budget, or until
+    /// `parks` moves past `parks_seen`), then sleeps.
+    fn next_epoch(&self, seen: u64, parks_seen: &mut u64) -> Option<u64> {
         let mut spins = 0u32;
         loop {
             let epoch = self.state.load(Acquire) >> SLEEPER_BITS;
@@ -211,7 +241,13 @@ impl Shared {
             if self.shutdown.load(Acquire) {
                 return None;
             }
-            if spins < SPIN_ITERATIONS {
+            let parks = self.parks.load(Relaxed);
+            if parks != *parks_seen {
+                // Parked: the sleeping path at once (its own checks decide).
+                *parks_seen = parks;
+                self.sleep(seen);
+                spins = 0;
+            } else if spins < self.spin_budget {
                 spins += 1;
                 spin_loop();
             } else {
@@ -240,7 +276,8 @@ impl Shared {
 fn worker(shared: &Shared, ith: usize) {
     (shared.on_start)(ith);
     let mut seen = 0u64;
-    while let Some(epoch) = shared.next_epoch(seen) {
+    let mut parks_seen = 0u64;
+    while let Some(epoch) = shared.next_epoch(seen, &mut parks_seen) {
         seen = epoch;
         let job = *lock(&shared.job);
         if let Some(JobPtr(job)) = job {
@@ -277,6 +314,30 @@ impl Drop for ThreadPool {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering::AcqRel;
+
+    #[test]
+    fn parked_workers_sleep_instead_of_spinning_and_wake_for_the_next_job() {
+        // Workers that would spin forever: only a park puts them to sleep.
+        let pool = ThreadPool::with_spin_budget(3, u32::MAX, |_| {});
+        let count = AtomicUsize::new(0);
+        let job = |_: &ThreadCtx<'_>| {
+            count.fetch_add(1, AcqRel);
+        };
+        for round in 1..=3 {
+            pool.run(&job);
+            assert_eq!(count.load(Acquire), 3 * round);
+            pool.park_idle();
+            // A deadline only so that a broken park fails instead of hanging.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while pool.sleeping_workers() < 2 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "workers still spinning"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
 
     #[test]
     fn every_thread_runs_every_job_and_barriers_order_phases() {

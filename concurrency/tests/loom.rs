@@ -100,6 +100,21 @@ fn pool_wakes_a_sleeping_worker_for_the_next_job() {
 }
 
 #[test]
+fn a_parked_worker_sleeps_and_wakes_for_the_next_job() {
+    check(|| {
+        // A worker that never stops spinning unless parked: the park may come
+        // while it still runs the first job, or while it spins after it.
+        let pool = ThreadPool::with_spin_budget(2, u32::MAX, |_| {});
+        let ran = slots();
+        pool.run(&|ctx| ran[ctx.ith].store(1, Relaxed));
+        pool.park_idle();
+        until_the_worker_sleeps(&pool);
+        pool.run(&|ctx| ran[ctx.ith].store(2, Relaxed));
+        assert_eq!(ran.each_ref().map(|r| r.load(Relaxed)), [2, 2]);
+    });
+}
+
+#[test]
 fn dropping_a_fresh_pool_joins_its_worker() {
     check(|| {
         // The worker is starting or spinning when the pool drops.

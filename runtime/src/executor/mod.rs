@@ -201,7 +201,7 @@ impl Executor {
         for p in 0..self.programs.len() {
             let segments = self.programs[p].segments.len();
             if self.programs[p].kind == StreamKind::Copy && self.progress[p].finished() < segments {
-                let helped = self.help_until(p, segments - 1, ctx, &mut drained);
+                let helped = self.help_until(p, segments - 1, ctx, &mut drained, &|| {});
                 helped.expect("no stream aborted: every stream finished without a panic");
             }
         }
@@ -238,15 +238,18 @@ impl Executor {
 
     /// Waits until event `e` is recorded. When a copy segment records it,
     /// this thread runs that copy stream's segments up to it itself (helping).
+    /// `park` runs when a wait outlasts the event's spin (the waiting
+    /// stream's device parks its idle kernel threads).
     fn wait_event(
         &self,
         e: u32,
         ctx: &RunCtx<'_>,
         spans: &mut Vec<TraceSpan>,
+        park: &dyn Fn(),
     ) -> Result<(), Aborted> {
         match self.recorded_by_copy[e as usize] {
-            Some((p, k)) => self.help_until(p, k, ctx, spans),
-            None => self.events[e as usize].wait(&self.abort),
+            Some((p, k)) => self.help_until(p, k, ctx, spans, park),
+            None => self.events[e as usize].wait_then(&self.abort, &mut || park()),
         }
     }
 
@@ -261,6 +264,7 @@ impl Executor {
         k: usize,
         ctx: &RunCtx<'_>,
         spans: &mut Vec<TraceSpan>,
+        park: &dyn Fn(),
     ) -> Result<(), Aborted> {
         let segments = &self.programs[p].segments;
         self.progress[p].help_until(
@@ -269,7 +273,7 @@ impl Executor {
             spans,
             |spans, next| {
                 for &w in &segments[next].waits {
-                    self.wait_event(w, ctx, spans)?;
+                    self.wait_event(w, ctx, spans, park)?;
                 }
                 Ok(())
             },
@@ -312,10 +316,11 @@ impl Executor {
         waits: &[u32],
         ctx: &RunCtx<'_>,
         spans: &mut Vec<TraceSpan>,
+        park: &dyn Fn(),
     ) -> Result<(), Aborted> {
         let waited = ctx.now();
         for &e in waits {
-            self.wait_event(e, ctx, spans)?;
+            self.wait_event(e, ctx, spans, park)?;
         }
         if ctx.tracing && !waits.is_empty() {
             spans.push(TraceSpan::wait(stream, waits, waited, ctx.now()));
@@ -338,8 +343,16 @@ impl Executor {
                 self.inject_delay(state);
             }
         };
+        // A long wait (another device computing) or the stream's end leaves
+        // this device idle: its kernel threads sleep rather than spin out
+        // their budget on cores others need (a server on this host).
+        let park = || {
+            if let Some(pool) = device.pool() {
+                pool.park_idle();
+            }
+        };
         for seg in &program.segments {
-            self.wait_all(program.stream, &seg.waits, ctx, spans)?;
+            self.wait_all(program.stream, &seg.waits, ctx, spans, &park)?;
             delay();
             self.maybe_fail(seg.steps.clone());
             let seg_steps = &ctx.steps[seg.steps.clone()];
@@ -364,6 +377,9 @@ impl Executor {
             for &e in &seg.records {
                 self.events[e as usize].record();
             }
+        }
+        if self.compute.len() > 1 {
+            park();
         }
         Ok(())
     }

@@ -34,4 +34,10 @@ impl ThreadPool {
     pub fn run(&self, job: &(dyn Fn(&ThreadCtx<'_>) + Sync)) {
         self.0.run(job);
     }
+
+    /// Idle workers sleep now instead of spinning out their budget
+    /// ([`concurrency::ThreadPool::park_idle`]).
+    pub fn park_idle(&self) {
+        self.0.park_idle();
+    }
 }
