@@ -27,7 +27,7 @@
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::{PinRule, PlacementOptions, Policy, expert_rank, layer_of};
 use compiler::target::Target;
-use ggplan_tests::race::median;
+use ggplan_tests::race::{median, race};
 use ggplan_tests::rpc_server::RpcServer;
 use ggplan_tests::workspace_root;
 use ir::files::gguf::GgufFile;
@@ -39,7 +39,7 @@ use runtime::{LoadOptions, Runtime, Weights};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SHAPE: &str = "256,8,32,4,256";
 const CTX: i64 = 256;
@@ -117,7 +117,7 @@ fn main() {
             let mut rts: Vec<Runtime> = (plans.iter())
                 .map(|p| runtime_for(p, &weights, &rpc, w, config.n_vocab))
                 .collect();
-            let ms = race(&mut rts, w.per_turn);
+            let ms = race(&mut rts, 5, w.per_turn);
             for (i, who) in ["llama.cpp's --fit", "ours"].into_iter().enumerate() {
                 println!(
                     "ggplan {} budget {m} blocks of experts per server, placement {who}: {}; \
@@ -261,24 +261,6 @@ fn runtime_for(
     rt.set_input_i32("kv_idx", &step.kv_idx).unwrap();
     rt.set_input_f32("kq_mask", &step.kq_mask).unwrap();
     rt
-}
-
-/// Median ms per run of each runtime, taking turns in 5 blocks of `per_turn`.
-fn race(rts: &mut [Runtime], per_turn: usize) -> Vec<f64> {
-    let mut ms = vec![Vec::new(); rts.len()];
-    for rt in rts.iter_mut() {
-        rt.run().unwrap();
-    }
-    for _ in 0..5 {
-        for (rt, times) in rts.iter_mut().zip(ms.iter_mut()) {
-            for _ in 0..per_turn {
-                let t = Instant::now();
-                rt.run().unwrap();
-                times.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-    }
-    ms.into_iter().map(median).collect()
 }
 
 /// The device of every weight of `plan`, by name.
