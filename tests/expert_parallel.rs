@@ -20,11 +20,11 @@
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::target::Target;
 use compiler::tensor_split::{Collectives, ExpertSplit, SplitRule, TensorSplitOptions};
-use ggplan_tests::llama_config::tiny_llama;
+use ggplan_tests::llama_config::{tiny_llama, tiny_moe_llama};
 use ggplan_tests::outputs::{nmse_f32 as nmse, outputs};
 use ir::plan::{Plan, SplitPart, Step};
 use ir::{DType, Graph, Op};
-use models::llama::{LlamaConfig, Moe};
+use models::llama::LlamaConfig;
 use runtime::{LoadOptions, Runtime, Weights};
 use std::sync::Arc;
 
@@ -32,20 +32,9 @@ use std::sync::Arc;
 /// `dtype`, `n_embd` wide, `n_tokens` per run.
 fn moe_llama(n_tokens: i64, n_embd: i64, dtype: DType, n_ff_exp: i64) -> Graph {
     let cfg = LlamaConfig {
-        n_embd,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: n_embd / 4,
-        rope: ir::RopeParams::plain(ir::RopeMode::Neox, (n_embd / 4) as u32, 1e6),
         matrix_dtypes: Default::default(),
         weight_dtype: dtype,
-        moe: Some(Moe {
-            n_expert: 8,
-            n_expert_used: 2,
-            n_ff_exp,
-            renormalise: true,
-        }),
-        ..tiny_llama(n_tokens)
+        ..tiny_moe_llama(n_tokens, n_embd, n_ff_exp)
     };
     models::llama::build_prefill(&cfg).unwrap()
 }

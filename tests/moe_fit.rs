@@ -14,11 +14,11 @@
 use compiler::pipeline::{CompileOptions, compile};
 use compiler::placement::{PlacementOptions, Policy};
 use compiler::target::Target;
-use ggplan_tests::llama_config::tiny_llama;
+use ggplan_tests::llama_config::tiny_moe_llama;
 use ggplan_tests::outputs::{nmse_f32 as nmse, outputs};
 use ir::Graph;
 use ir::plan::{Plan, plan_to_ron};
-use models::llama::{LlamaConfig, Moe};
+use models::llama::LlamaConfig;
 use runtime::{LoadOptions, Runtime, Weights};
 use std::sync::Arc;
 
@@ -29,16 +29,7 @@ const BLOCKS: u32 = 4;
 fn moe_llama(n_tokens: i64, n_embd: i64, n_ff_exp: i64) -> Graph {
     let cfg = LlamaConfig {
         n_layer: BLOCKS as usize,
-        n_embd,
-        head_dim: n_embd / 4,
-        rope: ir::RopeParams::plain(ir::RopeMode::Neox, (n_embd / 4) as u32, 1e6),
-        moe: Some(Moe {
-            n_expert: 8,
-            n_expert_used: 2,
-            n_ff_exp,
-            renormalise: true,
-        }),
-        ..tiny_llama(n_tokens)
+        ..tiny_moe_llama(n_tokens, n_embd, n_ff_exp)
     };
     models::llama::build_prefill(&cfg).unwrap()
 }
